@@ -1,0 +1,6 @@
+import 'reflect-metadata';
+import { loadConfigOrExit } from '@cs/config';
+import { StatusId } from '@cs/protocol';
+
+const config = loadConfigOrExit('standalone');
+console.log(config.role, StatusId.Ready);

@@ -1,0 +1,49 @@
+import type { ConversationStatus, UserAction } from '@cs/protocol';
+import type { ConversationRef } from './conversation.js';
+import type { AppendedEvent } from './ports/conversation-store.port.js';
+
+/** One client connection attached to a conversation's room. */
+export interface Attachment extends ConversationRef {
+  connectionId: string;
+}
+
+/**
+ * Decides where and whether a conversation's agent runs. The standalone
+ * manager runs sessions in this process; the clustered one leases them to
+ * workers. Callers have already checked that `ref` exists and is visible to
+ * the caller; `ref.userId` is the conversation's owner, whose limit applies.
+ */
+export interface ConversationManager {
+  /** Records that a client joined the conversation's room. */
+  attach(attachment: Attachment): Promise<void>;
+  /** Records that a client left; unknown ids are ignored. */
+  detach(connectionId: string): Promise<void>;
+  /** Number of clients attached to the conversation (across the deployment). */
+  connectionCount(conversationId: string): Promise<number>;
+  /**
+   * Starts the conversation's agent unless it runs already (a running session
+   * is reused). Applies the owner's concurrency limit: evicts the least
+   * recently active conversation, or throws `ConcurrencyLimitError`.
+   */
+  ensureRunning(ref: ConversationRef): Promise<ConversationStatus>;
+  /**
+   * Stores a user action (idempotent by `client_event_id` / `idempotencyKey`)
+   * and hands it to the running agent, starting the agent when a message
+   * arrives for a stopped conversation.
+   */
+  sendUserAction(
+    ref: ConversationRef,
+    action: UserAction,
+    idempotencyKey?: string,
+  ): Promise<AppendedEvent>;
+  /** Stops the conversation's agent (no-op when not running). */
+  stop(ref: ConversationRef): Promise<ConversationStatus>;
+  /** The live status: STOPPED / STARTING / RUNNING / ERROR. */
+  status(ref: ConversationRef): Promise<ConversationStatus>;
+  /** Ids of the running (or starting) conversations of a user. */
+  listRunning(tenantId: string, userId: string): Promise<string[]>;
+  /** Where the conversation runs, for admins (`runtime` in the state response). */
+  runtime(conversationId: string): Promise<{ workerId: string; leaseEpoch: number } | null>;
+  /** Stops every session, checkpointing each; resolves when all are closed. */
+  shutdown(): Promise<void>;
+}

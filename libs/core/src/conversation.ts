@@ -1,0 +1,101 @@
+import type {
+  AgentState,
+  ConversationInfo,
+  ConversationMetrics,
+  ConversationStatus,
+  EventBody,
+  EventSource,
+} from '@cs/protocol';
+
+/** Who owns a conversation: every lookup is scoped by tenant. */
+export interface ConversationRef {
+  tenantId: string;
+  userId: string;
+  conversationId: string;
+}
+
+/** A conversation row as the store returns it. */
+export interface ConversationRecord {
+  id: string;
+  tenantId: string;
+  userId: string;
+  appName: string;
+  title: string;
+  metadata: Record<string, unknown>;
+  agent: AgentSpec;
+  instructions: string | null;
+  status: ConversationStatus;
+  agentState: AgentState | null;
+  lastEventId: number;
+  leaseEpoch: number;
+  leaseOwner: string | null;
+  metrics: ConversationMetrics;
+  createdAt: Date;
+  updatedAt: Date;
+}
+
+/** The agent that runs a conversation: a registry name and its options. */
+export interface AgentSpec {
+  name: string;
+  config: Record<string, unknown>;
+}
+
+export interface NewConversation {
+  id: string;
+  tenantId: string;
+  userId: string;
+  appName: string;
+  title: string;
+  metadata: Record<string, unknown>;
+  agent: AgentSpec;
+  instructions: string | null;
+}
+
+export interface ConversationPatch {
+  title?: string;
+  metadata?: Record<string, unknown>;
+}
+
+/**
+ * A change to the session state carried by an event. Keys prefixed `app:` go to
+ * the app scope, `user:` to the user scope, `temp:` are never stored, plain
+ * keys belong to the conversation. A `null` value deletes the key.
+ */
+export type StateDelta = Record<string, unknown>;
+
+/** Counters added to the conversation's metrics with an event. */
+export type MetricsDelta = Partial<ConversationMetrics>;
+
+/** An event to append: its body and envelope, without the id the log assigns. */
+export interface EventDraft {
+  source: EventSource;
+  body: EventBody;
+  cause?: number;
+  clientEventId?: string;
+  stateDelta?: StateDelta;
+  metricsDelta?: MetricsDelta;
+}
+
+export const EMPTY_METRICS: ConversationMetrics = {
+  iterations: 0,
+  prompt_tokens: 0,
+  completion_tokens: 0,
+  cost_usd: 0,
+};
+
+/** The REST view of a conversation (PROTOCOL.md `ConversationInfo`). */
+export function toConversationInfo(
+  record: ConversationRecord,
+  status: ConversationStatus = record.status,
+): ConversationInfo {
+  return {
+    conversation_id: record.id,
+    title: record.title,
+    created_at: record.createdAt.toISOString(),
+    last_updated_at: record.updatedAt.toISOString(),
+    status,
+    agent_state: record.agentState,
+    metadata: record.metadata,
+    last_event_id: record.lastEventId,
+  };
+}

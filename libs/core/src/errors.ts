@@ -1,0 +1,67 @@
+import type { ErrorCode } from '@cs/protocol';
+
+/**
+ * The typed errors of the domain. Each carries a PROTOCOL.md error code; the
+ * gateway maps them to HTTP statuses and socket acknowledgements in one place.
+ */
+export class DomainError extends Error {
+  constructor(
+    readonly code: ErrorCode,
+    message: string,
+    readonly field?: string,
+  ) {
+    super(message);
+    this.name = new.target.name;
+  }
+}
+
+export class BadRequestError extends DomainError {
+  constructor(message: string, field?: string) {
+    super('BAD_REQUEST', message, field);
+  }
+}
+
+export class NotFoundError extends DomainError {
+  constructor(message = 'conversation not found') {
+    super('NOT_FOUND', message);
+  }
+}
+
+export class ConflictError extends DomainError {
+  constructor(message: string) {
+    super('CONFLICT', message);
+  }
+}
+
+export class ConcurrencyLimitError extends DomainError {
+  constructor(limit: number) {
+    super('CONCURRENCY_LIMIT_REACHED', `at most ${limit} conversations may run at once per user`);
+  }
+}
+
+export class RateLimitedError extends DomainError {
+  constructor(message = 'too many user actions; slow down') {
+    super('RATE_LIMITED', message);
+  }
+}
+
+export class UnavailableError extends DomainError {
+  constructor(message = 'service unavailable') {
+    super('UNAVAILABLE', message);
+  }
+}
+
+/**
+ * A write carried a lease epoch older than the conversation's: another holder
+ * owns the conversation now. The session that gets it must stop writing at once.
+ */
+export class LeaseLostError extends Error {
+  constructor(
+    readonly conversationId: string,
+    readonly epoch: number,
+    readonly currentEpoch: number,
+  ) {
+    super(`lease of ${conversationId} lost: epoch ${epoch} < ${currentEpoch}`);
+    this.name = 'LeaseLostError';
+  }
+}

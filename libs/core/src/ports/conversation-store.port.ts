@@ -1,0 +1,96 @@
+import type { ConversationStatus, StoredEvent } from '@cs/protocol';
+import type {
+  ConversationPatch,
+  ConversationRecord,
+  EventDraft,
+  NewConversation,
+} from '../conversation.js';
+
+export interface AppendOptions {
+  /**
+   * The writer's lease epoch. When given, the append fails with
+   * `LeaseLostError` (and writes nothing) unless it equals the conversation's
+   * current `lease_epoch`; it is stored on every event written.
+   */
+  leaseEpoch?: number;
+}
+
+export interface AppendedEvent {
+  event: StoredEvent;
+  /** True when the draft's `clientEventId` was already stored: nothing new was written. */
+  duplicate: boolean;
+}
+
+export interface EventRange {
+  /** Inclusive lower bound (default 0). */
+  fromId?: number;
+  /** Inclusive upper bound (default: the last event). */
+  toId?: number;
+  /** Newest first when true. */
+  reverse?: boolean;
+  limit: number;
+}
+
+export interface ConversationPageRequest {
+  /** Only this user's conversations; all of the tenant's when omitted. */
+  userId?: string;
+  limit: number;
+  /** Opaque cursor from a previous page's `nextCursor`. */
+  cursor?: string;
+}
+
+export interface ConversationPageResult {
+  items: ConversationRecord[];
+  nextCursor: string | null;
+}
+
+/** The conversation's stored state, scopes merged (`app:` / `user:` prefixed). */
+export interface ConversationSnapshot {
+  conversation: ConversationRecord;
+  state: Record<string, unknown>;
+}
+
+/**
+ * The single source of truth: conversations, their event logs and scoped state.
+ * Every method is scoped by tenant; a conversation of another tenant does not
+ * exist for it. Implemented on Postgres (and PGlite) in `libs/store`.
+ */
+export interface ConversationStore {
+  /**
+   * Creates a conversation. Repeating an id the same tenant and user already
+   * own returns the stored one with `created: false`; an id owned by anyone
+   * else throws `ConflictError`.
+   */
+  createConversation(
+    input: NewConversation,
+  ): Promise<{ conversation: ConversationRecord; created: boolean }>;
+  getConversation(tenantId: string, conversationId: string): Promise<ConversationRecord | null>;
+  getSnapshot(tenantId: string, conversationId: string): Promise<ConversationSnapshot | null>;
+  /** Newest activity first: `(updated_at desc, id desc)`, keyset pagination. */
+  listConversations(tenantId: string, page: ConversationPageRequest): Promise<ConversationPageResult>;
+  updateConversation(
+    tenantId: string,
+    conversationId: string,
+    patch: ConversationPatch,
+  ): Promise<ConversationRecord | null>;
+  /** Deletes the conversation and all its events; false when it did not exist. */
+  deleteConversation(tenantId: string, conversationId: string): Promise<boolean>;
+  setStatus(tenantId: string, conversationId: string, status: ConversationStatus): Promise<void>;
+  /** Marks every STARTING / RUNNING conversation STOPPED (a standalone process starting up). */
+  resetRunningStatuses(): Promise<number>;
+  /** Bumps `lease_epoch`, records the owner, returns the new epoch. */
+  acquireLease(tenantId: string, conversationId: string, owner: string): Promise<number>;
+  /**
+   * Appends events in one transaction with gap-free ids; merges their state
+   * deltas by scope; keeps `last_event_id`, `updated_at`, `agent_state` and
+   * metrics in step. Throws `NotFoundError`, `LeaseLostError`, or
+   * `ConflictError` when a `clientEventId` is reused with other content.
+   */
+  append(
+    tenantId: string,
+    conversationId: string,
+    drafts: readonly EventDraft[],
+    options?: AppendOptions,
+  ): Promise<AppendedEvent[]>;
+  readEvents(tenantId: string, conversationId: string, range: EventRange): Promise<StoredEvent[]>;
+}

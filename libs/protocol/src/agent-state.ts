@@ -1,0 +1,35 @@
+import { z } from 'zod';
+
+export const AGENT_STATES = [
+  'loading',
+  'running',
+  'awaiting_user_input',
+  'paused',
+  'stopped',
+  'finished',
+  'rejected',
+  'error',
+  'awaiting_user_confirmation',
+  'user_confirmed',
+  'user_rejected',
+  'rate_limited',
+] as const;
+export const AgentStateSchema = z.enum(AGENT_STATES);
+export type AgentState = z.infer<typeof AgentStateSchema>;
+
+/** States a client may ask for with `change_agent_state`. */
+export const REQUESTABLE_AGENT_STATES = ['stopped', 'paused', 'running'] as const;
+
+export const CONVERSATION_STATUSES = ['STOPPED', 'STARTING', 'RUNNING', 'ERROR'] as const;
+export const ConversationStatusSchema = z.enum(CONVERSATION_STATUSES);
+export type ConversationStatus = z.infer<typeof ConversationStatusSchema>;
+
+/** Status ids sent as non-stored `status_update` messages. */
+export const StatusId = {
+  Ready: 'STATUS$READY',
+  Starting: 'STATUS$STARTING',
+  Stopped: 'STATUS$STOPPED',
+  TooManyConversations: 'AGENT_ERROR$TOO_MANY_CONVERSATIONS',
+  AgentError: 'AGENT_ERROR$ERROR',
+} as const;
+export type StatusId = (typeof StatusId)[keyof typeof StatusId];

@@ -1,0 +1,13 @@
+/** Size limits of the wire contract (PROTOCOL.md). */
+export const MAX_MESSAGE_CONTENT_CHARS = 262_144;
+export const MAX_CLIENT_EVENT_ID_CHARS = 128;
+/** A socket message or REST body above this is refused with PAYLOAD_TOO_LARGE. */
+export const MAX_PAYLOAD_BYTES = 1024 * 1024;
+/** Socket.IO closes a connection whose message exceeds this (maxHttpBufferSize). */
+export const MAX_TRANSPORT_BYTES = 2 * 1024 * 1024;
+export const MAX_TITLE_CHARS = 512;
+export const MAX_INSTRUCTIONS_CHARS = 65_536;
+export const MAX_URLS_PER_MESSAGE = 32;
+export const MAX_URL_CHARS = 4096;
+export const MAX_PAGE_LIMIT = 100;
+export const DEFAULT_PAGE_LIMIT = 20;

@@ -1,0 +1,123 @@
+import { z } from 'zod';
+import { AgentStateSchema, ConversationStatusSchema } from './agent-state.js';
+import { StoredEventSchema } from './events.js';
+import {
+  DEFAULT_PAGE_LIMIT,
+  MAX_INSTRUCTIONS_CHARS,
+  MAX_MESSAGE_CONTENT_CHARS,
+  MAX_PAGE_LIMIT,
+  MAX_TITLE_CHARS,
+} from './limits.js';
+
+/** Conversation ids are UUIDs; anything else is `NOT_FOUND` on the wire. */
+export const ConversationIdSchema = z.uuid();
+
+/** Query-string helpers: a value must be one non-empty string (no repeats). */
+const queryInt = (min: number, max = Number.MAX_SAFE_INTEGER) =>
+  z
+    .string()
+    .regex(/^-?\d{1,16}$/, 'must be an integer')
+    .transform(Number)
+    .pipe(z.number().int().min(min).max(max));
+const queryBool = z.enum(['true', 'false']).transform((v) => v === 'true');
+
+export const AgentNameSchema = z
+  .string()
+  .min(1)
+  .max(64)
+  .regex(/^[a-z0-9][a-z0-9_.-]*$/, 'must be an agent name');
+
+export const MetadataSchema = z.record(z.string().max(256), z.unknown());
+
+export const CreateConversationBodySchema = z.strictObject({
+  initial_user_msg: z.string().max(MAX_MESSAGE_CONTENT_CHARS).optional(),
+  title: z.string().max(MAX_TITLE_CHARS).optional(),
+  agent: AgentNameSchema.optional(),
+  metadata: MetadataSchema.optional(),
+  conversation_instructions: z.string().max(MAX_INSTRUCTIONS_CHARS).optional(),
+  replay_json: z.string().optional(),
+  conversation_id: ConversationIdSchema.optional(),
+});
+export type CreateConversationBody = z.infer<typeof CreateConversationBodySchema>;
+
+export const CreateConversationResponseSchema = z.object({
+  conversation_id: z.string(),
+  conversation_status: ConversationStatusSchema,
+});
+
+export const PatchConversationBodySchema = z.strictObject({
+  title: z.string().max(MAX_TITLE_CHARS).optional(),
+  metadata: MetadataSchema.optional(),
+});
+export type PatchConversationBody = z.infer<typeof PatchConversationBodySchema>;
+
+export const ListConversationsQuerySchema = z.strictObject({
+  limit: queryInt(1, MAX_PAGE_LIMIT).default(DEFAULT_PAGE_LIMIT),
+  page_id: z.string().min(1).max(512).optional(),
+  all: queryBool.default(false),
+});
+export type ListConversationsQuery = z.infer<typeof ListConversationsQuerySchema>;
+
+export const ListEventsQuerySchema = z.strictObject({
+  start_id: queryInt(0).default(0),
+  end_id: queryInt(0).optional(),
+  reverse: queryBool.default(false),
+  limit: queryInt(1, MAX_PAGE_LIMIT).default(DEFAULT_PAGE_LIMIT),
+});
+export type ListEventsQuery = z.infer<typeof ListEventsQuerySchema>;
+
+export const ConversationInfoSchema = z.object({
+  conversation_id: z.string(),
+  title: z.string(),
+  created_at: z.string(),
+  last_updated_at: z.string(),
+  status: ConversationStatusSchema,
+  agent_state: AgentStateSchema.nullable(),
+  metadata: z.record(z.string(), z.unknown()),
+  last_event_id: z.number().int(),
+});
+export type ConversationInfo = z.infer<typeof ConversationInfoSchema>;
+
+export const ConversationPageSchema = z.object({
+  results: z.array(ConversationInfoSchema),
+  next_page_id: z.string().nullable(),
+});
+export type ConversationPage = z.infer<typeof ConversationPageSchema>;
+
+export const EventPageSchema = z.object({
+  events: z.array(StoredEventSchema),
+  has_more: z.boolean(),
+});
+
+export const ConversationMetricsSchema = z.object({
+  iterations: z.number(),
+  prompt_tokens: z.number(),
+  completion_tokens: z.number(),
+  cost_usd: z.number(),
+});
+export type ConversationMetrics = z.infer<typeof ConversationMetricsSchema>;
+
+export const ConversationStateResponseSchema = z.object({
+  agent_state: AgentStateSchema.nullable(),
+  state: z.record(z.string(), z.unknown()),
+  metrics: ConversationMetricsSchema,
+  last_event_id: z.number().int(),
+  runtime: z.object({ worker_id: z.string(), lease_epoch: z.number().int() }).optional(),
+});
+export type ConversationStateResponse = z.infer<typeof ConversationStateResponseSchema>;
+
+const TokenIdSchema = z.string().min(1).max(128);
+export const DevTokenBodySchema = z.strictObject({
+  user_id: TokenIdSchema.optional(),
+  tenant_id: TokenIdSchema.optional(),
+  roles: z.array(z.string().min(1).max(64)).max(16).optional(),
+});
+export type DevTokenBody = z.infer<typeof DevTokenBodySchema>;
+
+/** The claims of a bearer token, once verified. */
+export const TokenClaimsSchema = z.object({
+  sub: z.string().min(1),
+  tid: z.string().min(1),
+  exp: z.number(),
+  roles: z.array(z.string()).optional(),
+});

@@ -1,0 +1,51 @@
+// Where the tests find Postgres and Redis: DATABASE_URL / REDIS_URL, with the
+// defaults of PROTOCOL.md. Each test file makes its own database.
+import { randomBytes } from 'node:crypto';
+import pg from 'pg';
+
+export function testDatabaseUrl(): string {
+  return process.env.DATABASE_URL ?? 'postgres://postgres@127.0.0.1:5432/postgres';
+}
+
+export function testRedisUrl(): string {
+  return process.env.REDIS_URL ?? 'redis://127.0.0.1:6379';
+}
+
+/** A unique name for per-test resources (databases, key prefixes, tenants). */
+export function uniqueName(prefix: string): string {
+  return `${prefix}_${Date.now().toString(36)}_${randomBytes(4).toString('hex')}`;
+}
+
+export interface ScratchDatabase {
+  url: string;
+  name: string;
+  drop(): Promise<void>;
+}
+
+/** Creates an empty database for one test file; `drop()` removes it. */
+export async function createScratchDatabase(prefix = 'cs_test'): Promise<ScratchDatabase> {
+  const admin = testDatabaseUrl();
+  const name = uniqueName(prefix).toLowerCase();
+  const client = new pg.Client({ connectionString: admin });
+  await client.connect();
+  try {
+    await client.query(`CREATE DATABASE "${name}"`);
+  } finally {
+    await client.end();
+  }
+  const url = new URL(admin);
+  url.pathname = `/${name}`;
+  return {
+    url: url.toString(),
+    name,
+    async drop() {
+      const dropper = new pg.Client({ connectionString: admin });
+      await dropper.connect();
+      try {
+        await dropper.query(`DROP DATABASE IF EXISTS "${name}" WITH (FORCE)`);
+      } finally {
+        await dropper.end();
+      }
+    },
+  };
+}
