@@ -2,7 +2,8 @@ import { fileURLToPath } from 'node:url';
 import swc from 'unplugin-swc';
 import { defineConfig } from 'vitest/config';
 
-const lib = (name: string) => fileURLToPath(new URL(`./libs/${name}/src/index.ts`, import.meta.url));
+const lib = (name: string) =>
+  fileURLToPath(new URL(`./libs/${name}/src/index.ts`, import.meta.url));
 
 const alias = {
   '@cs/protocol': lib('protocol'),
@@ -11,6 +12,7 @@ const alias = {
   '@cs/config': lib('config'),
   '@cs/agents': lib('agents'),
   '@cs/cluster': lib('cluster'),
+  '@cs/gateway': lib('gateway'),
 };
 
 // SWC compiles the sources so that Nest's decorator metadata works in tests.

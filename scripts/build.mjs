@@ -51,8 +51,7 @@ if (result.status !== 0) process.exit(result.status ?? 1);
 
 const assets = [
   ['libs/store/src/migrations', 'dist/libs/store/src/migrations'],
-  ['apps/standalone/public', 'dist/apps/standalone/public'],
-  ['apps/gateway/public', 'dist/apps/gateway/public'],
+  ['libs/gateway/public', 'dist/libs/gateway/public'],
 ];
 for (const [from, to] of assets) {
   if (existsSync(join(root, from))) cpSync(join(root, from), join(root, to), { recursive: true });

@@ -9,13 +9,16 @@ const bool = z
   .enum(['true', 'false', '1', '0', 'yes', 'no'], { message: 'must be true or false' })
   .transform((v) => v === 'true' || v === '1' || v === 'yes');
 const url = (protocols: string[]) =>
-  z.string().refine((value) => {
-    try {
-      return protocols.includes(new URL(value).protocol);
-    } catch {
-      return false;
-    }
-  }, `must be a URL (${protocols.join(' or ')})`);
+  z.string().refine(
+    (value) => {
+      try {
+        return protocols.includes(new URL(value).protocol);
+      } catch {
+        return false;
+      }
+    },
+    `must be a URL (${protocols.join(' or ')})`,
+  );
 
 const EnvSchema = z.object({
   PORT: port.default(3000),
@@ -38,7 +41,10 @@ const EnvSchema = z.object({
   IDLE_TIMEOUT_MS: positiveInt.default(3_600_000),
   LEASE_TTL_MS: z.coerce.number().int().min(1000).default(15_000),
   WORKER_CONCURRENCY: positiveInt.max(100_000).default(200),
-  AGENT: z.string().regex(/^[a-z0-9][a-z0-9_.-]*$/, 'must be an agent name').default('echo'),
+  AGENT: z
+    .string()
+    .regex(/^[a-z0-9][a-z0-9_.-]*$/, 'must be an agent name')
+    .default('echo'),
   RATE_LIMIT_PER_MINUTE: z.coerce.number().int().min(0).default(600),
   MIGRATE_ON_START: bool.default(true),
   MAX_ITERATIONS: positiveInt.max(10_000).default(100),
@@ -96,7 +102,8 @@ export function loadConfig(
     ? []
     : parsed.error.issues.map((issue) => {
         const name = String(issue.path[0] ?? 'environment');
-        const shown = raw[name] === undefined ? '' : ` (got ${JSON.stringify(redact(name, raw[name]))})`;
+        const shown =
+          raw[name] === undefined ? '' : ` (got ${JSON.stringify(redact(name, raw[name]))})`;
         return `${name}: ${issue.message}${shown}`;
       });
   if (!parsed.success) throw new ConfigError(problems);

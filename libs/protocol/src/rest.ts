@@ -51,14 +51,14 @@ export const PatchConversationBodySchema = z.strictObject({
 });
 export type PatchConversationBody = z.infer<typeof PatchConversationBodySchema>;
 
-export const ListConversationsQuerySchema = z.strictObject({
+export const ListConversationsQuerySchema = z.object({
   limit: queryInt(1, MAX_PAGE_LIMIT).default(DEFAULT_PAGE_LIMIT),
   page_id: z.string().min(1).max(512).optional(),
   all: queryBool.default(false),
 });
 export type ListConversationsQuery = z.infer<typeof ListConversationsQuerySchema>;
 
-export const ListEventsQuerySchema = z.strictObject({
+export const ListEventsQuerySchema = z.object({
   start_id: queryInt(0).default(0),
   end_id: queryInt(0).optional(),
   reverse: queryBool.default(false),

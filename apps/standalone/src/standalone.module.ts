@@ -1,0 +1,78 @@
+import { Logger, type DynamicModule } from '@nestjs/common';
+import type { AppConfig } from '@cs/config';
+import { AgentRegistry } from '@cs/agents';
+import { StandaloneConversationManager, type ConversationStore } from '@cs/core';
+import {
+  AGENT_FACTORY,
+  APP_CONFIG,
+  CONVERSATION_MANAGER,
+  CONVERSATION_STORE,
+  ConversationRoomHub,
+  GatewayModule,
+  InMemoryUserActionRateLimiter,
+  READINESS_CHECKS,
+  ServiceMetrics,
+  USER_ACTION_RATE_LIMITER,
+  type ReadinessCheck,
+} from '@cs/gateway';
+import type { OpenedStore } from '@cs/store';
+import { hostname } from 'node:os';
+
+const IDLE_CLEANUP_INTERVAL_MS = 30_000;
+
+/**
+ * Wires the gateway edge to the in-process manager: the room hub is the
+ * broadcaster, the embedded (or given) Postgres is the store.
+ */
+export const StandaloneModule = {
+  create(
+    config: AppConfig,
+    opened: OpenedStore,
+  ): { module: DynamicModule; shutdown: () => Promise<void> } {
+    const metrics = new ServiceMetrics({ role: 'standalone' });
+    const store = metrics.instrument(opened.store);
+    const agents = new AgentRegistry();
+    let manager: StandaloneConversationManager | undefined;
+    const logger = new Logger('ConversationManager');
+    const readiness: ReadinessCheck[] = [
+      { name: 'database', check: async () => void (await opened.database.query('select 1')) },
+    ];
+    const module = GatewayModule.forRoot([
+      { provide: APP_CONFIG, useValue: config },
+      { provide: ServiceMetrics, useValue: metrics },
+      { provide: CONVERSATION_STORE, useValue: store },
+      { provide: AGENT_FACTORY, useValue: agents },
+      { provide: READINESS_CHECKS, useValue: readiness },
+      {
+        provide: USER_ACTION_RATE_LIMITER,
+        useValue: new InMemoryUserActionRateLimiter(config.limits.rateLimitPerMinute),
+      },
+      {
+        provide: CONVERSATION_MANAGER,
+        inject: [ConversationRoomHub],
+        useFactory: (hub: ConversationRoomHub) => {
+          manager = new StandaloneConversationManager({
+            store: store satisfies ConversationStore,
+            broadcaster: hub,
+            agents,
+            options: {
+              maxConcurrentConversations: config.limits.maxConcurrentConversations,
+              concurrencyPolicy: config.limits.concurrencyPolicy,
+              idleTimeoutMs: config.limits.idleTimeoutMs,
+              maxIterations: config.limits.maxIterations,
+              ownerId: `standalone@${hostname()}:${process.pid}`,
+              cleanupIntervalMs: Math.min(IDLE_CLEANUP_INTERVAL_MS, config.limits.idleTimeoutMs),
+            },
+            reportError: (message, error) => logger.warn(`${message}: ${String(error)}`),
+          });
+          return manager;
+        },
+      },
+    ]);
+    const shutdown = async () => {
+      await manager?.shutdown();
+      await opened.close();
+    };
+    return { module, shutdown };
+  },
+};

@@ -1,0 +1,107 @@
+import { Inject, Injectable } from '@nestjs/common';
+import {
+  SignJWT,
+  createRemoteJWKSet,
+  errors as joseErrors,
+  jwtVerify,
+  type JWTVerifyGetKey,
+} from 'jose';
+import type { AppConfig } from '@cs/config';
+import { DomainError } from '@cs/core';
+import { TokenClaimsSchema } from '@cs/protocol';
+import { APP_CONFIG } from '../tokens.js';
+import type { Principal } from './principal.js';
+
+export class UnauthorizedError extends DomainError {
+  constructor(message = 'a valid bearer token is required') {
+    super('UNAUTHORIZED', message);
+  }
+}
+
+const DEV_TOKEN_TTL = '24h';
+const CLOCK_TOLERANCE_S = 30;
+const MAX_TOKEN_CHARS = 8192;
+
+/**
+ * Verifies bearer JWTs (HS256 with a shared secret, or RS256/ES256 keys from a
+ * JWKS URL) and issues development tokens when they are enabled.
+ */
+@Injectable()
+export class TokenService {
+  private readonly secret: Uint8Array | undefined;
+  private readonly jwks: JWTVerifyGetKey | undefined;
+
+  constructor(@Inject(APP_CONFIG) private readonly config: AppConfig) {
+    const { jwtSecret, jwksUrl } = config.auth;
+    this.secret = jwtSecret ? new TextEncoder().encode(jwtSecret) : undefined;
+    this.jwks = jwksUrl ? createRemoteJWKSet(new URL(jwksUrl)) : undefined;
+  }
+
+  get devTokensEnabled(): boolean {
+    return this.config.auth.devTokens && this.secret !== undefined;
+  }
+
+  async verify(token: unknown): Promise<Principal> {
+    if (typeof token !== 'string' || token.length === 0 || token.length > MAX_TOKEN_CHARS) {
+      throw new UnauthorizedError();
+    }
+    const options = {
+      issuer: this.config.auth.issuer,
+      audience: this.config.auth.audience,
+      clockTolerance: CLOCK_TOLERANCE_S,
+      requiredClaims: ['exp'],
+    };
+    let payload: unknown;
+    try {
+      if (this.secret) {
+        ({ payload } = await jwtVerify(token, this.secret, { ...options, algorithms: ['HS256'] }));
+      } else if (this.jwks) {
+        ({ payload } = await jwtVerify(token, this.jwks, {
+          ...options,
+          algorithms: ['RS256', 'ES256'],
+        }));
+      } else {
+        throw new UnauthorizedError('no token verification key is configured');
+      }
+    } catch (error) {
+      if (error instanceof UnauthorizedError) throw error;
+      throw new UnauthorizedError(
+        error instanceof joseErrors.JWTExpired ? 'the token has expired' : 'the token is invalid',
+      );
+    }
+    const claims = TokenClaimsSchema.safeParse(payload);
+    if (!claims.success) throw new UnauthorizedError('the token lacks sub, tid or exp');
+    const roles = claims.data.roles ?? [];
+    return {
+      tenantId: claims.data.tid,
+      userId: claims.data.sub,
+      roles,
+      isAdmin: roles.includes('admin'),
+    };
+  }
+
+  /** A development token (HS256, 24 h); only when `AUTH_DEV_TOKENS` is on. */
+  async issueDevToken(input: {
+    userId: string;
+    tenantId: string;
+    roles: string[];
+  }): Promise<string> {
+    if (!this.devTokensEnabled || !this.secret)
+      throw new UnauthorizedError('dev tokens are disabled');
+    let jwt = new SignJWT({ tid: input.tenantId, roles: input.roles })
+      .setProtectedHeader({ alg: 'HS256' })
+      .setSubject(input.userId)
+      .setIssuedAt()
+      .setExpirationTime(DEV_TOKEN_TTL);
+    if (this.config.auth.issuer) jwt = jwt.setIssuer(this.config.auth.issuer);
+    if (this.config.auth.audience) jwt = jwt.setAudience(this.config.auth.audience);
+    return jwt.sign(this.secret);
+  }
+}
+
+/** Reads `Authorization: Bearer <token>`; tokens in URLs are never accepted. */
+export function bearerToken(header: string | string[] | undefined): string | undefined {
+  if (typeof header !== 'string') return undefined;
+  const match = /^Bearer\s+(\S+)\s*$/i.exec(header);
+  return match?.[1];
+}

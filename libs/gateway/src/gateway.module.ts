@@ -1,0 +1,45 @@
+import { Module, type DynamicModule, type Provider } from '@nestjs/common';
+import { HttpAuthGuard } from './auth/http-auth.guard.js';
+import { TokenService } from './auth/token.service.js';
+import { ConversationService } from './conversations/conversation.service.js';
+import { ConversationsController } from './http/conversations.controller.js';
+import { DevTokenController } from './http/dev-token.controller.js';
+import { HealthController } from './observability/health.controller.js';
+import { LifecycleService } from './observability/lifecycle.service.js';
+import { ConversationRoomHub } from './realtime/conversation-room-hub.js';
+import { ConversationGateway } from './realtime/conversation.gateway.js';
+import { EventStreamService } from './realtime/event-stream.service.js';
+
+/**
+ * The client-facing edge shared by the gateway and the standalone app: REST,
+ * Socket.IO, SSE, auth, health and metrics. The host app provides the ports:
+ * `APP_CONFIG`, `CONVERSATION_STORE`, `CONVERSATION_MANAGER`,
+ * `USER_ACTION_RATE_LIMITER`, `AGENT_FACTORY`, `READINESS_CHECKS` and
+ * `ServiceMetrics`.
+ */
+@Module({})
+export class GatewayModule {
+  static forRoot(ports: Provider[]): DynamicModule {
+    return {
+      module: GatewayModule,
+      controllers: [ConversationsController, DevTokenController, HealthController],
+      providers: [
+        ...ports,
+        TokenService,
+        HttpAuthGuard,
+        ConversationService,
+        ConversationRoomHub,
+        ConversationGateway,
+        EventStreamService,
+        LifecycleService,
+      ],
+      exports: [
+        ConversationRoomHub,
+        ConversationGateway,
+        EventStreamService,
+        LifecycleService,
+        TokenService,
+      ],
+    };
+  }
+}

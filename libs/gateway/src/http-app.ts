@@ -1,0 +1,124 @@
+import { Logger, type INestApplication, type LogLevel } from '@nestjs/common';
+import { NestFactory } from '@nestjs/core';
+import type { NestExpressApplication } from '@nestjs/platform-express';
+import { DocumentBuilder, SwaggerModule } from '@nestjs/swagger';
+import type { NextFunction, Request, Response } from 'express';
+import { existsSync } from 'node:fs';
+import { fileURLToPath } from 'node:url';
+import type { AppConfig } from '@cs/config';
+import { MAX_PAYLOAD_BYTES } from '@cs/protocol';
+import { HttpErrorFilter } from './http/error.filter.js';
+import { mapError } from './http/error-mapping.js';
+import { ConversationGateway } from './realtime/conversation.gateway.js';
+import { EventStreamService } from './realtime/event-stream.service.js';
+import { LifecycleService } from './observability/lifecycle.service.js';
+
+const LOG_LEVELS: LogLevel[] = ['fatal', 'error', 'warn', 'log', 'debug', 'verbose'];
+
+/** The demo page: `libs/gateway/public`, copied beside the build by scripts/build.mjs. */
+export const PUBLIC_DIR = fileURLToPath(new URL('../public', import.meta.url));
+
+/**
+ * Creates the HTTP + Socket.IO application of a gateway or standalone process:
+ * JSON-only bodies of at most 1 MiB, the contract's error bodies everywhere,
+ * OpenAPI at `/docs`, the demo page at `/`.
+ */
+export async function createHttpApp(
+  module: unknown,
+  config: AppConfig,
+): Promise<NestExpressApplication> {
+  const levels = LOG_LEVELS.slice(0, LOG_LEVELS.indexOf(config.logLevel) + 1);
+  const app = await NestFactory.create<NestExpressApplication>(module as never, {
+    bodyParser: false,
+    logger: levels,
+  });
+  app.disable('x-powered-by');
+  app.set('query parser', 'simple');
+  app.enableCors({ origin: true });
+  app.use(requireJsonBodies);
+  app.useBodyParser('json', { limit: MAX_PAYLOAD_BYTES, type: 'application/json' });
+  app.useGlobalFilters(new HttpErrorFilter());
+
+  const document = SwaggerModule.createDocument(
+    app,
+    new DocumentBuilder()
+      .setTitle('Conversation service')
+      .setDescription('Conversations for AI agents: see PROTOCOL.md for the full contract.')
+      .addBearerAuth()
+      .build(),
+  );
+  SwaggerModule.setup('docs', app, document, { jsonDocumentUrl: 'docs-json' });
+  if (existsSync(PUBLIC_DIR)) app.useStaticAssets(PUBLIC_DIR, { index: 'index.html' });
+
+  await app.init();
+  // Errors raised by Express middleware (body parsing) get the contract's body too.
+  app.use((error: unknown, _request: Request, response: Response, next: NextFunction) => {
+    if (response.headersSent) return next(error);
+    const { status, body } = mapError(error);
+    response.status(status).json(body);
+  });
+  return app;
+}
+
+/** POST/PUT/PATCH with a body must declare `application/json`. */
+function requireJsonBodies(request: Request, response: Response, next: NextFunction): void {
+  const hasBody =
+    request.headers['transfer-encoding'] !== undefined ||
+    Number(request.headers['content-length'] ?? 0) > 0;
+  if (
+    hasBody &&
+    ['POST', 'PUT', 'PATCH'].includes(request.method) &&
+    !request.is('application/json')
+  ) {
+    response.status(400).json({
+      error: {
+        code: 'BAD_REQUEST',
+        message: 'the body must be JSON (content-type: application/json)',
+      },
+    });
+    return;
+  }
+  next();
+}
+
+/**
+ * Drains on the first SIGTERM or SIGINT and ignores repeats: readiness turns
+ * 503, sockets and streams close (clients reconnect elsewhere and resume), then
+ * `beforeClose` runs (stop sessions, close stores) and the process exits.
+ */
+export function drainOnSignals(
+  app: INestApplication,
+  options: { timeoutMs: number; beforeClose: () => Promise<void> },
+): void {
+  const logger = new Logger('Shutdown');
+  let draining = false;
+  const drain = (signal: string) => {
+    if (draining) {
+      logger.log(`${signal} again: already draining`);
+      return;
+    }
+    draining = true;
+    logger.log(`${signal}: draining`);
+    const deadline = setTimeout(() => {
+      logger.error('drain timed out; exiting');
+      process.exit(1);
+    }, options.timeoutMs);
+    deadline.unref();
+    const run = async () => {
+      app.get(LifecycleService).startDraining();
+      app.get(ConversationGateway).disconnectAll();
+      app.get(EventStreamService).closeAll();
+      await options.beforeClose();
+      await app.close();
+    };
+    run().then(
+      () => process.exit(0),
+      (error: unknown) => {
+        logger.error(error instanceof Error ? error.message : String(error));
+        process.exit(1);
+      },
+    );
+  };
+  process.on('SIGTERM', () => drain('SIGTERM'));
+  process.on('SIGINT', () => drain('SIGINT'));
+}

@@ -1,0 +1,187 @@
+import {
+  Body,
+  Controller,
+  Delete,
+  Get,
+  Headers,
+  HttpCode,
+  Param,
+  Patch,
+  Post,
+  Query,
+  Req,
+  Res,
+  UseGuards,
+} from '@nestjs/common';
+import { ApiBearerAuth, ApiBody, ApiTags } from '@nestjs/swagger';
+import type { Request, Response } from 'express';
+import { NotFoundError } from '@cs/core';
+import {
+  ClientEventIdSchema,
+  ConversationIdSchema,
+  CreateConversationBodySchema,
+  ListConversationsQuerySchema,
+  ListEventsQuerySchema,
+  PatchConversationBodySchema,
+  UserActionSchema,
+  type ConversationInfo,
+  type ConversationPage,
+  type ConversationStateResponse,
+  type ConversationStatus,
+} from '@cs/protocol';
+import { z } from 'zod';
+import { CurrentPrincipal, HttpAuthGuard } from '../auth/http-auth.guard.js';
+import type { Principal } from '../auth/principal.js';
+import { ConversationService } from '../conversations/conversation.service.js';
+import { EventStreamService } from '../realtime/event-stream.service.js';
+import { parseInput } from './validation.js';
+import { openApiSchema } from './openapi.js';
+
+/** Path ids that are not UUIDs name no conversation: 404, not 400. */
+function conversationId(raw: string): string {
+  if (!ConversationIdSchema.safeParse(raw).success) throw new NotFoundError();
+  return raw;
+}
+
+const LastEventIdSchema = z
+  .string()
+  .regex(/^-?\d{1,16}$/, 'must be an integer')
+  .transform(Number)
+  .pipe(z.number().int().min(-1));
+
+/** The REST API of PROTOCOL.md under `/api/conversations`. */
+@ApiTags('conversations')
+@ApiBearerAuth()
+@UseGuards(HttpAuthGuard)
+@Controller('api/conversations')
+export class ConversationsController {
+  constructor(
+    private readonly conversations: ConversationService,
+    private readonly streams: EventStreamService,
+  ) {}
+
+  @Post()
+  @ApiBody({ schema: openApiSchema(CreateConversationBodySchema) })
+  async create(
+    @CurrentPrincipal() principal: Principal,
+    @Body() body: unknown,
+    @Res({ passthrough: true }) response: Response,
+  ): Promise<{ conversation_id: string; conversation_status: ConversationStatus }> {
+    const input = parseInput(CreateConversationBodySchema, body ?? {});
+    const { created, ...result } = await this.conversations.create(principal, input);
+    response.status(created ? 201 : 200);
+    return result;
+  }
+
+  @Get()
+  list(
+    @CurrentPrincipal() principal: Principal,
+    @Query() query: unknown,
+  ): Promise<ConversationPage> {
+    return this.conversations.list(principal, parseInput(ListConversationsQuerySchema, query));
+  }
+
+  @Get(':id')
+  get(
+    @CurrentPrincipal() principal: Principal,
+    @Param('id') id: string,
+  ): Promise<ConversationInfo> {
+    return this.conversations.get(principal, conversationId(id));
+  }
+
+  @Patch(':id')
+  @ApiBody({ schema: openApiSchema(PatchConversationBodySchema) })
+  update(
+    @CurrentPrincipal() principal: Principal,
+    @Param('id') id: string,
+    @Body() body: unknown,
+  ): Promise<ConversationInfo> {
+    const patch = parseInput(PatchConversationBodySchema, body ?? {});
+    return this.conversations.update(principal, conversationId(id), patch);
+  }
+
+  @Delete(':id')
+  @HttpCode(204)
+  async delete(@CurrentPrincipal() principal: Principal, @Param('id') id: string): Promise<void> {
+    await this.conversations.delete(principal, conversationId(id));
+  }
+
+  @Post(':id/start')
+  @HttpCode(200)
+  async start(
+    @CurrentPrincipal() principal: Principal,
+    @Param('id') id: string,
+  ): Promise<{ conversation_status: ConversationStatus }> {
+    return { conversation_status: await this.conversations.start(principal, conversationId(id)) };
+  }
+
+  @Post(':id/stop')
+  @HttpCode(200)
+  async stop(
+    @CurrentPrincipal() principal: Principal,
+    @Param('id') id: string,
+  ): Promise<{ conversation_status: ConversationStatus }> {
+    return { conversation_status: await this.conversations.stop(principal, conversationId(id)) };
+  }
+
+  @Get(':id/events')
+  events(
+    @CurrentPrincipal() principal: Principal,
+    @Param('id') id: string,
+    @Query() query: unknown,
+  ) {
+    return this.conversations.events(
+      principal,
+      conversationId(id),
+      parseInput(ListEventsQuerySchema, query),
+    );
+  }
+
+  @Post(':id/events')
+  @ApiBody({ schema: openApiSchema(UserActionSchema) })
+  async send(
+    @CurrentPrincipal() principal: Principal,
+    @Param('id') id: string,
+    @Body() body: unknown,
+    @Headers('idempotency-key') idempotencyKey: string | undefined,
+    @Res({ passthrough: true }) response: Response,
+  ): Promise<{ event_id: number }> {
+    const target = conversationId(id);
+    const key =
+      idempotencyKey === undefined
+        ? undefined
+        : parseInput(z.object({ 'Idempotency-Key': ClientEventIdSchema }), {
+            'Idempotency-Key': idempotencyKey,
+          })['Idempotency-Key'];
+    const action = parseInput(UserActionSchema, body);
+    const appended = await this.conversations.sendUserAction(principal, target, action, key);
+    response.status(appended.duplicate ? 200 : 201);
+    return { event_id: appended.event.id };
+  }
+
+  @Get(':id/state')
+  state(
+    @CurrentPrincipal() principal: Principal,
+    @Param('id') id: string,
+  ): Promise<ConversationStateResponse> {
+    return this.conversations.state(principal, conversationId(id));
+  }
+
+  @Get(':id/stream')
+  async stream(
+    @CurrentPrincipal() principal: Principal,
+    @Param('id') id: string,
+    @Headers('last-event-id') lastEventId: string | undefined,
+    @Req() request: Request,
+    @Res() response: Response,
+  ): Promise<void> {
+    const conversation = await this.conversations.find(principal, conversationId(id));
+    const afterId =
+      lastEventId === undefined
+        ? -1
+        : parseInput(z.object({ 'Last-Event-ID': LastEventIdSchema }), {
+            'Last-Event-ID': lastEventId,
+          })['Last-Event-ID'];
+    await this.streams.openStream(conversation, afterId, request, response);
+  }
+}

@@ -1,0 +1,47 @@
+/** A slot taken in the user's window; cancelled when the action was not stored. */
+export interface RateLimitReservation {
+  cancel(): Promise<void>;
+}
+
+/**
+ * At most `RATE_LIMIT_PER_MINUTE` stored user actions per user in any 60 s
+ * window. A caller reserves a slot before storing and cancels it when the
+ * action turned out to be an idempotent repeat or was refused.
+ */
+export interface UserActionRateLimiter {
+  /** Null when the user's window is full. */
+  reserve(tenantId: string, userId: string): Promise<RateLimitReservation | null>;
+}
+
+export const RATE_LIMIT_WINDOW_MS = 60_000;
+
+/** The in-process limiter of the standalone mode: a sliding log per user. */
+export class InMemoryUserActionRateLimiter implements UserActionRateLimiter {
+  private readonly windows = new Map<string, number[]>();
+
+  constructor(
+    private readonly limitPerMinute: number,
+    private readonly now: () => number = Date.now,
+  ) {}
+
+  reserve(tenantId: string, userId: string): Promise<RateLimitReservation | null> {
+    if (this.limitPerMinute === 0) return Promise.resolve({ cancel: () => Promise.resolve() });
+    const key = JSON.stringify([tenantId, userId]);
+    const now = this.now();
+    const log = (this.windows.get(key) ?? []).filter((t) => t > now - RATE_LIMIT_WINDOW_MS);
+    if (log.length >= this.limitPerMinute) {
+      this.windows.set(key, log);
+      return Promise.resolve(null);
+    }
+    log.push(now);
+    this.windows.set(key, log);
+    return Promise.resolve({
+      cancel: () => {
+        const current = this.windows.get(key);
+        const index = current?.lastIndexOf(now) ?? -1;
+        if (current && index >= 0) current.splice(index, 1);
+        return Promise.resolve();
+      },
+    });
+  }
+}

@@ -1,0 +1,121 @@
+import type { StoredEvent } from '@cs/protocol';
+
+/** Reads stored events `fromId..toId` (inclusive; toId open when undefined), in id order. */
+export type EventPageReader = (
+  fromId: number,
+  toId: number | undefined,
+  limit: number,
+) => Promise<StoredEvent[]>;
+
+export interface OrderedEventFeedOptions {
+  /** The last id the subscriber already has (-1 for none). */
+  afterId: number;
+  read: EventPageReader;
+  send: (event: StoredEvent) => void;
+  /** How long an out-of-order live event waits for the ones before it. */
+  gapWaitMs?: number;
+  pageSize?: number;
+  onError?: (error: unknown) => void;
+}
+
+/**
+ * Delivers one conversation's stored events to one subscriber exactly once, in
+ * id order, with no gap: a replay from the store, then live events.
+ *
+ * Live events are offered as they are published. They may arrive while the
+ * replay runs, twice, or out of order (two appends committing close together);
+ * the feed drops what it has sent, holds what comes early, and reads a gap
+ * from the store when it does not close by itself: every published event was
+ * stored first, so the store always has it.
+ */
+export class OrderedEventFeed {
+  private lastSentId: number;
+  private readonly early = new Map<number, StoredEvent>();
+  private started = false;
+  private replaying = false;
+  private gapTimer: NodeJS.Timeout | undefined;
+  private closed = false;
+  private readonly gapWaitMs: number;
+  private readonly pageSize: number;
+
+  constructor(private readonly options: OrderedEventFeedOptions) {
+    this.lastSentId = options.afterId;
+    this.gapWaitMs = options.gapWaitMs ?? 25;
+    this.pageSize = options.pageSize ?? 1000;
+  }
+
+  get lastDeliveredId(): number {
+    return this.lastSentId;
+  }
+
+  /** Replays everything stored after `afterId`, then delivers what arrived meanwhile. */
+  async start(): Promise<void> {
+    this.started = true;
+    await this.catchUp(undefined);
+  }
+
+  /** Offers live events (any order, duplicates allowed). */
+  offer(events: readonly StoredEvent[]): void {
+    if (this.closed) return;
+    for (const event of events) {
+      if (event.id > this.lastSentId) this.early.set(event.id, event);
+    }
+    // Before and during the replay, live events wait; the replay may cover them.
+    if (!this.started || this.replaying) return;
+    this.drain();
+    if (this.early.size > 0) this.scheduleGapFill();
+  }
+
+  close(): void {
+    this.closed = true;
+    this.early.clear();
+    clearTimeout(this.gapTimer);
+  }
+
+  private drain(): void {
+    for (;;) {
+      const next = this.early.get(this.lastSentId + 1);
+      if (!next) break;
+      this.early.delete(next.id);
+      this.deliver(next);
+    }
+    // Anything at or below the cursor was delivered by the replay.
+    for (const id of this.early.keys()) if (id <= this.lastSentId) this.early.delete(id);
+  }
+
+  private deliver(event: StoredEvent): void {
+    if (this.closed || event.id !== this.lastSentId + 1) return;
+    this.lastSentId = event.id;
+    this.options.send(event);
+  }
+
+  private scheduleGapFill(): void {
+    if (this.gapTimer || this.closed) return;
+    this.gapTimer = setTimeout(() => {
+      this.gapTimer = undefined;
+      if (this.early.size === 0 || this.closed) return;
+      const upTo = Math.min(...this.early.keys()) - 1;
+      this.catchUp(upTo).catch((error: unknown) => this.options.onError?.(error));
+    }, this.gapWaitMs);
+    this.gapTimer.unref?.();
+  }
+
+  /** Reads from the store after the cursor (up to `upTo`, or to the end), then drains. */
+  private async catchUp(upTo: number | undefined): Promise<void> {
+    if (this.replaying || this.closed) return;
+    this.replaying = true;
+    try {
+      for (;;) {
+        if (upTo !== undefined && this.lastSentId >= upTo) break;
+        const page = await this.options.read(this.lastSentId + 1, upTo, this.pageSize);
+        if (this.closed) return;
+        for (const event of page) this.deliver(event);
+        if (page.length < this.pageSize) break;
+      }
+    } finally {
+      this.replaying = false;
+    }
+    this.drain();
+    if (this.early.size > 0) this.scheduleGapFill();
+  }
+}

@@ -1,0 +1,7 @@
+/** Injection tokens of the gateway's ports, provided by the app that hosts it. */
+export const APP_CONFIG = Symbol('APP_CONFIG');
+export const CONVERSATION_STORE = Symbol('CONVERSATION_STORE');
+export const CONVERSATION_MANAGER = Symbol('CONVERSATION_MANAGER');
+export const USER_ACTION_RATE_LIMITER = Symbol('USER_ACTION_RATE_LIMITER');
+export const READINESS_CHECKS = Symbol('READINESS_CHECKS');
+export const AGENT_FACTORY = Symbol('AGENT_FACTORY');

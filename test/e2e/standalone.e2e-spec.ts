@@ -1,0 +1,614 @@
+// The standalone service end to end, as a client sees it: the built app in its
+// own process, a Socket.IO client and HTTP, on PGlite and on Postgres.
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { SignJWT } from 'jose';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import type { StatusUpdate, StoredEvent } from '@cs/protocol';
+import { ConversationClient, api, devToken, ids, isAgentReply } from '../support/clients.js';
+import { startApp, type AppProcess } from '../support/processes.js';
+import { createScratchDatabase, uniqueName, type ScratchDatabase } from '../support/services.js';
+
+const SECRET = 'e2e-secret-0123456789abcdef-0123456789';
+
+interface Backend {
+  name: string;
+  env(): Promise<{ env: Record<string, string>; cleanup: () => Promise<void> }>;
+}
+
+const backends: Backend[] = [
+  {
+    name: 'PGlite',
+    async env() {
+      const dir = mkdtempSync(join(tmpdir(), 'cs-e2e-'));
+      return {
+        env: { DATA_DIR: dir },
+        cleanup: async () => rmSync(dir, { recursive: true, force: true }),
+      };
+    },
+  },
+  {
+    name: 'Postgres',
+    async env() {
+      const db: ScratchDatabase = await createScratchDatabase('cs_e2e');
+      const dir = mkdtempSync(join(tmpdir(), 'cs-e2e-'));
+      return {
+        env: { DATABASE_URL: db.url, DATA_DIR: dir },
+        cleanup: async () => {
+          await db.drop();
+          rmSync(dir, { recursive: true, force: true });
+        },
+      };
+    },
+  },
+];
+
+async function sign(
+  claims: Record<string, unknown>,
+  expiresIn: string | number = '1h',
+): Promise<string> {
+  return new SignJWT(claims)
+    .setProtectedHeader({ alg: 'HS256' })
+    .setIssuedAt()
+    .setExpirationTime(expiresIn)
+    .sign(new TextEncoder().encode(SECRET));
+}
+
+async function createConversation(
+  app: AppProcess,
+  token: string,
+  body: Record<string, unknown> = {},
+) {
+  const response = await api<{ conversation_id: string }>(app.url, 'POST', '/api/conversations', {
+    token,
+    body,
+  });
+  expect(response.status).toBe(201);
+  return response.body.conversation_id;
+}
+
+async function eventsOf(app: AppProcess, token: string, id: string): Promise<StoredEvent[]> {
+  const all: StoredEvent[] = [];
+  for (;;) {
+    const start = all.length;
+    const page = await api<{ events: StoredEvent[]; has_more: boolean }>(
+      app.url,
+      'GET',
+      `/api/conversations/${id}/events?start_id=${start}&limit=100`,
+      { token },
+    );
+    expect(page.status).toBe(200);
+    all.push(...page.body.events);
+    if (!page.body.has_more) return all;
+  }
+}
+
+async function until(
+  check: () => Promise<boolean>,
+  what: string,
+  timeoutMs = 10_000,
+): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  while (!(await check())) {
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((resolve) => setTimeout(resolve, 50));
+  }
+}
+
+describe.each(backends)('standalone service on $name', (backend) => {
+  let app: AppProcess;
+  let env: Record<string, string>;
+  let cleanup: () => Promise<void>;
+  let token: string;
+  const tenant = uniqueName('tenant');
+
+  beforeAll(async () => {
+    ({ env, cleanup } = await backend.env());
+    env = {
+      ...env,
+      AUTH_JWT_SECRET: SECRET,
+      RATE_LIMIT_PER_MINUTE: '0',
+      MAX_CONCURRENT_CONVERSATIONS: '2',
+    };
+    app = await startApp('standalone', env);
+    token = await devToken(app.url, { user_id: 'alice', tenant_id: tenant });
+  });
+
+  afterAll(async () => {
+    await app?.stop();
+    await cleanup?.();
+  });
+
+  it('answers a message with the echo, every event once and in order', async () => {
+    const id = await createConversation(app, token, { title: 'hello' });
+    const client = await ConversationClient.connect(app.url, token, { conversation_id: id });
+    try {
+      await client.waitFor(
+        (events) =>
+          events.some((e) => 'observation' in e && e.extras.agent_state === 'awaiting_user_input'),
+        10_000,
+        'agent ready',
+      );
+      const ack = await client.message('hi there');
+      expect(ack.ok).toBe(true);
+      const eventId = ack.ok ? ack.event_id : -1;
+      await client.waitForReply(eventId);
+      const reply = client.stored.find((e) => isAgentReply(e, eventId));
+      expect(reply && 'args' in reply ? String(reply.args.content) : '').toContain('hi there');
+      const received = ids(client.events);
+      expect(received).toEqual(received.map((_, index) => index));
+    } finally {
+      client.close();
+    }
+  });
+
+  it('replays exactly the missed events to a client that reconnects with latest_event_id', async () => {
+    const id = await createConversation(app, token);
+    const first = await ConversationClient.connect(app.url, token, { conversation_id: id });
+    const ack = await first.message('one');
+    await first.waitForReply(ack.ok ? ack.event_id : -1);
+    const seen = Math.max(...ids(first.events));
+    first.close();
+
+    for (const text of ['two', 'three']) {
+      const sent = await api<{ event_id: number }>(
+        app.url,
+        'POST',
+        `/api/conversations/${id}/events`,
+        {
+          token,
+          body: { action: 'message', args: { content: text } },
+        },
+      );
+      expect(sent.status).toBe(201);
+    }
+    await until(
+      async () => (await eventsOf(app, token, id)).filter((e) => e.source === 'agent').length >= 3,
+      'answers',
+    );
+    const stored = await eventsOf(app, token, id);
+
+    const again = await ConversationClient.connect(app.url, token, {
+      conversation_id: id,
+      latest_event_id: String(seen),
+    });
+    try {
+      const last = stored[stored.length - 1]!.id;
+      await again.waitFor((events) => ids(events).includes(last), 10_000, 'replay');
+      expect(ids(again.events).filter((n) => n <= last)).toEqual(
+        stored.filter((e) => e.id > seen).map((e) => e.id),
+      );
+    } finally {
+      again.close();
+    }
+  });
+
+  it('delivers each id once and in order when appends race with the replay', async () => {
+    const id = await createConversation(app, token);
+    const writer = await ConversationClient.connect(app.url, token, { conversation_id: id });
+    // A long history makes the replay take a while.
+    await Promise.all(Array.from({ length: 150 }, (_, n) => writer.message(`before ${n}`)));
+    const racing = Array.from({ length: 40 }, (_, n) => writer.message(`during ${n}`));
+    const reader = await ConversationClient.connect(app.url, token, {
+      conversation_id: id,
+      start: 'false',
+    });
+    try {
+      const acks = await Promise.all(racing);
+      expect(acks.every((a) => a.ok)).toBe(true);
+      const lastUser = Math.max(...acks.map((a) => (a.ok ? a.event_id : -1)));
+      await reader.waitFor(
+        (events) => events.some((e) => isAgentReply(e, lastUser)),
+        20_000,
+        'last reply',
+      );
+      const received = ids(reader.events);
+      expect(received).toEqual(received.map((_, index) => index));
+    } finally {
+      writer.close();
+      reader.close();
+    }
+  });
+
+  it('stores a repeated client_event_id once over the socket and over REST', async () => {
+    const id = await createConversation(app, token);
+    const client = await ConversationClient.connect(app.url, token, {
+      conversation_id: id,
+      start: 'false',
+    });
+    try {
+      const first = await client.message('same', 'key-1');
+      const second = await client.message('same', 'key-1');
+      expect(first).toMatchObject({ ok: true });
+      expect(second).toEqual(first);
+      const conflict = await client.message('different', 'key-1');
+      expect(conflict).toMatchObject({ ok: false, error: { code: 'CONFLICT' } });
+
+      const path = `/api/conversations/${id}/events`;
+      const body = { action: 'message', args: { content: 'rest' } };
+      const created = await api(app.url, 'POST', path, {
+        token,
+        body,
+        headers: { 'idempotency-key': 'key-2' },
+      });
+      const repeated = await api(app.url, 'POST', path, {
+        token,
+        body,
+        headers: { 'idempotency-key': 'key-2' },
+      });
+      expect(created.status).toBe(201);
+      expect(repeated.status).toBe(200);
+      expect(repeated.body).toEqual(created.body);
+      const other = await api(app.url, 'POST', path, {
+        token,
+        body: { action: 'message', args: { content: 'other' } },
+        headers: { 'idempotency-key': 'key-2' },
+      });
+      expect(other.status).toBe(409);
+      expect(other.body).toMatchObject({ error: { code: 'CONFLICT' } });
+      // The socket and REST share one key space.
+      const shared = await api(app.url, 'POST', path, {
+        token,
+        body: { action: 'message', args: { content: 'same' } },
+        headers: { 'idempotency-key': 'key-1' },
+      });
+      expect(shared.status).toBe(200);
+      expect(shared.body).toEqual({ event_id: first.ok ? first.event_id : -1 });
+
+      const users = (await eventsOf(app, token, id)).filter((e) => e.source === 'user');
+      expect(users.map((e) => ('args' in e ? e.args.content : null))).toEqual(['same', 'rest']);
+    } finally {
+      client.close();
+    }
+  });
+
+  it('evicts the least recently active conversation at the per-user limit, with a notice', async () => {
+    const user = await devToken(app.url, { user_id: uniqueName('limited'), tenant_id: tenant });
+    const [a, b, c] = [
+      await createConversation(app, user),
+      await createConversation(app, user),
+      await createConversation(app, user),
+    ];
+    const clientA = await ConversationClient.connect(app.url, user, { conversation_id: a! });
+    await clientA.waitFor((events) =>
+      events.some((e) => 'observation' in e && e.extras.agent_state === 'awaiting_user_input'),
+    );
+    const clientB = await ConversationClient.connect(app.url, user, { conversation_id: b! });
+    await clientB.waitFor((events) =>
+      events.some((e) => 'observation' in e && e.extras.agent_state === 'awaiting_user_input'),
+    );
+    const clientC = await ConversationClient.connect(app.url, user, { conversation_id: c! });
+    try {
+      await clientA.waitFor(
+        (events) =>
+          events.some((e) => 'status_update' in e && e.id === 'AGENT_ERROR$TOO_MANY_CONVERSATIONS'),
+        10_000,
+        'eviction notice',
+      );
+      await clientA.waitFor((events) =>
+        events.some(
+          (e) =>
+            'observation' in e &&
+            e.observation === 'agent_state_changed' &&
+            e.extras.agent_state === 'stopped' &&
+            e.extras.reason === 'AGENT_ERROR$TOO_MANY_CONVERSATIONS',
+        ),
+      );
+      const notice = clientA.events.find((e) => 'status_update' in e) as StatusUpdate;
+      expect(notice.type).toBe('error');
+      expect(clientA.socket.connected).toBe(true);
+      const statuses = await Promise.all(
+        [a, b, c].map(
+          async (id) =>
+            (await api(app.url, 'GET', `/api/conversations/${id}`, { token: user })).body.status,
+        ),
+      );
+      expect(statuses).toEqual(['STOPPED', 'RUNNING', 'RUNNING']);
+    } finally {
+      clientA.close();
+      clientB.close();
+      clientC.close();
+    }
+  });
+
+  it('refuses bad tokens, other tenants and other users with the documented codes', async () => {
+    const id = await createConversation(app, token);
+    const query = { conversation_id: id };
+    expect((await ConversationClient.refusal(app.url, undefined, query)).message).toBe(
+      'UNAUTHORIZED',
+    );
+    expect((await ConversationClient.refusal(app.url, 'not-a-jwt', query)).message).toBe(
+      'UNAUTHORIZED',
+    );
+    const expired = await sign({ sub: 'alice', tid: tenant }, Math.floor(Date.now() / 1000) - 120);
+    const refusal = await ConversationClient.refusal(app.url, expired, query);
+    expect(refusal.message).toBe('UNAUTHORIZED');
+    expect(refusal.data?.code).toBe('UNAUTHORIZED');
+    const noTenant = await sign({ sub: 'alice' });
+    expect((await ConversationClient.refusal(app.url, noTenant, query)).message).toBe(
+      'UNAUTHORIZED',
+    );
+
+    const otherTenant = await sign({ sub: 'alice', tid: uniqueName('other') });
+    const otherUser = await sign({ sub: 'bob', tid: tenant });
+    const admin = await sign({ sub: 'carol', tid: tenant, roles: ['admin'] });
+    for (const stranger of [otherTenant, otherUser]) {
+      expect((await ConversationClient.refusal(app.url, stranger, query)).message).toBe(
+        'NOT_FOUND',
+      );
+      const response = await api(app.url, 'GET', `/api/conversations/${id}`, { token: stranger });
+      expect(response.status).toBe(404);
+      expect(response.body).toMatchObject({ error: { code: 'NOT_FOUND' } });
+      const send = await api(app.url, 'POST', `/api/conversations/${id}/events`, {
+        token: stranger,
+        body: { action: 'message', args: { content: 'x' } },
+      });
+      expect(send.status).toBe(404);
+    }
+    expect((await api(app.url, 'GET', `/api/conversations/${id}`, { token: admin })).status).toBe(
+      200,
+    );
+    expect((await api(app.url, 'GET', `/api/conversations/${id}`, {})).status).toBe(401);
+    expect(
+      (
+        await api(app.url, 'GET', `/api/conversations/${id}`, {
+          headers: { authorization: `Bearer ${expired}` },
+        })
+      ).body,
+    ).toMatchObject({ error: { code: 'UNAUTHORIZED' } });
+    expect(
+      (await ConversationClient.refusal(app.url, token, { conversation_id: 'nope' })).message,
+    ).toBe('NOT_FOUND');
+    expect(
+      (
+        await ConversationClient.refusal(app.url, token, {
+          conversation_id: id,
+          latest_event_id: 'x',
+        })
+      ).message,
+    ).toBe('BAD_REQUEST');
+    expect(
+      (await ConversationClient.refusal(app.url, token, { conversation_id: id, start: 'maybe' }))
+        .message,
+    ).toBe('BAD_REQUEST');
+  });
+
+  it('answers malformed and oversize input with the documented codes and keeps serving', async () => {
+    const id = await createConversation(app, token);
+    const client = await ConversationClient.connect(app.url, token, {
+      conversation_id: id,
+      start: 'false',
+    });
+    try {
+      expect(await client.send({ action: 'dance' })).toMatchObject({
+        ok: false,
+        error: { code: 'BAD_REQUEST' },
+      });
+      expect(await client.send('text')).toMatchObject({
+        ok: false,
+        error: { code: 'BAD_REQUEST' },
+      });
+      expect(
+        await client.send({ action: 'message', args: { content: 'x', extra: 1 } }),
+      ).toMatchObject({
+        ok: false,
+        error: { code: 'BAD_REQUEST', field: 'args.extra' },
+      });
+      expect(
+        await client.send({ action: 'message', args: { content: 'x'.repeat(262_145) } }),
+      ).toMatchObject({
+        ok: false,
+        error: { code: 'BAD_REQUEST', field: 'args.content' },
+      });
+      expect(
+        await client.send({
+          action: 'message',
+          args: { content: 'x', image_urls: ['y'.repeat(1_100_000)] },
+        }),
+      ).toMatchObject({ ok: false, error: { code: 'PAYLOAD_TOO_LARGE' } });
+      expect(client.socket.connected).toBe(true);
+    } finally {
+      client.close();
+    }
+
+    const bad = async (
+      method: string,
+      path: string,
+      options: Parameters<typeof api>[3],
+      status: number,
+      field?: string,
+    ) => {
+      const response = await api(app.url, method, path, { token, ...options });
+      expect(response.status, `${method} ${path}`).toBe(status);
+      expect(response.body).toMatchObject({
+        error: { code: expect.any(String), message: expect.any(String) },
+      });
+      if (field) expect(response.body.error.field).toBe(field);
+      expect(JSON.stringify(response.body)).not.toMatch(/at .*\.js:\d+|SELECT|INSERT/);
+      return response;
+    };
+    await bad('POST', '/api/conversations', { body: { title: 'x', colour: 'red' } }, 400, 'colour');
+    await bad('POST', '/api/conversations', { body: { title: 5 } }, 400, 'title');
+    await bad(
+      'POST',
+      '/api/conversations',
+      { raw: 'title=x', headers: { 'content-type': 'text/plain' } },
+      400,
+    );
+    await bad(
+      'POST',
+      '/api/conversations',
+      { raw: '{"title":', headers: { 'content-type': 'application/json' } },
+      400,
+    );
+    await bad('POST', '/api/conversations', { body: { title: 'x'.repeat(1_100_000) } }, 413);
+    await bad('GET', '/api/conversations?limit=0', {}, 400, 'limit');
+    await bad('GET', '/api/conversations?limit=abc', {}, 400, 'limit');
+    await bad('GET', '/api/conversations?limit=1&limit=2', {}, 400, 'limit');
+    await bad('GET', '/api/conversations?limit=', {}, 400, 'limit');
+    await bad('GET', '/api/conversations?page_id=garbage', {}, 400, 'page_id');
+    await bad('GET', `/api/conversations/${id}/events?limit=101`, {}, 400, 'limit');
+    await bad('GET', `/api/conversations/${id}/events?reverse=maybe`, {}, 400, 'reverse');
+    await bad('GET', '/api/conversations/not-a-uuid', {}, 404);
+    await bad('GET', '/api/conversations/00000000-0000-4000-8000-000000000000', {}, 404);
+    await bad(
+      'POST',
+      `/api/conversations/${id}/events`,
+      { body: { action: 'message', args: {} } },
+      400,
+      'args.content',
+    );
+    await bad(
+      'POST',
+      '/api/conversations',
+      { body: { conversation_id: 'not-a-uuid' } },
+      400,
+      'conversation_id',
+    );
+    expect((await api(app.url, 'GET', '/healthz')).status).toBe(200);
+  });
+
+  it('pages conversations newest first and events in both directions', async () => {
+    const user = await devToken(app.url, { user_id: uniqueName('pager'), tenant_id: tenant });
+    const created: string[] = [];
+    for (let n = 0; n < 5; n++)
+      created.push(await createConversation(app, user, { title: `c${n}` }));
+    const seen: string[] = [];
+    let page: string | null = null;
+    do {
+      const query: string = page ? `?limit=2&page_id=${encodeURIComponent(page)}` : '?limit=2';
+      const response = await api<{
+        results: Array<{ conversation_id: string }>;
+        next_page_id: string | null;
+      }>(app.url, 'GET', `/api/conversations${query}`, { token: user });
+      expect(response.status).toBe(200);
+      seen.push(...response.body.results.map((r) => r.conversation_id));
+      page = response.body.next_page_id;
+    } while (page);
+    expect(seen).toEqual([...created].reverse());
+
+    const id = created[0]!;
+    const repeat = await api(app.url, 'POST', '/api/conversations', {
+      token: user,
+      body: { conversation_id: id },
+    });
+    expect(repeat.status).toBe(200);
+    const taken = await api(app.url, 'POST', '/api/conversations', {
+      token,
+      body: { conversation_id: id },
+    });
+    expect(taken.status).toBe(409);
+  });
+
+  it('streams events over SSE, resumable with Last-Event-ID', async () => {
+    const id = await createConversation(app, token, { initial_user_msg: 'from the start' });
+    await until(
+      async () => (await eventsOf(app, token, id)).some((e) => e.source === 'agent'),
+      'initial answer',
+    );
+    const stored = await eventsOf(app, token, id);
+    const controller = new AbortController();
+    const response = await fetch(`${app.url}/api/conversations/${id}/stream`, {
+      headers: { authorization: `Bearer ${token}`, 'last-event-id': '0' },
+      signal: controller.signal,
+    });
+    expect(response.status).toBe(200);
+    expect(response.headers.get('content-type')).toContain('text/event-stream');
+    const reader = response.body!.getReader();
+    let text = '';
+    const last = stored[stored.length - 1]!.id;
+    while (!text.includes(`id: ${last}\n`)) {
+      const { value, done } = await reader.read();
+      if (done) break;
+      text += new TextDecoder().decode(value);
+    }
+    controller.abort();
+    const streamed = [...text.matchAll(/^id: (\d+)$/gm)].map((m) => Number(m[1]));
+    expect(streamed).toEqual(stored.filter((e) => e.id > 0).map((e) => e.id));
+  });
+});
+
+describe('standalone service lifecycle', () => {
+  it('keeps a conversation across a restart on the same DATA_DIR, and refuses a second process', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'cs-e2e-'));
+    const env = { DATA_DIR: dir, AUTH_JWT_SECRET: SECRET };
+    try {
+      let app = await startApp('standalone', env);
+      const token = await devToken(app.url, { user_id: 'restart', tenant_id: 'restart' });
+      const id = await createConversation(app, token, { initial_user_msg: 'before restart' });
+      await until(
+        async () => (await eventsOf(app, token, id)).some((e) => e.source === 'agent'),
+        'answer',
+      );
+      const before = await eventsOf(app, token, id);
+
+      await expect(
+        startApp('standalone', env, { name: 'second', timeoutMs: 30_000 }),
+      ).rejects.toThrow(/DATA_DIR|in use|another process/i);
+      expect((await api(app.url, 'GET', '/healthz')).status).toBe(200);
+
+      expect(await app.stop()).toBe(0);
+      app = await startApp('standalone', env);
+      try {
+        expect((await eventsOf(app, token, id)).slice(0, before.length)).toEqual(before);
+        const client = await ConversationClient.connect(app.url, token, {
+          conversation_id: id,
+          latest_event_id: String(before[before.length - 1]!.id),
+        });
+        const ack = await client.message('after restart');
+        await client.waitForReply(ack.ok ? ack.event_id : -1);
+        client.close();
+        const after = await eventsOf(app, token, id);
+        expect(after.map((e) => e.id)).toEqual(after.map((_, n) => n));
+      } finally {
+        await app.stop();
+      }
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+
+  it('answers RATE_LIMITED beyond RATE_LIMIT_PER_MINUTE and refuses starts under the reject policy', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'cs-e2e-'));
+    const app = await startApp('standalone', {
+      DATA_DIR: dir,
+      AUTH_JWT_SECRET: SECRET,
+      RATE_LIMIT_PER_MINUTE: '3',
+      MAX_CONCURRENT_CONVERSATIONS: '1',
+      CONCURRENCY_POLICY: 'reject',
+    });
+    try {
+      const token = await devToken(app.url, { user_id: 'busy', tenant_id: 'busy' });
+      const id = await createConversation(app, token);
+      const path = `/api/conversations/${id}/events`;
+      const statuses: number[] = [];
+      for (let n = 0; n < 4; n++) {
+        const response = await api(app.url, 'POST', path, {
+          token,
+          body: { action: 'message', args: { content: `m${n}` } },
+          headers: { 'idempotency-key': `k${n}` },
+        });
+        statuses.push(response.status);
+        if (response.status === 429)
+          expect(response.body).toMatchObject({ error: { code: 'RATE_LIMITED' } });
+      }
+      expect(statuses).toEqual([201, 201, 201, 429]);
+      // An idempotent repeat does not count and still answers.
+      const repeat = await api(app.url, 'POST', path, {
+        token,
+        body: { action: 'message', args: { content: 'm0' } },
+        headers: { 'idempotency-key': 'k0' },
+      });
+      expect(repeat.status).toBe(200);
+
+      const other = await createConversation(app, token);
+      const refused = await api(app.url, 'POST', `/api/conversations/${other}/start`, { token });
+      expect(refused.status).toBe(429);
+      expect(refused.body).toMatchObject({ error: { code: 'CONCURRENCY_LIMIT_REACHED' } });
+    } finally {
+      await app.stop();
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+});

@@ -1,0 +1,98 @@
+// Spawns the built apps (dist/) as real processes for end-to-end tests, waits
+// for them to be healthy, and stops them. Output is kept for failure messages.
+import { spawn, type ChildProcess } from 'node:child_process';
+import { createServer } from 'node:net';
+import { fileURLToPath } from 'node:url';
+
+export const ROOT = fileURLToPath(new URL('../..', import.meta.url));
+
+export type AppName = 'standalone' | 'gateway' | 'worker';
+
+export interface AppProcess {
+  name: string;
+  url: string;
+  port: number;
+  child: ChildProcess;
+  output(): string;
+  /** Resolves with the exit code (or signal) once the process has exited. */
+  exited: Promise<number | string>;
+  signal(signal: NodeJS.Signals): void;
+  stop(): Promise<number | string>;
+}
+
+/** A TCP port that was free a moment ago. */
+export async function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const server = createServer();
+    server.unref();
+    server.on('error', reject);
+    server.listen(0, '127.0.0.1', () => {
+      const address = server.address();
+      const port = typeof address === 'object' && address ? address.port : 0;
+      server.close(() => resolve(port));
+    });
+  });
+}
+
+export async function startApp(
+  app: AppName,
+  env: Record<string, string>,
+  options: { name?: string; healthPath?: string; portVar?: string; timeoutMs?: number } = {},
+): Promise<AppProcess> {
+  const portVar = options.portVar ?? (app === 'worker' ? 'WORKER_HTTP_PORT' : 'PORT');
+  const port = env[portVar] ? Number(env[portVar]) : await freePort();
+  const child = spawn(process.execPath, [`dist/apps/${app}/src/main.js`], {
+    cwd: ROOT,
+    env: { ...process.env, LOG_LEVEL: 'warn', ...env, [portVar]: String(port) },
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  let output = '';
+  child.stdout?.on('data', (chunk: Buffer) => (output += chunk.toString()));
+  child.stderr?.on('data', (chunk: Buffer) => (output += chunk.toString()));
+  const exited = new Promise<number | string>((resolve) =>
+    child.on('exit', (code, signal) => resolve(code ?? signal ?? -1)),
+  );
+  const url = `http://127.0.0.1:${port}`;
+  const proc: AppProcess = {
+    name: options.name ?? app,
+    url,
+    port,
+    child,
+    output: () => output,
+    exited,
+    signal: (signal) => {
+      if (child.exitCode === null && child.signalCode === null) child.kill(signal);
+    },
+    async stop() {
+      proc.signal('SIGTERM');
+      const timer = setTimeout(() => proc.signal('SIGKILL'), 15_000);
+      const result = await exited;
+      clearTimeout(timer);
+      return result;
+    },
+  };
+  await waitForHealthy(proc, options.healthPath ?? '/healthz', options.timeoutMs ?? 60_000);
+  return proc;
+}
+
+async function waitForHealthy(proc: AppProcess, path: string, timeoutMs: number): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  let exitedWith: number | string | undefined;
+  void proc.exited.then((code) => (exitedWith = code));
+  while (Date.now() < deadline) {
+    if (exitedWith !== undefined) {
+      throw new Error(
+        `${proc.name} exited (${exitedWith}) before it was healthy:\n${proc.output()}`,
+      );
+    }
+    try {
+      const response = await fetch(proc.url + path);
+      if (response.ok) return;
+    } catch {
+      // not listening yet
+    }
+    await new Promise((resolve) => setTimeout(resolve, 100));
+  }
+  proc.signal('SIGKILL');
+  throw new Error(`${proc.name} was not healthy within ${timeoutMs} ms:\n${proc.output()}`);
+}
