@@ -1,0 +1,82 @@
+/**
+ * `SqlDatabase` on PGlite (Postgres in WebAssembly, in this process). PGlite is
+ * one database session: concurrent BEGIN … COMMIT from several callers would
+ * interleave and commit each other's half-done work, so every transaction goes
+ * through `db.transaction`, which serialises them, and uses only its `tx`.
+ */
+import { PGlite } from '@electric-sql/pglite';
+import type { Results, Transaction } from '@electric-sql/pglite';
+import type { SqlDatabase, SqlResult, SqlSession, SqlTransaction } from './sql-database.js';
+import { INT8_OID, parseInt8 } from './sql-database.js';
+
+export interface PgliteOptions {
+  /** Called once the database is closed (the embedded database releases its folder lock). */
+  onClose?: () => Promise<void>;
+}
+
+/**
+ * Opens PGlite in `dataDir`, or in memory when it is undefined. Nothing stops
+ * two processes from opening the same folder: use `openEmbeddedDatabase`,
+ * which locks it, for anything but tests.
+ */
+export async function openPglite(
+  dataDir: string | undefined,
+  options: PgliteOptions = {},
+): Promise<SqlDatabase> {
+  const db = await PGlite.create({
+    ...(dataDir === undefined ? {} : { dataDir }),
+    parsers: { [INT8_OID]: parseInt8 },
+  });
+  return new PgliteDatabase(db, options.onClose);
+}
+
+function toResult<T>(result: Results<T>): SqlResult<T> {
+  return { rows: result.rows, rowCount: Math.max(result.affectedRows ?? 0, result.rows.length) };
+}
+
+class PgliteDatabase implements SqlDatabase {
+  readonly backend = 'pglite' as const;
+  private lockChain: Promise<unknown> = Promise.resolve();
+  private closing: Promise<void> | undefined;
+
+  constructor(
+    private readonly db: PGlite,
+    private readonly onClose: (() => Promise<void>) | undefined,
+  ) {}
+
+  async query<T>(sql: string, params?: readonly unknown[]): Promise<SqlResult<T>> {
+    return toResult(await this.db.query<T>(sql, params as unknown[] | undefined));
+  }
+
+  transaction<T>(fn: (tx: SqlTransaction) => Promise<T>): Promise<T> {
+    return this.db.transaction((tx) => fn(wrapTransaction(tx)));
+  }
+
+  withExclusiveLock<T>(_name: string, fn: (session: SqlSession) => Promise<T>): Promise<T> {
+    const run = this.lockChain.then(() => fn(this));
+    this.lockChain = run.catch(() => undefined);
+    return run;
+  }
+
+  close(): Promise<void> {
+    this.closing ??= (async () => {
+      try {
+        await this.db.close();
+      } finally {
+        await this.onClose?.();
+      }
+    })();
+    return this.closing;
+  }
+}
+
+function wrapTransaction(tx: Transaction): SqlTransaction {
+  return {
+    async query<R>(sql: string, params?: readonly unknown[]) {
+      return toResult(await tx.query<R>(sql, params as unknown[] | undefined));
+    },
+    async exec(script: string) {
+      await tx.exec(script);
+    },
+  };
+}

@@ -1,0 +1,60 @@
+/**
+ * The little the store needs from a database, implemented on a `pg.Pool` and
+ * on PGlite so that the repositories run the same SQL on both. Bigint columns
+ * come back as numbers and jsonb as parsed values on both backends.
+ */
+
+export interface SqlResult<T> {
+  rows: T[];
+  /** Rows inserted, updated, deleted or returned by the statement. */
+  rowCount: number;
+}
+
+/** Runs one parameterised statement. */
+export interface SqlQueryable {
+  query<T>(sql: string, params?: readonly unknown[]): Promise<SqlResult<T>>;
+}
+
+/** A transaction in progress; `exec` runs a script of several statements without parameters. */
+export interface SqlTransaction extends SqlQueryable {
+  exec(script: string): Promise<void>;
+}
+
+/** A connection that can run transactions one after another (migrations). */
+export interface SqlSession extends SqlQueryable {
+  transaction<T>(fn: (tx: SqlTransaction) => Promise<T>): Promise<T>;
+}
+
+export type SqlBackend = 'postgres' | 'pglite';
+
+export interface SqlDatabase extends SqlSession {
+  readonly backend: SqlBackend;
+  /**
+   * Runs `fn` on one session while holding an exclusive lock named `name`:
+   * a Postgres session-level advisory lock (exclusive across processes), or a
+   * mutex inside the process for PGlite, whose single session makes advisory
+   * locks re-entrant (and whose data folder is locked to one process anyway).
+   */
+  withExclusiveLock<T>(name: string, fn: (session: SqlSession) => Promise<T>): Promise<T>;
+  close(): Promise<void>;
+}
+
+/** The Postgres error code of a failed statement, when it has one. */
+export function sqlErrorCode(error: unknown): string | undefined {
+  if (typeof error === 'object' && error !== null && 'code' in error) {
+    const code = error.code;
+    return typeof code === 'string' ? code : undefined;
+  }
+  return undefined;
+}
+
+export const UNIQUE_VIOLATION = '23505';
+
+/** int8 as a JS number: ids, epochs and counters stay far below 2^53. */
+export function parseInt8(value: string): number {
+  const parsed = Number(value);
+  if (!Number.isSafeInteger(parsed)) throw new RangeError(`bigint ${value} exceeds 2^53`);
+  return parsed;
+}
+
+export const INT8_OID = 20;

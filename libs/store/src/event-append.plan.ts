@@ -1,0 +1,217 @@
+/**
+ * The decisions of an append, kept apart from SQL so they can be tested alone:
+ * validating drafts, telling idempotent repeats from conflicts, and folding
+ * the new events' state deltas, metrics and agent state into one write each.
+ */
+import type { EventDraft, StateDelta } from '@cs/core';
+import { BadRequestError, ConflictError, EMPTY_METRICS, splitStateDelta } from '@cs/core';
+import type { AgentState, ConversationMetrics, StoredEvent } from '@cs/protocol';
+import {
+  AgentStateSchema,
+  ClientEventIdSchema,
+  EventSourceSchema,
+  eventType,
+  isAction,
+} from '@cs/protocol';
+import type { NewEventRow, StoredEventRow } from './repositories/event.repository.js';
+
+/** A validated draft in the shape it is stored. */
+export interface PreparedDraft {
+  draft: EventDraft;
+  source: StoredEvent['source'];
+  type: string;
+  /** The body as it reads back from jsonb: JSON round-tripped, envelope keys removed. */
+  payload: Record<string, unknown>;
+  cause: number | null;
+  clientEventId: string | null;
+  /** The agent state an `agent_state_changed` observation moves to. */
+  agentState: AgentState | null;
+}
+
+// Keys of the envelope: a body carrying them would shadow the stored ones.
+const ENVELOPE_KEYS = ['id', 'timestamp', 'source', 'cause', 'client_event_id'];
+
+export function prepareDraft(draft: EventDraft): PreparedDraft {
+  if (!EventSourceSchema.safeParse(draft.source).success) {
+    throw new BadRequestError('invalid event source', 'source');
+  }
+  const body = draft.body as unknown;
+  if (typeof body !== 'object' || body === null) {
+    throw new BadRequestError('an event needs a body', 'body');
+  }
+  const name: unknown =
+    'action' in body ? body.action : 'observation' in body ? body.observation : undefined;
+  if (typeof name !== 'string' || name === '') {
+    throw new BadRequestError('an event is an action or an observation', 'body');
+  }
+  if (draft.cause !== undefined && !(Number.isSafeInteger(draft.cause) && draft.cause >= 0)) {
+    throw new BadRequestError('cause must be an event id', 'cause');
+  }
+  if (
+    draft.clientEventId !== undefined &&
+    !ClientEventIdSchema.safeParse(draft.clientEventId).success
+  ) {
+    throw new BadRequestError('invalid client_event_id', 'client_event_id');
+  }
+  const stripped: Record<string, unknown> = { ...draft.body };
+  for (const key of ENVELOPE_KEYS) delete stripped[key];
+  const payload = JSON.parse(JSON.stringify(stripped)) as Record<string, unknown>;
+
+  let agentState: AgentState | null = null;
+  if (!isAction(draft.body) && draft.body.observation === 'agent_state_changed') {
+    const parsed = AgentStateSchema.safeParse(draft.body.extras.agent_state);
+    if (!parsed.success) throw new BadRequestError('invalid agent_state', 'extras.agent_state');
+    agentState = parsed.data;
+  }
+  return {
+    draft,
+    source: draft.source,
+    type: eventType(draft.body),
+    payload,
+    cause: draft.cause ?? null,
+    clientEventId: draft.clientEventId ?? null,
+    agentState,
+  };
+}
+
+/** What became of one draft. */
+export type AppendOutcome =
+  { kind: 'stored'; event: StoredEvent } | { kind: 'new'; index: number; duplicate: boolean };
+
+export interface AppendPlan {
+  outcomes: AppendOutcome[];
+  /** The events to write, ids assigned in draft order. */
+  fresh: Array<NewEventRow & { prepared: PreparedDraft }>;
+}
+
+/**
+ * Assigns ids from `nextId` to the drafts not already stored. A draft whose
+ * `clientEventId` is stored (or repeats an earlier draft of the batch) with
+ * the same source and body is a repeat; with anything else, a conflict.
+ */
+export function planAppend(
+  drafts: readonly PreparedDraft[],
+  stored: ReadonlyMap<string, StoredEventRow>,
+  nextId: number,
+): AppendPlan {
+  const outcomes: AppendOutcome[] = [];
+  const fresh: AppendPlan['fresh'] = [];
+  const inBatch = new Map<string, number>();
+  for (const prepared of drafts) {
+    const key = prepared.clientEventId;
+    if (key !== null) {
+      const existing = stored.get(key);
+      if (existing) {
+        assertSameContent(key, existing, prepared);
+        outcomes.push({ kind: 'stored', event: existing.event });
+        continue;
+      }
+      const earlier = inBatch.get(key);
+      if (earlier !== undefined) {
+        const first = fresh[earlier]!;
+        assertSameContent(key, first, prepared);
+        outcomes.push({ kind: 'new', index: earlier, duplicate: true });
+        continue;
+      }
+      inBatch.set(key, fresh.length);
+    }
+    outcomes.push({ kind: 'new', index: fresh.length, duplicate: false });
+    fresh.push({
+      id: nextId + fresh.length,
+      source: prepared.source,
+      type: prepared.type,
+      payload: prepared.payload,
+      cause: prepared.cause,
+      client_event_id: key,
+      prepared,
+    });
+  }
+  return { outcomes, fresh };
+}
+
+function assertSameContent(
+  key: string,
+  stored: { source: string; payload: Record<string, unknown> },
+  draft: PreparedDraft,
+): void {
+  if (stored.source !== draft.source || !jsonEqual(stored.payload, draft.payload)) {
+    throw new ConflictError(`client_event_id ${key} was already used for another event`);
+  }
+}
+
+/** Deep equality of JSON values; object key order does not matter (jsonb reorders keys). */
+export function jsonEqual(a: unknown, b: unknown): boolean {
+  if (a === b) return true;
+  if (typeof a !== 'object' || typeof b !== 'object' || a === null || b === null) return false;
+  if (Array.isArray(a) || Array.isArray(b)) {
+    return (
+      Array.isArray(a) &&
+      Array.isArray(b) &&
+      a.length === b.length &&
+      a.every((item, i) => jsonEqual(item, b[i]))
+    );
+  }
+  const left = a as Record<string, unknown>;
+  const right = b as Record<string, unknown>;
+  const keys = Object.keys(left);
+  return (
+    keys.length === Object.keys(right).length &&
+    keys.every((key) => Object.hasOwn(right, key) && jsonEqual(left[key], right[key]))
+  );
+}
+
+/** One scope's share of the deltas: keys to set (JSON object text) and keys to delete. */
+export interface ScopeWrite {
+  set: string;
+  deleted: string[];
+  empty: boolean;
+}
+
+export interface FoldedDeltas {
+  conversation: ScopeWrite;
+  user: ScopeWrite;
+  app: ScopeWrite;
+  metrics: ConversationMetrics;
+  /** The agent state of the last `agent_state_changed` among the events; null if none. */
+  agentState: AgentState | null;
+}
+
+/** Folds the deltas of the events in order: a later value of a key wins, `null` deletes. */
+export function foldDeltas(drafts: readonly PreparedDraft[]): FoldedDeltas {
+  const app: StateDelta = {};
+  const user: StateDelta = {};
+  const conversation: StateDelta = {};
+  const metrics = { ...EMPTY_METRICS };
+  let agentState: AgentState | null = null;
+  for (const { draft, agentState: changedTo } of drafts) {
+    const scoped = splitStateDelta(draft.stateDelta);
+    Object.assign(app, scoped.app);
+    Object.assign(user, scoped.user);
+    Object.assign(conversation, scoped.conversation);
+    for (const [name, value] of Object.entries(draft.metricsDelta ?? {})) {
+      if (!(name in metrics)) continue;
+      if (typeof value !== 'number' || !Number.isFinite(value)) {
+        throw new BadRequestError(`metrics delta ${name} must be a finite number`, name);
+      }
+      metrics[name as keyof ConversationMetrics] += value;
+    }
+    if (changedTo !== null) agentState = changedTo;
+  }
+  return {
+    conversation: toScopeWrite(conversation),
+    user: toScopeWrite(user),
+    app: toScopeWrite(app),
+    metrics,
+    agentState,
+  };
+}
+
+function toScopeWrite(delta: StateDelta): ScopeWrite {
+  const set: Record<string, unknown> = {};
+  const deleted: string[] = [];
+  for (const [key, value] of Object.entries(delta)) {
+    if (value === null) deleted.push(key);
+    else set[key] = value;
+  }
+  return { set: JSON.stringify(set), deleted, empty: Object.keys(delta).length === 0 };
+}

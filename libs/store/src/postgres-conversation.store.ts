@@ -1,0 +1,272 @@
+/**
+ * The `ConversationStore` on Postgres or PGlite: decides, and leaves the SQL to
+ * the repositories. An append is one transaction that holds the conversation's
+ * row lock from the id it reads to the commit; see `append`.
+ */
+import type {
+  AppendOptions,
+  AppendedEvent,
+  ConversationPageRequest,
+  ConversationPageResult,
+  ConversationPatch,
+  ConversationRecord,
+  ConversationSnapshot,
+  ConversationStore,
+  EventDraft,
+  EventRange,
+  NewConversation,
+} from '@cs/core';
+import {
+  BadRequestError,
+  ConflictError,
+  LeaseLostError,
+  NotFoundError,
+  mergeScopes,
+} from '@cs/core';
+import type { ConversationStatus, StoredEvent } from '@cs/protocol';
+import { CONVERSATION_STATUSES } from '@cs/protocol';
+import { decodeCursor, encodeCursor, isUuid } from './conversation-page.cursor.js';
+import type { SqlDatabase } from './database/sql-database.js';
+import { sqlErrorCode } from './database/sql-database.js';
+import { foldDeltas, planAppend, prepareDraft } from './event-append.plan.js';
+import { ConversationRepository } from './repositories/conversation.repository.js';
+import type { StoredEventRow } from './repositories/event.repository.js';
+import { EventRepository, toStoredEvent } from './repositories/event.repository.js';
+import { ScopedStateRepository } from './repositories/scoped-state.repository.js';
+
+export class PostgresConversationStore implements ConversationStore {
+  private readonly conversations: ConversationRepository;
+  private readonly events: EventRepository;
+
+  constructor(private readonly database: SqlDatabase) {
+    this.conversations = new ConversationRepository(database);
+    this.events = new EventRepository(database);
+  }
+
+  async createConversation(
+    input: NewConversation,
+  ): Promise<{ conversation: ConversationRecord; created: boolean }> {
+    if (!isUuid(input.id)) {
+      throw new BadRequestError('conversation_id must be a UUID', 'conversation_id');
+    }
+    // Two rounds: an id seen taken but then not found was either another
+    // tenant's, or deleted in between; the second insert tells them apart.
+    for (let round = 0; round < 2; round += 1) {
+      const inserted = await guardData(() => this.conversations.insertIfAbsent(input));
+      if (inserted) return { conversation: inserted, created: true };
+      const existing = await this.conversations.find(input.tenantId, input.id);
+      if (existing) {
+        if (existing.userId !== input.userId) break;
+        return { conversation: existing, created: false };
+      }
+    }
+    throw new ConflictError('conversation_id is already taken');
+  }
+
+  async getConversation(
+    tenantId: string,
+    conversationId: string,
+  ): Promise<ConversationRecord | null> {
+    if (!isUuid(conversationId)) return null;
+    return this.conversations.find(tenantId, conversationId);
+  }
+
+  async getSnapshot(
+    tenantId: string,
+    conversationId: string,
+  ): Promise<ConversationSnapshot | null> {
+    if (!isUuid(conversationId)) return null;
+    const found = await this.conversations.findWithScopes(tenantId, conversationId);
+    if (!found) return null;
+    return { conversation: found.record, state: mergeScopes(found.scopes) };
+  }
+
+  async listConversations(
+    tenantId: string,
+    page: ConversationPageRequest,
+  ): Promise<ConversationPageResult> {
+    if (!Number.isSafeInteger(page.limit) || page.limit < 1) {
+      throw new BadRequestError('limit must be a positive integer', 'limit');
+    }
+    const after = page.cursor === undefined ? null : decodeCursor(page.cursor);
+    // One row more than asked says whether another page exists.
+    const rows = await this.conversations.listPage(
+      tenantId,
+      page.userId ?? null,
+      after,
+      page.limit + 1,
+    );
+    const items = rows.slice(0, page.limit);
+    const last = items[items.length - 1];
+    return {
+      items: items.map((row) => row.record),
+      nextCursor:
+        rows.length > page.limit && last
+          ? encodeCursor({ updatedAtMicros: last.updatedAtMicros, id: last.record.id })
+          : null,
+    };
+  }
+
+  async updateConversation(
+    tenantId: string,
+    conversationId: string,
+    patch: ConversationPatch,
+  ): Promise<ConversationRecord | null> {
+    if (!isUuid(conversationId)) return null;
+    if (patch.title === undefined && patch.metadata === undefined) {
+      return this.conversations.find(tenantId, conversationId);
+    }
+    return guardData(() =>
+      this.conversations.update(
+        tenantId,
+        conversationId,
+        patch.title ?? null,
+        patch.metadata ?? null,
+      ),
+    );
+  }
+
+  async deleteConversation(tenantId: string, conversationId: string): Promise<boolean> {
+    if (!isUuid(conversationId)) return false;
+    return this.conversations.delete(tenantId, conversationId);
+  }
+
+  /** A conversation that does not exist (deleted meanwhile, say) is left alone. */
+  async setStatus(
+    tenantId: string,
+    conversationId: string,
+    status: ConversationStatus,
+  ): Promise<void> {
+    if (!CONVERSATION_STATUSES.includes(status)) {
+      throw new BadRequestError(`invalid status ${String(status)}`, 'status');
+    }
+    if (!isUuid(conversationId)) return;
+    await this.conversations.setStatus(tenantId, conversationId, status);
+  }
+
+  resetRunningStatuses(): Promise<number> {
+    return this.conversations.resetRunningStatuses();
+  }
+
+  async acquireLease(tenantId: string, conversationId: string, owner: string): Promise<number> {
+    const epoch = isUuid(conversationId)
+      ? await this.conversations.acquireLease(tenantId, conversationId, owner)
+      : null;
+    if (epoch === null) throw new NotFoundError();
+    return epoch;
+  }
+
+  /**
+   * Lock the row, check the lease, tell repeats from new events, then write
+   * the conversation row, the events and the scoped states: four statements
+   * for a plain append (lock, row, events, commit aside), one or two more for
+   * idempotency keys and `user:` / `app:` keys. Rows are always locked in
+   * the order conversation, user state, app state, so appends cannot deadlock.
+   */
+  async append(
+    tenantId: string,
+    conversationId: string,
+    drafts: readonly EventDraft[],
+    options: AppendOptions = {},
+  ): Promise<AppendedEvent[]> {
+    if (!isUuid(conversationId)) throw new NotFoundError();
+    const prepared = drafts.map(prepareDraft);
+    const clientEventIds = [...new Set(prepared.flatMap((draft) => draft.clientEventId ?? []))];
+    const leaseEpoch = options.leaseEpoch ?? null;
+
+    return guardData(() =>
+      this.database.transaction(async (tx) => {
+        const conversations = new ConversationRepository(tx);
+        const events = new EventRepository(tx);
+
+        const head = await conversations.lockForAppend(tenantId, conversationId);
+        if (!head) throw new NotFoundError();
+        if (leaseEpoch !== null && leaseEpoch !== head.leaseEpoch) {
+          throw new LeaseLostError(conversationId, leaseEpoch, head.leaseEpoch);
+        }
+        // Read under the lock: a concurrent append of the same key has committed by now.
+        const stored =
+          clientEventIds.length === 0
+            ? new Map<string, StoredEventRow>()
+            : await events.findByClientEventIds(tenantId, conversationId, clientEventIds);
+        const plan = planAppend(prepared, stored, head.lastEventId + 1);
+        if (plan.fresh.length === 0) {
+          return plan.outcomes.map((outcome) => {
+            if (outcome.kind !== 'stored') throw new Error('a new event without a row');
+            return { event: outcome.event, duplicate: true };
+          });
+        }
+
+        const folded = foldDeltas(plan.fresh.map((row) => row.prepared));
+        const stamp = await conversations.recordAppend({
+          tenantId,
+          conversationId,
+          lastEventId: head.lastEventId + plan.fresh.length,
+          agentState: folded.agentState,
+          stateSet: folded.conversation.set,
+          stateDeleted: folded.conversation.deleted,
+          metrics: folded.metrics,
+        });
+        await events.insertMany(tenantId, conversationId, plan.fresh, leaseEpoch, stamp.micros);
+        const states = new ScopedStateRepository(tx);
+        if (!folded.user.empty) {
+          await states.mergeUserState(
+            tenantId,
+            head.appName,
+            head.userId,
+            folded.user.set,
+            folded.user.deleted,
+          );
+        }
+        if (!folded.app.empty) {
+          await states.mergeAppState(tenantId, head.appName, folded.app.set, folded.app.deleted);
+        }
+
+        const written: StoredEvent[] = plan.fresh.map((row) =>
+          toStoredEvent({ ...row, created_at: stamp.at }),
+        );
+        return plan.outcomes.map((outcome): AppendedEvent => {
+          if (outcome.kind === 'stored') return { event: outcome.event, duplicate: true };
+          return { event: written[outcome.index]!, duplicate: outcome.duplicate };
+        });
+      }),
+    );
+  }
+
+  async readEvents(
+    tenantId: string,
+    conversationId: string,
+    range: EventRange,
+  ): Promise<StoredEvent[]> {
+    if (!Number.isSafeInteger(range.limit) || range.limit < 1) {
+      throw new BadRequestError('limit must be a positive integer', 'limit');
+    }
+    if (!isUuid(conversationId)) return [];
+    const fromId = Math.max(0, range.fromId ?? 0);
+    const toId = range.toId ?? null;
+    if (toId !== null && toId < fromId) return [];
+    return this.events.readRange(
+      tenantId,
+      conversationId,
+      fromId,
+      toId,
+      range.reverse ?? false,
+      range.limit,
+    );
+  }
+}
+
+// Postgres refuses some text a JS string can hold: NUL characters, lone
+// surrogates in JSON. That is the caller's input, not a server fault.
+const REFUSED_TEXT = new Set(['22P05', '22021', '22P02']);
+
+async function guardData<T>(write: () => Promise<T>): Promise<T> {
+  try {
+    return await write();
+  } catch (error) {
+    if (REFUSED_TEXT.has(sqlErrorCode(error) ?? '')) {
+      throw new BadRequestError('text contains characters that cannot be stored');
+    }
+    throw error;
+  }
+}

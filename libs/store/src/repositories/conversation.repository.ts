@@ -1,0 +1,308 @@
+/**
+ * SQL of the `conversations` table. Every statement filters by tenant_id,
+ * except the start-up reset, which is process-wide by design.
+ */
+import type { ConversationRecord, NewConversation } from '@cs/core';
+import { EMPTY_METRICS } from '@cs/core';
+import type { AgentState, ConversationMetrics, ConversationStatus } from '@cs/protocol';
+import type { SqlQueryable } from '../database/sql-database.js';
+
+interface ConversationRow {
+  id: string;
+  tenant_id: string;
+  user_id: string;
+  app_name: string;
+  title: string;
+  metadata: Record<string, unknown>;
+  agent: ConversationRecord['agent'];
+  instructions: string | null;
+  status: ConversationStatus;
+  agent_state: AgentState | null;
+  metrics: Partial<ConversationMetrics>;
+  last_event_id: number;
+  lease_epoch: number;
+  lease_owner: string | null;
+  created_at: Date;
+  updated_at: Date;
+}
+
+const COLUMNS = `id, tenant_id, user_id, app_name, title, metadata, agent, instructions, status,
+  agent_state, metrics, last_event_id, lease_epoch, lease_owner, created_at, updated_at`;
+
+export interface ScopeStates {
+  app: Record<string, unknown>;
+  user: Record<string, unknown>;
+  conversation: Record<string, unknown>;
+}
+
+/** A row of a conversation list, with its activity time at full (microsecond) precision. */
+export interface ListedConversation {
+  record: ConversationRecord;
+  updatedAtMicros: string;
+}
+
+/** Where a list page starts: strictly after this (updated_at, id). */
+export interface ListPosition {
+  updatedAtMicros: string;
+  id: string;
+}
+
+/** What an append needs to know of the conversation, read under its row lock. */
+export interface AppendHead {
+  userId: string;
+  appName: string;
+  lastEventId: number;
+  leaseEpoch: number;
+}
+
+export interface AppendRecord {
+  tenantId: string;
+  conversationId: string;
+  lastEventId: number;
+  /** Set when an appended event changed the agent state. */
+  agentState: AgentState | null;
+  /** Conversation-scope keys to set, as a JSON object, and keys to delete. */
+  stateSet: string;
+  stateDeleted: string[];
+  metrics: ConversationMetrics;
+}
+
+/** The activity time an append stamped, as a Date and in microseconds since the epoch. */
+export interface AppendStamp {
+  at: Date;
+  micros: string;
+}
+
+export class ConversationRepository {
+  constructor(private readonly db: SqlQueryable) {}
+
+  /** Inserts unless the id exists (for anyone); null when it did. */
+  async insertIfAbsent(input: NewConversation): Promise<ConversationRecord | null> {
+    const { rows } = await this.db.query<ConversationRow>(
+      `INSERT INTO conversations (id, tenant_id, user_id, app_name, title, metadata, agent, instructions)
+       VALUES ($1, $2, $3, $4, $5, $6::jsonb, $7::jsonb, $8)
+       ON CONFLICT (id) DO NOTHING
+       RETURNING ${COLUMNS}`,
+      [
+        input.id,
+        input.tenantId,
+        input.userId,
+        input.appName,
+        input.title,
+        JSON.stringify(input.metadata),
+        JSON.stringify(input.agent),
+        input.instructions,
+      ],
+    );
+    return rows[0] ? toRecord(rows[0]) : null;
+  }
+
+  async find(tenantId: string, id: string): Promise<ConversationRecord | null> {
+    const { rows } = await this.db.query<ConversationRow>(
+      `SELECT ${COLUMNS} FROM conversations WHERE tenant_id = $1 AND id = $2`,
+      [tenantId, id],
+    );
+    return rows[0] ? toRecord(rows[0]) : null;
+  }
+
+  /** The conversation with the states of its app, user and conversation scopes. */
+  async findWithScopes(
+    tenantId: string,
+    id: string,
+  ): Promise<{ record: ConversationRecord; scopes: ScopeStates } | null> {
+    const { rows } = await this.db.query<
+      ConversationRow & {
+        state: Record<string, unknown>;
+        app_state: Record<string, unknown> | null;
+        user_state: Record<string, unknown> | null;
+      }
+    >(
+      `SELECT c.id, c.tenant_id, c.user_id, c.app_name, c.title, c.metadata, c.agent,
+              c.instructions, c.status, c.agent_state, c.metrics, c.last_event_id,
+              c.lease_epoch, c.lease_owner, c.created_at, c.updated_at,
+              c.state, a.state AS app_state, u.state AS user_state
+         FROM conversations c
+         LEFT JOIN app_states a
+           ON a.tenant_id = c.tenant_id AND a.app_name = c.app_name
+         LEFT JOIN user_states u
+           ON u.tenant_id = c.tenant_id AND u.app_name = c.app_name AND u.user_id = c.user_id
+        WHERE c.tenant_id = $1 AND c.id = $2`,
+      [tenantId, id],
+    );
+    const row = rows[0];
+    if (!row) return null;
+    return {
+      record: toRecord(row),
+      scopes: { app: row.app_state ?? {}, user: row.user_state ?? {}, conversation: row.state },
+    };
+  }
+
+  /**
+   * One page in `(updated_at desc, id desc)` order, of one user or of the
+   * whole tenant (`userId` null). The position compares at microsecond
+   * precision, which a JS Date would lose.
+   */
+  async listPage(
+    tenantId: string,
+    userId: string | null,
+    after: ListPosition | null,
+    limit: number,
+  ): Promise<ListedConversation[]> {
+    const { rows } = await this.db.query<ConversationRow & { updated_at_us: string }>(
+      `SELECT ${COLUMNS},
+              (extract(epoch FROM updated_at) * 1000000)::bigint::text AS updated_at_us
+         FROM conversations
+        WHERE tenant_id = $1
+          AND ($2::text IS NULL OR user_id = $2::text)
+          AND ($3::bigint IS NULL
+               OR (updated_at, id) < (timestamptz 'epoch' + $3::bigint * interval '1 microsecond', $4::uuid))
+        ORDER BY updated_at DESC, id DESC
+        LIMIT $5`,
+      [tenantId, userId, after?.updatedAtMicros ?? null, after?.id ?? null, limit],
+    );
+    return rows.map((row) => ({ record: toRecord(row), updatedAtMicros: row.updated_at_us }));
+  }
+
+  /** Replaces the fields given (null: keep) and marks the conversation active. */
+  async update(
+    tenantId: string,
+    id: string,
+    title: string | null,
+    metadata: Record<string, unknown> | null,
+  ): Promise<ConversationRecord | null> {
+    const { rows } = await this.db.query<ConversationRow>(
+      `UPDATE conversations
+          SET title = coalesce($3::text, title),
+              metadata = coalesce($4::jsonb, metadata),
+              updated_at = greatest(updated_at, clock_timestamp())
+        WHERE tenant_id = $1 AND id = $2
+        RETURNING ${COLUMNS}`,
+      [tenantId, id, title, metadata === null ? null : JSON.stringify(metadata)],
+    );
+    return rows[0] ? toRecord(rows[0]) : null;
+  }
+
+  /** Its events go with it (ON DELETE CASCADE), in the same statement. */
+  async delete(tenantId: string, id: string): Promise<boolean> {
+    const { rowCount } = await this.db.query(
+      'DELETE FROM conversations WHERE tenant_id = $1 AND id = $2',
+      [tenantId, id],
+    );
+    return rowCount > 0;
+  }
+
+  async setStatus(tenantId: string, id: string, status: ConversationStatus): Promise<boolean> {
+    const { rowCount } = await this.db.query(
+      'UPDATE conversations SET status = $3 WHERE tenant_id = $1 AND id = $2',
+      [tenantId, id, status],
+    );
+    return rowCount > 0;
+  }
+
+  /** Process-wide on purpose: a standalone process starting owns every conversation. */
+  async resetRunningStatuses(): Promise<number> {
+    const { rowCount } = await this.db.query(
+      `UPDATE conversations SET status = 'STOPPED' WHERE status IN ('STARTING', 'RUNNING')`,
+    );
+    return rowCount;
+  }
+
+  /** The new epoch, or null when the conversation does not exist. */
+  async acquireLease(tenantId: string, id: string, owner: string): Promise<number | null> {
+    const { rows } = await this.db.query<{ lease_epoch: number }>(
+      `UPDATE conversations
+          SET lease_epoch = lease_epoch + 1, lease_owner = $3
+        WHERE tenant_id = $1 AND id = $2
+        RETURNING lease_epoch`,
+      [tenantId, id, owner],
+    );
+    return rows[0]?.lease_epoch ?? null;
+  }
+
+  /**
+   * Locks the row until the transaction ends: appends to one conversation run
+   * one after another, so ids are gap-free and the lease check holds.
+   */
+  async lockForAppend(tenantId: string, id: string): Promise<AppendHead | null> {
+    const { rows } = await this.db.query<{
+      user_id: string;
+      app_name: string;
+      last_event_id: number;
+      lease_epoch: number;
+    }>(
+      `SELECT user_id, app_name, last_event_id, lease_epoch
+         FROM conversations
+        WHERE tenant_id = $1 AND id = $2
+        FOR UPDATE`,
+      [tenantId, id],
+    );
+    const row = rows[0];
+    if (!row) return null;
+    return {
+      userId: row.user_id,
+      appName: row.app_name,
+      lastEventId: row.last_event_id,
+      leaseEpoch: row.lease_epoch,
+    };
+  }
+
+  /**
+   * Records appended events on the (locked) row. The state delta is merged key
+   * by key in SQL and the metrics added there, never read and written back.
+   * `greatest` keeps the activity time from going back when clocks step.
+   */
+  async recordAppend(append: AppendRecord): Promise<AppendStamp> {
+    const { rows } = await this.db.query<{ updated_at: Date; updated_at_us: string }>(
+      `UPDATE conversations
+          SET last_event_id = $3,
+              agent_state = coalesce($4::text, agent_state),
+              state = (state || $5::jsonb) - $6::text[],
+              metrics = jsonb_build_object(
+                'iterations', coalesce((metrics ->> 'iterations')::numeric, 0) + $7::numeric,
+                'prompt_tokens', coalesce((metrics ->> 'prompt_tokens')::numeric, 0) + $8::numeric,
+                'completion_tokens',
+                  coalesce((metrics ->> 'completion_tokens')::numeric, 0) + $9::numeric,
+                'cost_usd', coalesce((metrics ->> 'cost_usd')::numeric, 0) + $10::numeric),
+              updated_at = greatest(updated_at, clock_timestamp())
+        WHERE tenant_id = $1 AND id = $2
+        RETURNING updated_at, (extract(epoch FROM updated_at) * 1000000)::bigint::text AS updated_at_us`,
+      [
+        append.tenantId,
+        append.conversationId,
+        append.lastEventId,
+        append.agentState,
+        append.stateSet,
+        append.stateDeleted,
+        append.metrics.iterations,
+        append.metrics.prompt_tokens,
+        append.metrics.completion_tokens,
+        append.metrics.cost_usd,
+      ],
+    );
+    const row = rows[0];
+    // The caller holds the row lock: the row cannot have gone.
+    if (!row) throw new Error(`conversation ${append.conversationId} vanished during an append`);
+    return { at: row.updated_at, micros: row.updated_at_us };
+  }
+}
+
+function toRecord(row: ConversationRow): ConversationRecord {
+  return {
+    id: row.id,
+    tenantId: row.tenant_id,
+    userId: row.user_id,
+    appName: row.app_name,
+    title: row.title,
+    metadata: row.metadata,
+    agent: row.agent,
+    instructions: row.instructions,
+    status: row.status,
+    agentState: row.agent_state,
+    lastEventId: row.last_event_id,
+    leaseEpoch: row.lease_epoch,
+    leaseOwner: row.lease_owner,
+    metrics: { ...EMPTY_METRICS, ...row.metrics },
+    createdAt: row.created_at,
+    updatedAt: row.updated_at,
+  };
+}

@@ -1,0 +1,42 @@
+/**
+ * SQL of the `app:` and `user:` state scopes. Many conversations of one user
+ * (or app) write the same row at once, so each write merges its keys in SQL
+ * under the row lock of the upsert; none reads the state and writes it back.
+ */
+import type { SqlQueryable } from '../database/sql-database.js';
+
+export class ScopedStateRepository {
+  constructor(private readonly db: SqlQueryable) {}
+
+  /** Sets the keys of `set` (a JSON object) and removes those of `deleted`. */
+  async mergeUserState(
+    tenantId: string,
+    appName: string,
+    userId: string,
+    set: string,
+    deleted: readonly string[],
+  ): Promise<void> {
+    await this.db.query(
+      `INSERT INTO user_states AS s (tenant_id, app_name, user_id, state)
+       VALUES ($1, $2, $3, $4::jsonb - $5::text[])
+       ON CONFLICT (tenant_id, app_name, user_id) DO UPDATE
+         SET state = (s.state || $4::jsonb) - $5::text[], updated_at = clock_timestamp()`,
+      [tenantId, appName, userId, set, deleted],
+    );
+  }
+
+  async mergeAppState(
+    tenantId: string,
+    appName: string,
+    set: string,
+    deleted: readonly string[],
+  ): Promise<void> {
+    await this.db.query(
+      `INSERT INTO app_states AS s (tenant_id, app_name, state)
+       VALUES ($1, $2, $3::jsonb - $4::text[])
+       ON CONFLICT (tenant_id, app_name) DO UPDATE
+         SET state = (s.state || $3::jsonb) - $4::text[], updated_at = clock_timestamp()`,
+      [tenantId, appName, set, deleted],
+    );
+  }
+}

@@ -1,0 +1,58 @@
+/**
+ * How the apps get a store: Postgres when a URL is configured, else the
+ * embedded database in the data folder; migrated first when asked.
+ */
+import type { ConversationStore } from '@cs/core';
+import type { DataDirLockOptions } from './database/data-dir.lock.js';
+import { openEmbeddedDatabase } from './database/embedded.database.js';
+import { openPostgres } from './database/postgres.database.js';
+import type { SqlDatabase } from './database/sql-database.js';
+import { PostgresConversationStore } from './postgres-conversation.store.js';
+import { migrate } from './schema.migrator.js';
+
+export interface StoreOptions {
+  /** Postgres connection string; the embedded database in `dataDir` when absent. */
+  databaseUrl?: string | undefined;
+  dataDir: string;
+  /** Apply pending migrations before returning. */
+  migrate: boolean;
+  /** pg pool size (default 10). */
+  poolSize?: number;
+  /** Errors of idle pooled Postgres connections. */
+  onIdleError?: (error: Error) => void;
+  /** When the embedded database's folder lock is lost; see `DataDirLockOptions`. */
+  onDataDirCompromised?: DataDirLockOptions['onCompromised'];
+}
+
+export interface OpenedStore {
+  store: ConversationStore;
+  database: SqlDatabase;
+  /** Migrations this call applied, in order. */
+  migrationsApplied: string[];
+  close(): Promise<void>;
+}
+
+/** Throws `DataDirLockedError` when another process uses the embedded database's folder. */
+export async function openStore(options: StoreOptions): Promise<OpenedStore> {
+  const database = options.databaseUrl
+    ? openPostgres(options.databaseUrl, {
+        ...(options.poolSize === undefined ? {} : { poolSize: options.poolSize }),
+        ...(options.onIdleError ? { onIdleError: options.onIdleError } : {}),
+      })
+    : await openEmbeddedDatabase(
+        options.dataDir,
+        options.onDataDirCompromised ? { onCompromised: options.onDataDirCompromised } : {},
+      );
+  try {
+    const migrationsApplied = options.migrate ? await migrate(database) : [];
+    return {
+      store: new PostgresConversationStore(database),
+      database,
+      migrationsApplied,
+      close: () => database.close(),
+    };
+  } catch (error) {
+    await database.close();
+    throw error;
+  }
+}

@@ -1,0 +1,833 @@
+// The event store against real Postgres (a scratch database) and PGlite (in
+// memory): the same cases on both, since the apps run on either.
+import { spawn, spawnSync } from 'node:child_process';
+import { once } from 'node:events';
+import { randomUUID } from 'node:crypto';
+import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { hostname, tmpdir } from 'node:os';
+import { join } from 'node:path';
+import type { ConversationStore, EventDraft, NewConversation } from '@cs/core';
+import { BadRequestError, ConflictError, LeaseLostError, NotFoundError } from '@cs/core';
+import type { SqlDatabase } from '@cs/store';
+import {
+  DataDirLockedError,
+  PostgresConversationStore,
+  loadMigrations,
+  lockDataDir,
+  migrate,
+  openEmbeddedDatabase,
+  openPglite,
+  openPostgres,
+  openStore,
+} from '@cs/store';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { createScratchDatabase, uniqueName } from '../support/services.js';
+
+interface Backend {
+  name: string;
+  open(): Promise<{ database: SqlDatabase; teardown(): Promise<void> }>;
+}
+
+const backends: Backend[] = [
+  {
+    name: 'Postgres',
+    async open() {
+      const scratch = await createScratchDatabase('cs_store');
+      const database = openPostgres(scratch.url, { poolSize: 24 });
+      return {
+        database,
+        async teardown() {
+          await database.close();
+          await scratch.drop();
+        },
+      };
+    },
+  },
+  {
+    name: 'PGlite',
+    async open() {
+      const database = await openPglite(undefined);
+      return { database, teardown: () => database.close() };
+    },
+  },
+];
+
+function newConversation(overrides: Partial<NewConversation> = {}): NewConversation {
+  return {
+    id: randomUUID(),
+    tenantId: uniqueName('tenant'),
+    userId: 'alice',
+    appName: 'chat',
+    title: 'a conversation',
+    metadata: { topic: 'tests' },
+    agent: { name: 'echo', config: {} },
+    instructions: null,
+    ...overrides,
+  };
+}
+
+function message(content: string, extra: Partial<EventDraft> = {}): EventDraft {
+  return {
+    source: 'user',
+    body: { action: 'message', args: { content, image_urls: [], file_urls: [] }, message: content },
+    ...extra,
+  };
+}
+
+function agentStateChanged(agentState: string, extra: Partial<EventDraft> = {}): EventDraft {
+  return {
+    source: 'environment',
+    body: {
+      observation: 'agent_state_changed',
+      content: '',
+      extras: { agent_state: agentState },
+      message: `agent state is ${agentState}`,
+    },
+    ...extra,
+  };
+}
+
+async function countEvents(database: SqlDatabase, conversationId: string): Promise<number> {
+  const { rows } = await database.query<{ n: number }>(
+    'SELECT count(*)::int AS n FROM events WHERE conversation_id = $1',
+    [conversationId],
+  );
+  return rows[0]!.n;
+}
+
+describe.each(backends)('PostgresConversationStore on $name', (backend) => {
+  let database: SqlDatabase;
+  let store: ConversationStore;
+  let teardown: () => Promise<void>;
+
+  beforeAll(async () => {
+    ({ database, teardown } = await backend.open());
+    await migrate(database);
+    store = new PostgresConversationStore(database);
+  });
+
+  afterAll(async () => {
+    await teardown?.();
+  });
+
+  async function created(overrides: Partial<NewConversation> = {}) {
+    return (await store.createConversation(newConversation(overrides))).conversation;
+  }
+
+  describe('migrations', () => {
+    it('applies nothing the second time', async () => {
+      expect(await migrate(database)).toEqual([]);
+      const { rows } = await database.query<{ name: string }>(
+        'SELECT name FROM schema_migrations ORDER BY name',
+      );
+      expect(rows.map((row) => row.name)).toEqual((await loadMigrations()).map((m) => m.name));
+    });
+  });
+
+  describe('createConversation', () => {
+    it('creates a new conversation with the defaults of PROTOCOL.md', async () => {
+      const input = newConversation({ instructions: 'be brief' });
+      const { conversation, created: isNew } = await store.createConversation(input);
+      expect(isNew).toBe(true);
+      expect(conversation).toMatchObject({
+        id: input.id,
+        tenantId: input.tenantId,
+        userId: 'alice',
+        appName: 'chat',
+        title: 'a conversation',
+        metadata: { topic: 'tests' },
+        agent: { name: 'echo', config: {} },
+        instructions: 'be brief',
+        status: 'STOPPED',
+        agentState: null,
+        lastEventId: -1,
+        leaseEpoch: 0,
+        leaseOwner: null,
+        metrics: { iterations: 0, prompt_tokens: 0, completion_tokens: 0, cost_usd: 0 },
+      });
+      expect(conversation.createdAt).toBeInstanceOf(Date);
+      expect(await store.getConversation(input.tenantId, input.id)).toEqual(conversation);
+    });
+
+    it('returns the stored conversation when its owner repeats the id', async () => {
+      const input = newConversation();
+      const first = await store.createConversation(input);
+      const again = await store.createConversation({ ...input, title: 'other title' });
+      expect(again.created).toBe(false);
+      expect(again.conversation).toEqual(first.conversation);
+    });
+
+    it('refuses an id owned by another user or another tenant', async () => {
+      const input = newConversation();
+      await store.createConversation(input);
+      await expect(store.createConversation({ ...input, userId: 'bob' })).rejects.toBeInstanceOf(
+        ConflictError,
+      );
+      const otherTenant = uniqueName('tenant');
+      await expect(
+        store.createConversation({ ...input, tenantId: otherTenant }),
+      ).rejects.toBeInstanceOf(ConflictError);
+      expect(await store.getConversation(otherTenant, input.id)).toBeNull();
+    });
+
+    it('refuses an id that is not a UUID', async () => {
+      await expect(
+        store.createConversation(newConversation({ id: 'not-a-uuid' })),
+      ).rejects.toBeInstanceOf(BadRequestError);
+    });
+  });
+
+  describe('append', () => {
+    it('gives 20 concurrent appends to one conversation the ids 0..19', async () => {
+      const conversation = await created();
+      const results = await Promise.all(
+        Array.from({ length: 20 }, (_, i) =>
+          store.append(conversation.tenantId, conversation.id, [message(`hello ${i}`)]),
+        ),
+      );
+      const ids = results.map((appended) => appended[0]!.event.id).sort((a, b) => a - b);
+      expect(ids).toEqual(Array.from({ length: 20 }, (_, i) => i));
+      const stored = await store.readEvents(conversation.tenantId, conversation.id, { limit: 100 });
+      expect(stored.map((event) => event.id)).toEqual(ids);
+      // Each stored event is the one its append returned.
+      for (const [appended] of results) {
+        expect(stored[appended!.event.id]).toEqual(appended!.event);
+      }
+      const after = await store.getConversation(conversation.tenantId, conversation.id);
+      expect(after?.lastEventId).toBe(19);
+    });
+
+    it('appends a batch with consecutive ids, one timestamp and summed metrics', async () => {
+      const conversation = await created();
+      await store.append(conversation.tenantId, conversation.id, [message('first')]);
+      const drafts: EventDraft[] = Array.from({ length: 5 }, (_, i) => ({
+        source: 'agent',
+        body: { action: 'message', args: { content: `answer ${i}` }, message: '' },
+        cause: 0,
+        metricsDelta: { iterations: 1, prompt_tokens: 10, completion_tokens: 5, cost_usd: 0.25 },
+      }));
+      const appended = await store.append(conversation.tenantId, conversation.id, drafts);
+      expect(appended.map((a) => a.event.id)).toEqual([1, 2, 3, 4, 5]);
+      expect(appended.every((a) => !a.duplicate)).toBe(true);
+      expect(new Set(appended.map((a) => a.event.timestamp)).size).toBe(1);
+      const stored = await store.readEvents(conversation.tenantId, conversation.id, {
+        fromId: 1,
+        limit: 100,
+      });
+      expect(stored).toEqual(appended.map((a) => a.event));
+      const after = await store.getConversation(conversation.tenantId, conversation.id);
+      expect(after?.lastEventId).toBe(5);
+      expect(after?.metrics).toEqual({
+        iterations: 5,
+        prompt_tokens: 50,
+        completion_tokens: 25,
+        cost_usd: 1.25,
+      });
+      expect(after!.updatedAt.toISOString()).toBe(appended[0]!.event.timestamp);
+    });
+
+    it('returns events in the wire shape, with cause and client_event_id only when set', async () => {
+      const conversation = await created();
+      const [plain, caused] = await store.append(conversation.tenantId, conversation.id, [
+        message('hi'),
+        {
+          source: 'agent',
+          body: { action: 'message', args: { content: 'hello' }, message: 'hello' },
+          cause: 0,
+        },
+      ]);
+      const [keyed] = await store.append(conversation.tenantId, conversation.id, [
+        message('again', { clientEventId: 'k-1' }),
+      ]);
+      expect(plain!.event).toEqual({
+        id: 0,
+        timestamp: expect.stringMatching(/^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$/) as unknown,
+        source: 'user',
+        action: 'message',
+        args: { content: 'hi', image_urls: [], file_urls: [] },
+        message: 'hi',
+      });
+      expect(caused!.event).toMatchObject({ id: 1, cause: 0, source: 'agent' });
+      expect(keyed!.event).toMatchObject({ id: 2, client_event_id: 'k-1' });
+      const stored = await store.readEvents(conversation.tenantId, conversation.id, { limit: 10 });
+      expect(stored).toEqual([plain!.event, caused!.event, keyed!.event]);
+      expect(Object.keys(stored[0]!)).not.toContain('cause');
+      expect(Object.keys(stored[0]!)).not.toContain('client_event_id');
+    });
+
+    it('returns the stored event for a repeated client_event_id and refuses other content', async () => {
+      const conversation = await created();
+      // Characters that array literals and JSON both escape.
+      const key = 'key "with" {braces}, commas\\ and ünïcode';
+      const [first] = await store.append(conversation.tenantId, conversation.id, [
+        message('hello', { clientEventId: key, stateDelta: { counter: 1 } }),
+      ]);
+      expect(first).toMatchObject({ duplicate: false, event: { id: 0, client_event_id: key } });
+
+      const [again] = await store.append(conversation.tenantId, conversation.id, [
+        message('hello', { clientEventId: key, stateDelta: { counter: 2 } }),
+      ]);
+      expect(again).toEqual({ duplicate: true, event: first!.event });
+
+      await expect(
+        store.append(conversation.tenantId, conversation.id, [
+          message('something else', { clientEventId: key }),
+        ]),
+      ).rejects.toBeInstanceOf(ConflictError);
+      // A conflict anywhere in a batch writes none of it.
+      await expect(
+        store.append(conversation.tenantId, conversation.id, [
+          message('new one'),
+          { ...message('hello', { clientEventId: key }), source: 'agent' },
+        ]),
+      ).rejects.toBeInstanceOf(ConflictError);
+
+      expect(await countEvents(database, conversation.id)).toBe(1);
+      const snapshot = await store.getSnapshot(conversation.tenantId, conversation.id);
+      expect(snapshot?.conversation.lastEventId).toBe(0);
+      expect(snapshot?.state).toEqual({ counter: 1 });
+    });
+
+    it('stores a key repeated within one batch once', async () => {
+      const conversation = await created();
+      const appended = await store.append(conversation.tenantId, conversation.id, [
+        message('one', { clientEventId: 'a' }),
+        message('two'),
+        message('one', { clientEventId: 'a' }),
+      ]);
+      expect(appended.map((a) => [a.event.id, a.duplicate])).toEqual([
+        [0, false],
+        [1, false],
+        [0, true],
+      ]);
+      await expect(
+        store.append(conversation.tenantId, conversation.id, [
+          message('x', { clientEventId: 'b' }),
+          message('y', { clientEventId: 'b' }),
+        ]),
+      ).rejects.toBeInstanceOf(ConflictError);
+      expect(await countEvents(database, conversation.id)).toBe(2);
+    });
+
+    it('stores one event when the same client_event_id arrives 10 times at once', async () => {
+      const conversation = await created();
+      const results = await Promise.all(
+        Array.from({ length: 10 }, () =>
+          store.append(conversation.tenantId, conversation.id, [
+            message('once', { clientEventId: 'same' }),
+          ]),
+        ),
+      );
+      expect(results.filter(([a]) => !a!.duplicate)).toHaveLength(1);
+      expect(new Set(results.map(([a]) => a!.event.id))).toEqual(new Set([0]));
+      expect(await countEvents(database, conversation.id)).toBe(1);
+    });
+
+    it('merges state deltas by scope: temp: dropped, null deleting', async () => {
+      const tenantId = uniqueName('tenant');
+      const conversation = await created({ tenantId });
+      const sibling = await created({ tenantId });
+      const otherUser = await created({ tenantId, userId: 'bob' });
+      const otherApp = await created({ tenantId, appName: 'other-app' });
+
+      await store.append(tenantId, conversation.id, [
+        message('one', {
+          stateDelta: {
+            topic: 'cats',
+            count: 1,
+            'user:name': 'Alice',
+            'user:lang': 'en',
+            'app:motd': 'hi',
+            'temp:scratch': 'gone',
+          },
+        }),
+      ]);
+      await store.append(tenantId, conversation.id, [
+        message('two', { stateDelta: { count: null, nested: { a: [1, 2] }, 'user:lang': null } }),
+        message('three', { stateDelta: { nested: { b: true }, 'app:motd': 'hello' } }),
+      ]);
+
+      const snapshot = await store.getSnapshot(tenantId, conversation.id);
+      expect(snapshot?.state).toEqual({
+        topic: 'cats',
+        nested: { b: true },
+        'user:name': 'Alice',
+        'app:motd': 'hello',
+      });
+      expect((await store.getSnapshot(tenantId, sibling.id))?.state).toEqual({
+        'user:name': 'Alice',
+        'app:motd': 'hello',
+      });
+      expect((await store.getSnapshot(tenantId, otherUser.id))?.state).toEqual({
+        'app:motd': 'hello',
+      });
+      expect((await store.getSnapshot(tenantId, otherApp.id))?.state).toEqual({});
+
+      const { rows } = await database.query<{ n: number }>(
+        `SELECT count(*)::int AS n FROM conversations, user_states, app_states
+          WHERE conversations.tenant_id = $1
+            AND (conversations.state::text LIKE '%scratch%'
+                 OR user_states.state::text LIKE '%scratch%'
+                 OR app_states.state::text LIKE '%scratch%')`,
+        [tenantId],
+      );
+      expect(rows[0]!.n).toBe(0);
+    });
+
+    it('keeps every user: key when 20 conversations of one user append at once', async () => {
+      const tenantId = uniqueName('tenant');
+      const conversations = await Promise.all(
+        Array.from({ length: 20 }, () => created({ tenantId })),
+      );
+      await Promise.all(
+        conversations.map((conversation, i) =>
+          store.append(tenantId, conversation.id, [
+            message(`hi ${i}`, {
+              stateDelta: { [`user:key_${i}`]: i, [`app:key_${i}`]: i, own: i },
+            }),
+          ]),
+        ),
+      );
+      const snapshot = await store.getSnapshot(tenantId, conversations[0]!.id);
+      for (let i = 0; i < 20; i += 1) {
+        expect(snapshot?.state[`user:key_${i}`]).toBe(i);
+        expect(snapshot?.state[`app:key_${i}`]).toBe(i);
+      }
+      expect(snapshot?.state.own).toBe(0);
+    });
+
+    it('refuses a stale lease epoch and writes nothing', async () => {
+      const conversation = await created();
+      const { tenantId, id } = conversation;
+      expect(await store.acquireLease(tenantId, id, 'worker-a')).toBe(1);
+      const [written] = await store.append(tenantId, id, [agentStateChanged('running')], {
+        leaseEpoch: 1,
+      });
+      expect(written!.event.id).toBe(0);
+
+      expect(await store.acquireLease(tenantId, id, 'worker-b')).toBe(2);
+      const stale = store.append(
+        tenantId,
+        id,
+        [agentStateChanged('finished', { stateDelta: { late: true, 'user:late': true } })],
+        { leaseEpoch: 1 },
+      );
+      await expect(stale).rejects.toBeInstanceOf(LeaseLostError);
+      await expect(stale).rejects.toMatchObject({ epoch: 1, currentEpoch: 2 });
+
+      const snapshot = await store.getSnapshot(tenantId, id);
+      expect(snapshot?.conversation).toMatchObject({
+        lastEventId: 0,
+        agentState: 'running',
+        leaseEpoch: 2,
+        leaseOwner: 'worker-b',
+      });
+      expect(snapshot?.state).toEqual({});
+      expect(await countEvents(database, id)).toBe(1);
+
+      await store.append(tenantId, id, [message('user write, no lease')]);
+      await store.append(tenantId, id, [agentStateChanged('awaiting_user_input')], {
+        leaseEpoch: 2,
+      });
+      const { rows } = await database.query<{ id: number; lease_epoch: number | null }>(
+        'SELECT id, lease_epoch FROM events WHERE conversation_id = $1 ORDER BY id',
+        [id],
+      );
+      expect(rows).toEqual([
+        { id: 0, lease_epoch: 1 },
+        { id: 1, lease_epoch: null },
+        { id: 2, lease_epoch: 2 },
+      ]);
+    });
+
+    it('keeps agent_state and last_event_id in step with the log', async () => {
+      const conversation = await created();
+      const { tenantId, id } = conversation;
+      await store.append(tenantId, id, [agentStateChanged('loading')]);
+      expect(await store.getConversation(tenantId, id)).toMatchObject({
+        agentState: 'loading',
+        lastEventId: 0,
+      });
+      await store.append(tenantId, id, [
+        agentStateChanged('running'),
+        message('hi'),
+        agentStateChanged('awaiting_user_input'),
+        message('more'),
+      ]);
+      expect(await store.getConversation(tenantId, id)).toMatchObject({
+        agentState: 'awaiting_user_input',
+        lastEventId: 4,
+      });
+      await expect(
+        store.append(tenantId, id, [message('x'), agentStateChanged('dancing')]),
+      ).rejects.toBeInstanceOf(BadRequestError);
+      expect(await store.getConversation(tenantId, id)).toMatchObject({
+        agentState: 'awaiting_user_input',
+        lastEventId: 4,
+      });
+      const [last] = await store.readEvents(tenantId, id, { reverse: true, limit: 1 });
+      expect(last?.id).toBe(4);
+    });
+
+    it('refuses appends to a conversation that does not exist', async () => {
+      const tenantId = uniqueName('tenant');
+      await expect(store.append(tenantId, randomUUID(), [message('x')])).rejects.toBeInstanceOf(
+        NotFoundError,
+      );
+      await expect(store.append(tenantId, 'nope', [message('x')])).rejects.toBeInstanceOf(
+        NotFoundError,
+      );
+    });
+
+    it('refuses text Postgres cannot store as a bad request', async () => {
+      const conversation = await created();
+      await expect(
+        store.append(conversation.tenantId, conversation.id, [message('nul \u0000 char')]),
+      ).rejects.toBeInstanceOf(BadRequestError);
+      expect(await countEvents(database, conversation.id)).toBe(0);
+    });
+  });
+
+  describe('readEvents', () => {
+    it('reads inclusive ranges in both directions', async () => {
+      const conversation = await created();
+      const { tenantId, id } = conversation;
+      await store.append(
+        tenantId,
+        id,
+        Array.from({ length: 10 }, (_, i) => message(`m${i}`)),
+      );
+      const ids = async (range: Parameters<ConversationStore['readEvents']>[2]) =>
+        (await store.readEvents(tenantId, id, range)).map((event) => event.id);
+
+      expect(await ids({ limit: 100 })).toEqual([0, 1, 2, 3, 4, 5, 6, 7, 8, 9]);
+      expect(await ids({ fromId: 2, toId: 5, limit: 100 })).toEqual([2, 3, 4, 5]);
+      expect(await ids({ fromId: 2, toId: 5, limit: 2 })).toEqual([2, 3]);
+      expect(await ids({ fromId: 7, limit: 100 })).toEqual([7, 8, 9]);
+      expect(await ids({ reverse: true, limit: 2 })).toEqual([9, 8]);
+      expect(await ids({ reverse: true, toId: 7, limit: 3 })).toEqual([7, 6, 5]);
+      expect(await ids({ reverse: true, fromId: 3, toId: 5, limit: 100 })).toEqual([5, 4, 3]);
+      expect(await ids({ fromId: 10, limit: 100 })).toEqual([]);
+      expect(await ids({ fromId: 6, toId: 4, limit: 100 })).toEqual([]);
+      expect(await ids({ fromId: 4, toId: 4, limit: 100 })).toEqual([4]);
+    });
+  });
+
+  describe('listConversations', () => {
+    it('pages newest activity first, stable while new conversations arrive', async () => {
+      const tenantId = uniqueName('tenant');
+      const existing = [];
+      for (let i = 0; i < 13; i += 1) existing.push(await created({ tenantId }));
+      // Activity reorders them: the appended-to ones come first.
+      await store.append(tenantId, existing[3]!.id, [message('bump')]);
+      await store.append(tenantId, existing[7]!.id, [message('bump')]);
+      await created({ tenantId, userId: 'bob' });
+
+      const expected = (
+        await database.query<{ id: string }>(
+          `SELECT id FROM conversations WHERE tenant_id = $1 AND user_id = 'alice'
+            ORDER BY updated_at DESC, id DESC`,
+          [tenantId],
+        )
+      ).rows.map((row) => row.id);
+      expect(expected.slice(0, 2)).toEqual([existing[7]!.id, existing[3]!.id]);
+
+      const seen: string[] = [];
+      let cursor: string | undefined;
+      let pages = 0;
+      do {
+        const page = await store.listConversations(tenantId, {
+          userId: 'alice',
+          limit: 4,
+          ...(cursor === undefined ? {} : { cursor }),
+        });
+        seen.push(...page.items.map((item) => item.id));
+        expect(page.items.every((item) => item.userId === 'alice')).toBe(true);
+        cursor = page.nextCursor ?? undefined;
+        pages += 1;
+        // Newer conversations land before the cursor: never in later pages.
+        await created({ tenantId });
+      } while (cursor !== undefined);
+      expect(seen).toEqual(expected);
+      expect(pages).toBe(4);
+    });
+
+    it('keeps rows apart whose activity differs by microseconds', async () => {
+      const tenantId = uniqueName('tenant');
+      const conversations = [];
+      for (let i = 0; i < 6; i += 1) conversations.push(await created({ tenantId }));
+      // Six rows within one millisecond, two of them at the very same instant.
+      const micros = ['100', '101', '102', '102', '103', '104'];
+      for (const [i, conversation] of conversations.entries()) {
+        await database.query(
+          `UPDATE conversations SET updated_at = timestamptz '2030-01-01 00:00:00.123' + $2::int * interval '1 microsecond'
+            WHERE id = $1`,
+          [conversation.id, Number(micros[i]) - 100],
+        );
+      }
+      const seen: string[] = [];
+      let cursor: string | undefined;
+      do {
+        const page = await store.listConversations(tenantId, {
+          limit: 1,
+          ...(cursor === undefined ? {} : { cursor }),
+        });
+        seen.push(...page.items.map((item) => item.id));
+        cursor = page.nextCursor ?? undefined;
+      } while (cursor !== undefined);
+      expect(seen).toHaveLength(6);
+      expect(new Set(seen).size).toBe(6);
+      expect(seen[0]).toBe(conversations[5]!.id);
+      const tied = [conversations[2]!.id, conversations[3]!.id].sort().reverse();
+      expect(seen.slice(2, 4)).toEqual(tied);
+      expect(seen[5]).toBe(conversations[0]!.id);
+    });
+
+    it('lists every user of the tenant without userId', async () => {
+      const tenantId = uniqueName('tenant');
+      await created({ tenantId });
+      await created({ tenantId, userId: 'bob' });
+      const page = await store.listConversations(tenantId, { limit: 10 });
+      expect(page.items.map((item) => item.userId).sort()).toEqual(['alice', 'bob']);
+      expect(page.nextCursor).toBeNull();
+    });
+
+    it('refuses an invalid page_id', async () => {
+      const tenantId = uniqueName('tenant');
+      for (const cursor of [
+        'garbage',
+        '',
+        'WzEsMl0',
+        Buffer.from('["1","x"]').toString('base64url'),
+      ]) {
+        await expect(store.listConversations(tenantId, { limit: 5, cursor })).rejects.toMatchObject(
+          {
+            code: 'BAD_REQUEST',
+            field: 'page_id',
+            message: 'invalid page_id',
+          },
+        );
+      }
+    });
+  });
+
+  describe('updates', () => {
+    it('updates title and replaces metadata, marking the conversation active', async () => {
+      const conversation = await created();
+      const updated = await store.updateConversation(conversation.tenantId, conversation.id, {
+        title: 'renamed',
+        metadata: { only: 'this' },
+      });
+      expect(updated).toMatchObject({ title: 'renamed', metadata: { only: 'this' } });
+      expect(updated!.updatedAt.getTime()).toBeGreaterThanOrEqual(conversation.updatedAt.getTime());
+      const metadataOnly = await store.updateConversation(conversation.tenantId, conversation.id, {
+        metadata: {},
+      });
+      expect(metadataOnly).toMatchObject({ title: 'renamed', metadata: {} });
+    });
+
+    it('deletes a conversation with its events', async () => {
+      const conversation = await created();
+      await store.append(conversation.tenantId, conversation.id, [message('a'), message('b')]);
+      expect(await countEvents(database, conversation.id)).toBe(2);
+      expect(await store.deleteConversation(conversation.tenantId, conversation.id)).toBe(true);
+      expect(await countEvents(database, conversation.id)).toBe(0);
+      expect(await store.getConversation(conversation.tenantId, conversation.id)).toBeNull();
+      expect(await store.deleteConversation(conversation.tenantId, conversation.id)).toBe(false);
+      await expect(
+        store.append(conversation.tenantId, conversation.id, [message('c')]),
+      ).rejects.toBeInstanceOf(NotFoundError);
+    });
+
+    it('sets statuses and resets the running ones', async () => {
+      const running = await created();
+      const starting = await created();
+      const failed = await created();
+      await store.setStatus(running.tenantId, running.id, 'RUNNING');
+      await store.setStatus(starting.tenantId, starting.id, 'STARTING');
+      await store.setStatus(failed.tenantId, failed.id, 'ERROR');
+      expect((await store.getConversation(running.tenantId, running.id))?.status).toBe('RUNNING');
+      expect(await store.resetRunningStatuses()).toBeGreaterThanOrEqual(2);
+      expect((await store.getConversation(running.tenantId, running.id))?.status).toBe('STOPPED');
+      expect((await store.getConversation(starting.tenantId, starting.id))?.status).toBe('STOPPED');
+      expect((await store.getConversation(failed.tenantId, failed.id))?.status).toBe('ERROR');
+    });
+
+    it('bumps the lease epoch and records the owner', async () => {
+      const conversation = await created();
+      expect(await store.acquireLease(conversation.tenantId, conversation.id, 'w1')).toBe(1);
+      expect(await store.acquireLease(conversation.tenantId, conversation.id, 'w2')).toBe(2);
+      expect(await store.getConversation(conversation.tenantId, conversation.id)).toMatchObject({
+        leaseEpoch: 2,
+        leaseOwner: 'w2',
+      });
+    });
+  });
+
+  describe('tenant isolation', () => {
+    it('hides a conversation from another tenant on every read and write', async () => {
+      const conversation = await created();
+      await store.append(conversation.tenantId, conversation.id, [
+        message('secret', { stateDelta: { k: 'v', 'user:k': 'v', 'app:k': 'v' } }),
+      ]);
+      const before = await store.getSnapshot(conversation.tenantId, conversation.id);
+      const intruder = uniqueName('tenant');
+      const { id } = conversation;
+
+      expect(await store.getConversation(intruder, id)).toBeNull();
+      expect(await store.getSnapshot(intruder, id)).toBeNull();
+      expect(await store.readEvents(intruder, id, { limit: 10 })).toEqual([]);
+      expect((await store.listConversations(intruder, { limit: 10 })).items).toEqual([]);
+      expect(
+        (await store.listConversations(intruder, { userId: 'alice', limit: 10 })).items,
+      ).toEqual([]);
+      expect(await store.updateConversation(intruder, id, { title: 'pwned' })).toBeNull();
+      await store.setStatus(intruder, id, 'RUNNING');
+      await expect(store.acquireLease(intruder, id, 'evil')).rejects.toBeInstanceOf(NotFoundError);
+      await expect(
+        store.append(intruder, id, [message('x', { stateDelta: { 'user:k': 'evil' } })]),
+      ).rejects.toBeInstanceOf(NotFoundError);
+      await expect(
+        store.append(intruder, id, [message('x')], { leaseEpoch: 0 }),
+      ).rejects.toBeInstanceOf(NotFoundError);
+      expect(await store.deleteConversation(intruder, id)).toBe(false);
+
+      expect(await store.getSnapshot(conversation.tenantId, id)).toEqual(before);
+      expect(await countEvents(database, id)).toBe(1);
+      // The intruder's tenant has no state of its own either.
+      const { rows } = await database.query<{ n: number }>(
+        `SELECT (SELECT count(*) FROM user_states WHERE tenant_id = $1)
+              + (SELECT count(*) FROM app_states WHERE tenant_id = $1) AS n`,
+        [intruder],
+      );
+      expect(Number(rows[0]!.n)).toBe(0);
+    });
+  });
+});
+
+describe('migrate on Postgres', () => {
+  it('applies each migration once when two migrators start at once', async () => {
+    const scratch = await createScratchDatabase('cs_migrate');
+    const first = openPostgres(scratch.url, { poolSize: 2 });
+    const second = openPostgres(scratch.url, { poolSize: 2 });
+    try {
+      const [a, b] = await Promise.all([migrate(first), migrate(second)]);
+      const all = (await loadMigrations()).map((m) => m.name);
+      expect([...a, ...b].sort()).toEqual(all);
+      const { rows } = await first.query<{ name: string }>('SELECT name FROM schema_migrations');
+      expect(rows.map((row) => row.name).sort()).toEqual(all);
+      expect(await migrate(second)).toEqual([]);
+    } finally {
+      await first.close();
+      await second.close();
+      await scratch.drop();
+    }
+  });
+
+  it('refuses a migration changed after it was applied', async () => {
+    const scratch = await createScratchDatabase('cs_migrate');
+    const database = openPostgres(scratch.url, { poolSize: 1 });
+    try {
+      const migrations = await loadMigrations();
+      await migrate(database, migrations);
+      const edited = migrations.map((m, i) => (i === 0 ? { ...m, checksum: 'edited' } : m));
+      await expect(migrate(database, edited)).rejects.toThrow(/changed after it was applied/);
+    } finally {
+      await database.close();
+      await scratch.drop();
+    }
+  });
+});
+
+describe('the embedded database in DATA_DIR', () => {
+  const dirs: string[] = [];
+  const scratchDir = () => {
+    const dir = mkdtempSync(join(tmpdir(), 'cs-store-'));
+    dirs.push(dir);
+    return dir;
+  };
+
+  afterAll(() => {
+    for (const dir of dirs) rmSync(dir, { recursive: true, force: true });
+  });
+
+  it('refuses a second opener while the first keeps serving, and reopens after close', async () => {
+    const dataDir = scratchDir();
+    const first = await openStore({ dataDir, migrate: true });
+    const input = newConversation();
+    try {
+      expect(first.migrationsApplied).toEqual((await loadMigrations()).map((m) => m.name));
+      await first.store.createConversation(input);
+      await first.store.append(input.tenantId, input.id, [message('before')]);
+
+      const second = openStore({ dataDir, migrate: true });
+      await expect(second).rejects.toBeInstanceOf(DataDirLockedError);
+      await expect(second).rejects.toThrow(/another process .*uses the data folder/);
+      await expect(second).rejects.toThrow(dataDir);
+      await expect(openEmbeddedDatabase(dataDir)).rejects.toBeInstanceOf(DataDirLockedError);
+
+      await first.store.append(input.tenantId, input.id, [message('after')]);
+    } finally {
+      await first.close();
+    }
+
+    const reopened = await openStore({ dataDir, migrate: true });
+    try {
+      expect(reopened.migrationsApplied).toEqual([]);
+      const events = await reopened.store.readEvents(input.tenantId, input.id, { limit: 10 });
+      expect(events.map((event) => event.id)).toEqual([0, 1]);
+    } finally {
+      await reopened.close();
+    }
+    // Opening a new data folder takes seconds of WebAssembly start-up, twice here.
+  }, 180_000);
+
+  it('takes over the lock of a process that died', async () => {
+    const dataDir = scratchDir();
+    const dead = spawnSync(process.execPath, ['-e', '']).pid;
+    abandonLock(dataDir, dead);
+    const lock = await lockDataDir(dataDir);
+    expect(JSON.parse(readFileSync(join(dataDir, 'lock-owner.json'), 'utf8'))).toMatchObject({
+      pid: process.pid,
+    });
+    await lock.release();
+  });
+
+  it('takes over the lock of a zombie process', async () => {
+    const dataDir = scratchDir();
+    // `sh` starts a child that exits at once, then becomes `sleep`, which never reaps it.
+    const holder = spawn('sh', ['-c', 'sleep 0 & echo $!; exec sleep 30 >/dev/null'], {
+      stdio: ['ignore', 'pipe', 'ignore'],
+    });
+    try {
+      const [line] = (await once(holder.stdout, 'data')) as [Buffer];
+      const zombie = Number(line.toString().trim());
+      await expect.poll(() => procState(zombie)).toBe('Z');
+      abandonLock(dataDir, zombie);
+      const lock = await lockDataDir(dataDir);
+      await lock.release();
+    } finally {
+      holder.kill('SIGKILL');
+    }
+  });
+
+  it('leaves the lock of a live process alone', async () => {
+    const dataDir = scratchDir();
+    // Our parent is alive (vitest's main process).
+    abandonLock(dataDir, process.ppid);
+    const attempt = lockDataDir(dataDir);
+    await expect(attempt).rejects.toBeInstanceOf(DataDirLockedError);
+    await expect(attempt).rejects.toMatchObject({ ownerPid: process.ppid });
+  });
+});
+
+/** What a holder that died without releasing leaves behind. */
+function abandonLock(dataDir: string, pid: number | undefined): void {
+  mkdirSync(join(dataDir, 'lock'));
+  writeFileSync(join(dataDir, 'lock-owner.json'), JSON.stringify({ pid, hostname: hostname() }));
+}
+
+function procState(pid: number): string {
+  const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+  return stat.slice(stat.lastIndexOf(')') + 2, stat.lastIndexOf(')') + 3);
+}
