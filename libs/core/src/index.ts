@@ -6,3 +6,6 @@ export * from './state.js';
 export * from './ports/broadcaster.port.js';
 export * from './ports/clock.port.js';
 export * from './ports/conversation-store.port.js';
+export * from './agent-session.js';
+export * from './session/agent-state-change.js';
+export * from './standalone-conversation-manager.js';

@@ -67,7 +67,10 @@ export interface ConversationStore {
   getConversation(tenantId: string, conversationId: string): Promise<ConversationRecord | null>;
   getSnapshot(tenantId: string, conversationId: string): Promise<ConversationSnapshot | null>;
   /** Newest activity first: `(updated_at desc, id desc)`, keyset pagination. */
-  listConversations(tenantId: string, page: ConversationPageRequest): Promise<ConversationPageResult>;
+  listConversations(
+    tenantId: string,
+    page: ConversationPageRequest,
+  ): Promise<ConversationPageResult>;
   updateConversation(
     tenantId: string,
     conversationId: string,

@@ -1,0 +1,64 @@
+import { describe, expect, it } from 'vitest';
+import type { AgentOutput, AgentTurn } from '@cs/core';
+import type { StoredEvent } from '@cs/protocol';
+import { EchoAgent } from './echo.agent.js';
+
+function turnFor(trigger: StoredEvent): AgentTurn {
+  return {
+    conversationId: 'c-1',
+    history: [trigger],
+    state: {},
+    instructions: null,
+    trigger,
+    signal: new AbortController().signal,
+  };
+}
+
+function userMessage(content: string): StoredEvent {
+  return {
+    id: 4,
+    timestamp: '2025-01-01T00:00:00.000Z',
+    source: 'user',
+    action: 'message',
+    args: { content, image_urls: [], file_urls: [] },
+    message: content,
+  };
+}
+
+async function collect(outputs: AsyncIterable<AgentOutput>): Promise<AgentOutput[]> {
+  const all: AgentOutput[] = [];
+  for await (const output of outputs) all.push(output);
+  return all;
+}
+
+describe(EchoAgent.name, () => {
+  it('answers a user message with one agent message: "echo: " and the text verbatim', async () => {
+    const text = '  Hello, wörld! 👋\n<b>"quoted"</b>  ';
+    const outputs = await collect(new EchoAgent().run(turnFor(userMessage(text))));
+    expect(outputs).toEqual([
+      {
+        type: 'event',
+        body: { action: 'message', args: { content: `echo: ${text}` }, message: `echo: ${text}` },
+      },
+    ]);
+  });
+
+  it('is deterministic', async () => {
+    const agent = new EchoAgent();
+    const first = await collect(agent.run(turnFor(userMessage('same'))));
+    const second = await collect(agent.run(turnFor(userMessage('same'))));
+    expect(second).toEqual(first);
+  });
+
+  it('yields nothing for an event that is not a message', async () => {
+    const control: StoredEvent = {
+      id: 1,
+      timestamp: '2025-01-01T00:00:00.000Z',
+      source: 'user',
+      action: 'change_agent_state',
+      args: { agent_state: 'paused' },
+      message: '',
+    };
+    expect(await collect(new EchoAgent().run(turnFor(control)))).toEqual([]);
+  });
+});

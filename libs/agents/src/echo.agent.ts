@@ -1,0 +1,21 @@
+/**
+ * The `echo` agent: answers each user message with `echo: <the text verbatim>`.
+ * Deterministic and instant; the default agent, used by the demo and the
+ * end-to-end tests of the exactly-once guarantee.
+ */
+import { isAction } from '@cs/protocol';
+import type { Agent, AgentOutput, AgentTurn } from '@cs/core';
+
+export const ECHO_AGENT = 'echo';
+export const ECHO_PREFIX = 'echo: ';
+
+export class EchoAgent implements Agent {
+  // eslint-disable-next-line @typescript-eslint/require-await -- an agent is an async iterable by contract
+  async *run(turn: AgentTurn): AsyncIterable<AgentOutput> {
+    const { trigger } = turn;
+    if (!isAction(trigger) || trigger.action !== 'message') return;
+    const text = trigger.args['content'];
+    const content = ECHO_PREFIX + (typeof text === 'string' ? text : '');
+    yield { type: 'event', body: { action: 'message', args: { content }, message: content } };
+  }
+}

@@ -1,0 +1,2 @@
+export * from './agent-registry.js';
+export * from './echo.agent.js';

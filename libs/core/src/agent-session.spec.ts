@@ -1,0 +1,574 @@
+import { randomUUID } from 'node:crypto';
+import { describe, expect, it, vi } from 'vitest';
+import { isAction } from '@cs/protocol';
+import type { AgentState, EventBody, StatusUpdate } from '@cs/protocol';
+import type { Agent } from './agent.js';
+import { AgentSession, SessionClosedError } from './agent-session.js';
+import type { ConversationRef } from './conversation.js';
+import { readAgentStateChange } from './session/agent-state-change.js';
+import {
+  GatedAgent,
+  InMemoryConversationStore,
+  ManualClock,
+  RecordingBroadcaster,
+  ScriptedAgent,
+  echoTestAgent,
+  messageText,
+  say,
+} from './testing/index.js';
+
+const CATCH_UP_MS = 1000;
+
+async function fixture() {
+  const clock = new ManualClock();
+  const store = new InMemoryConversationStore({ clock });
+  const broadcaster = new RecordingBroadcaster();
+  const ref: ConversationRef = {
+    tenantId: `tenant-${randomUUID()}`,
+    userId: 'user-1',
+    conversationId: randomUUID(),
+  };
+  await store.createConversation({
+    id: ref.conversationId,
+    tenantId: ref.tenantId,
+    userId: ref.userId,
+    appName: 'app',
+    title: 'test',
+    metadata: {},
+    agent: { name: 'test', config: {} },
+    instructions: 'be brief',
+  });
+
+  /** A new session holding a freshly acquired lease (as a starting holder would). */
+  async function newSession(agent: Agent, maxIterations = 10): Promise<AgentSession> {
+    const leaseEpoch = await store.acquireLease(ref.tenantId, ref.conversationId, 'test-owner');
+    return new AgentSession({
+      store,
+      broadcaster,
+      ref,
+      leaseEpoch,
+      agent,
+      options: { maxIterations, clock, catchUpIntervalMs: CATCH_UP_MS },
+    });
+  }
+
+  async function appendUser(body: EventBody, session?: AgentSession) {
+    const [appended] = await store.append(ref.tenantId, ref.conversationId, [
+      { source: 'user', body },
+    ]);
+    session?.wake();
+    return appended!.event.id;
+  }
+
+  const userSays = (text: string, session?: AgentSession) =>
+    appendUser({ action: 'message', args: { content: text }, message: text }, session);
+
+  const userRequests = (agentState: 'stopped' | 'paused' | 'running', session?: AgentSession) =>
+    appendUser(
+      { action: 'change_agent_state', args: { agent_state: agentState }, message: '' },
+      session,
+    );
+
+  const events = () => store.allEvents(ref.conversationId);
+
+  /** Stored agent state changes as `[state, cause]` (cause null when none). */
+  const states = () =>
+    events().flatMap((e): [AgentState, number | null, string | undefined][] => {
+      const change = readAgentStateChange(e);
+      return change ? [[change.agentState, e.cause ?? null, change.reason]] : [];
+    });
+
+  /** The agent's stored messages as `[content, cause]`. */
+  const answers = () =>
+    events().flatMap((e): [string, number | null][] =>
+      e.source === 'agent' && isAction(e) ? [[messageText(e), e.cause ?? null]] : [],
+    );
+
+  return {
+    clock,
+    store,
+    broadcaster,
+    ref,
+    newSession,
+    userSays,
+    userRequests,
+    events,
+    states,
+    answers,
+  };
+}
+
+describe(AgentSession.name, () => {
+  it('stores loading then awaiting_user_input on start, and running, the answer and awaiting_user_input for a message', async () => {
+    const f = await fixture();
+    const session = await f.newSession(echoTestAgent());
+    await session.start();
+    expect(f.states()).toEqual([
+      ['loading', null, undefined],
+      ['awaiting_user_input', null, undefined],
+    ]);
+    expect(session.agentState).toBe('awaiting_user_input');
+
+    const messageId = await f.userSays('hello world', session);
+    await vi.waitFor(() => expect(f.answers()).toHaveLength(1));
+
+    const stored = f
+      .events()
+      .map((e) => [
+        e.id,
+        e.source,
+        isAction(e) ? e.action : readAgentStateChange(e)?.agentState,
+        e.cause ?? null,
+      ]);
+    expect(stored).toEqual([
+      [0, 'environment', 'loading', null],
+      [1, 'environment', 'awaiting_user_input', null],
+      [2, 'user', 'message', null],
+      [3, 'environment', 'running', messageId],
+      [4, 'agent', 'message', messageId],
+      [5, 'environment', 'awaiting_user_input', messageId],
+    ]);
+    expect(f.answers()).toEqual([['echo: hello world', messageId]]);
+    expect(session.agentState).toBe('awaiting_user_input');
+    // Every write carries the lease epoch; the user's event carries none.
+    expect(f.store.leaseEpochs(f.ref.conversationId)).toEqual([1, 1, null, 1, 1, 1]);
+    const snapshot = await f.store.getSnapshot(f.ref.tenantId, f.ref.conversationId);
+    expect(snapshot?.conversation.metrics.iterations).toBe(1);
+    expect(snapshot?.conversation.agentState).toBe('awaiting_user_input');
+    await session.close();
+  });
+
+  it('publishes every event it stores, once, in id order, and never the user events', async () => {
+    const f = await fixture();
+    const session = await f.newSession(echoTestAgent());
+    await session.start();
+    await f.userSays('one', session);
+    await vi.waitFor(() => expect(f.answers()).toHaveLength(1));
+    await f.userSays('two', session);
+    await vi.waitFor(() => expect(f.answers()).toHaveLength(2));
+
+    const published = f.broadcaster.eventsOf(f.ref.conversationId).map((e) => e.id);
+    const written = f
+      .events()
+      .filter((e) => e.source !== 'user')
+      .map((e) => e.id);
+    expect(published).toEqual(written);
+    await session.close();
+  });
+
+  it('answers messages stored before it started, and gives the agent history, state and instructions', async () => {
+    const f = await fixture();
+    const first = await f.userSays('first');
+    const second = await f.userSays('second');
+    const agent = echoTestAgent();
+    const session = await f.newSession(agent);
+    await session.start();
+    await vi.waitFor(() => expect(f.answers()).toHaveLength(2));
+
+    expect(f.answers()).toEqual([
+      ['echo: first', first],
+      ['echo: second', second],
+    ]);
+    const [turn1, turn2] = agent.turns;
+    expect(turn1?.trigger.id).toBe(first);
+    expect(turn1?.instructions).toBe('be brief');
+    expect(turn1?.history.map((e) => e.id)).toContain(first);
+    expect(turn1?.history.some((e) => e.id === second)).toBe(false);
+    // The second turn sees everything up to its message and the first answer
+    // (stored after it), but nothing of its own turn.
+    const ids = turn2!.history.map((e) => e.id);
+    expect(ids).toEqual([...ids].sort((a, b) => a - b));
+    expect(ids.slice(0, second + 1)).toEqual([...Array(second + 1).keys()]);
+    expect(turn2?.history.some((e) => e.source === 'agent' && e.cause === first)).toBe(true);
+    expect(turn2?.history.some((e) => e.id > second && e.cause === second)).toBe(false);
+    await session.close();
+  });
+
+  it('publishes token deltas as ephemeral stream messages, never stored', async () => {
+    const f = await fixture();
+    const agent = new ScriptedAgent(async function* () {
+      yield { type: 'delta', delta: 'he' };
+      await Promise.resolve();
+      yield { type: 'delta', delta: 'llo' };
+      yield say('hello');
+    });
+    const session = await f.newSession(agent);
+    await session.start();
+    const messageId = await f.userSays('hi', session);
+    await vi.waitFor(() => expect(f.answers()).toHaveLength(1));
+
+    expect(f.broadcaster.streamsOf(f.ref.conversationId)).toEqual([
+      { stream: true, cause: messageId, delta: 'he' },
+      { stream: true, cause: messageId, delta: 'llo' },
+    ]);
+    expect(f.events().some((e) => JSON.stringify(e).includes('"llo"'))).toBe(false);
+    await session.close();
+  });
+
+  it('stores all but the last event as they come and the last one with the settled state', async () => {
+    const f = await fixture();
+    const agent = new ScriptedAgent(async function* () {
+      yield say('thinking');
+      await Promise.resolve();
+      yield say('done');
+    });
+    const session = await f.newSession(agent);
+    await session.start();
+    const messageId = await f.userSays('go', session);
+    await vi.waitFor(() => expect(f.answers()).toHaveLength(2));
+    await vi.waitFor(() => expect(session.agentState).toBe('awaiting_user_input'));
+
+    const tail = f.events().slice(-4);
+    expect(
+      tail.map((e) => (isAction(e) ? messageText(e) : readAgentStateChange(e)?.agentState)),
+    ).toEqual(['running', 'thinking', 'done', 'awaiting_user_input']);
+    // The final answer and the settled state were one batch (one publish).
+    const batches = f.broadcaster.sent.filter((b) => b.kind === 'events');
+    expect(batches.at(-1)?.kind === 'events' && batches.at(-1)).toMatchObject({
+      events: [
+        { cause: messageId, action: 'message' },
+        { cause: messageId, observation: 'agent_state_changed' },
+      ],
+    });
+    const snapshot = await f.store.getSnapshot(f.ref.tenantId, f.ref.conversationId);
+    expect(snapshot?.conversation.metrics.iterations).toBe(2);
+    await session.close();
+  });
+
+  it('keeps temp: keys in memory for the agent and stores the other scopes', async () => {
+    const f = await fixture();
+    const agent = new ScriptedAgent(async function* (turn) {
+      const seen = typeof turn.state['temp:seen'] === 'number' ? turn.state['temp:seen'] : 0;
+      await Promise.resolve();
+      yield {
+        ...say(`seen ${seen}`),
+        stateDelta: { 'temp:seen': seen + 1, count: seen + 1, 'user:name': 'ada' },
+      };
+    });
+    const session = await f.newSession(agent);
+    await session.start();
+    await f.userSays('a', session);
+    await vi.waitFor(() => expect(f.answers()).toHaveLength(1));
+    await f.userSays('b', session);
+    await vi.waitFor(() => expect(f.answers()).toHaveLength(2));
+
+    expect(f.answers().map(([text]) => text)).toEqual(['seen 0', 'seen 1']);
+    expect(session.sessionState).toMatchObject({ 'temp:seen': 2, count: 2, 'user:name': 'ada' });
+    const snapshot = await f.store.getSnapshot(f.ref.tenantId, f.ref.conversationId);
+    expect(snapshot?.state).toEqual({ count: 2, 'user:name': 'ada' });
+    await session.close();
+  });
+
+  it('picks up a message without a wake-up on the next catch-up poll', async () => {
+    const f = await fixture();
+    const session = await f.newSession(echoTestAgent());
+    await session.start();
+    await f.userSays('quiet'); // no wake
+    await Promise.resolve();
+    f.clock.advance(CATCH_UP_MS);
+    await vi.waitFor(() => expect(f.answers()).toEqual([['echo: quiet', 2]]));
+    await session.close();
+  });
+
+  describe('change_agent_state', () => {
+    it('pauses, holds messages while paused, and answers them on resume', async () => {
+      const f = await fixture();
+      const session = await f.newSession(echoTestAgent());
+      await session.start();
+      const pauseId = await f.userRequests('paused', session);
+      await vi.waitFor(() => expect(session.agentState).toBe('paused'));
+      const heldId = await f.userSays('while paused', session);
+      f.clock.advance(CATCH_UP_MS);
+      await new Promise((resolve) => setImmediate(resolve));
+      expect(f.answers()).toEqual([]);
+
+      const resumeId = await f.userRequests('running', session);
+      await vi.waitFor(() => expect(f.answers()).toEqual([['echo: while paused', heldId]]));
+      await vi.waitFor(() => expect(session.agentState).toBe('awaiting_user_input'));
+      expect(f.states().slice(2)).toEqual([
+        ['paused', pauseId, undefined],
+        ['awaiting_user_input', resumeId, undefined],
+        ['running', heldId, undefined],
+        ['awaiting_user_input', heldId, undefined],
+      ]);
+      await session.close();
+    });
+
+    it('a pause mid-turn aborts the turn without an answer; resuming runs it again, answered once', async () => {
+      const f = await fixture();
+      const agent = new GatedAgent();
+      const session = await f.newSession(agent);
+      await session.start();
+      const messageId = await f.userSays('slow', session);
+      await agent.entered;
+      expect(session.isMidTurn).toBe(true);
+
+      const pauseId = await f.userRequests('paused', session);
+      await vi.waitFor(() => expect(session.agentState).toBe('paused'));
+      expect(agent.signals[0]?.aborted).toBe(true);
+      expect(session.isMidTurn).toBe(false);
+      expect(f.answers()).toEqual([]);
+
+      agent.reset();
+      agent.release();
+      await f.userRequests('running', session);
+      await vi.waitFor(() => expect(f.answers()).toEqual([['echo: slow', messageId]]));
+      await vi.waitFor(() => expect(session.agentState).toBe('awaiting_user_input'));
+      expect(f.states().filter(([, cause]) => cause === pauseId)).toEqual([
+        ['paused', pauseId, undefined],
+      ]);
+      await session.close();
+    });
+
+    it('stops on request: aborts the turn, stores stopped with the request as cause, and closes', async () => {
+      const f = await fixture();
+      const agent = new GatedAgent();
+      const session = await f.newSession(agent);
+      await session.start();
+      await f.userSays('slow', session);
+      await agent.entered;
+
+      const stopId = await f.userRequests('stopped', session);
+      await expect(session.closed).resolves.toBe('stopped');
+      expect(agent.signals[0]?.aborted).toBe(true);
+      expect(f.states().at(-1)).toEqual(['stopped', stopId, undefined]);
+      expect(session.isClosed).toBe(true);
+
+      const before = f.events().length;
+      agent.release();
+      await f.userSays('after stop', session);
+      f.clock.advance(CATCH_UP_MS * 3);
+      await new Promise((resolve) => setImmediate(resolve));
+      expect(f.events()).toHaveLength(before + 1); // only the user's event
+    });
+
+    it('restores a paused conversation as paused', async () => {
+      const f = await fixture();
+      const first = await f.newSession(echoTestAgent());
+      await first.start();
+      await f.userRequests('paused', first);
+      await vi.waitFor(() => expect(first.agentState).toBe('paused'));
+      await first.close();
+
+      const queued = await f.userSays('queued');
+      const second = await f.newSession(echoTestAgent());
+      await second.start();
+      expect(second.agentState).toBe('paused');
+      expect(f.states().at(-1)?.[0]).toBe('paused');
+      f.clock.advance(CATCH_UP_MS);
+      await new Promise((resolve) => setImmediate(resolve));
+      expect(f.answers()).toEqual([]);
+
+      await f.userRequests('running', second);
+      await vi.waitFor(() => expect(f.answers()).toEqual([['echo: queued', queued]]));
+      await second.close();
+    });
+  });
+
+  describe('stop() and close()', () => {
+    it('stop(reason, notice) publishes the notice, stores stopped with the reason and closes', async () => {
+      const f = await fixture();
+      const agent = new GatedAgent();
+      const session = await f.newSession(agent);
+      await session.start();
+      await f.userSays('slow', session);
+      await agent.entered;
+
+      const notice: StatusUpdate = {
+        status_update: true,
+        type: 'error',
+        id: 'SOME$NOTICE',
+        message: 'bye',
+      };
+      await session.stop('some_reason', notice);
+      expect(await session.closed).toBe('stopped');
+      expect(agent.signals[0]?.aborted).toBe(true);
+      expect(f.states().at(-1)).toEqual(['stopped', null, 'some_reason']);
+      expect(f.broadcaster.statusesOf(f.ref.conversationId)).toEqual([notice]);
+      expect(f.answers()).toEqual([]);
+    });
+
+    it('close() aborts the turn and writes nothing', async () => {
+      const f = await fixture();
+      const agent = new GatedAgent();
+      const session = await f.newSession(agent);
+      await session.start();
+      await f.userSays('slow', session);
+      await agent.entered;
+      const before = f.events().length;
+
+      await session.close();
+      agent.release();
+      await new Promise((resolve) => setImmediate(resolve));
+      expect(await session.closed).toBe('closed');
+      expect(agent.signals[0]?.aborted).toBe(true);
+      expect(f.events()).toHaveLength(before);
+    });
+
+    it('start() after close() rejects and writes nothing', async () => {
+      const f = await fixture();
+      const session = await f.newSession(echoTestAgent());
+      await session.close();
+      await expect(session.start()).rejects.toBeInstanceOf(SessionClosedError);
+      expect(f.events()).toEqual([]);
+    });
+  });
+
+  it('ends a turn that yields more than maxIterations events in error (max_iterations) and stays alive', async () => {
+    const f = await fixture();
+    let signal: AbortSignal | undefined;
+    const agent = new ScriptedAgent(async function* (turn) {
+      if (messageText(turn.trigger) !== 'loop') {
+        yield say('ok');
+        return;
+      }
+      signal = turn.signal;
+      for (let i = 0; ; i += 1) {
+        await Promise.resolve();
+        yield say(`step ${i}`);
+      }
+    });
+    const session = await f.newSession(agent, 3);
+    await session.start();
+    const loopId = await f.userSays('loop', session);
+    await vi.waitFor(() => expect(session.agentState).toBe('error'));
+
+    expect(f.states().at(-1)).toEqual(['error', loopId, 'max_iterations']);
+    expect(f.answers()).toEqual([
+      ['step 0', loopId],
+      ['step 1', loopId],
+      ['step 2', loopId],
+    ]);
+    expect(signal?.aborted).toBe(true);
+
+    const nextId = await f.userSays('next', session);
+    await vi.waitFor(() => expect(f.answers().at(-1)).toEqual(['ok', nextId]));
+    await session.close();
+  });
+
+  it('stores error with a short reason when the agent throws, and answers the next message', async () => {
+    const f = await fixture();
+    const agent = new ScriptedAgent(async function* (turn) {
+      await Promise.resolve();
+      if (messageText(turn.trigger) === 'boom')
+        throw new Error('model exploded\n    at secret.ts:1:1');
+      yield say('fine');
+    });
+    const session = await f.newSession(agent);
+    await session.start();
+    const boomId = await f.userSays('boom', session);
+    await vi.waitFor(() => expect(session.agentState).toBe('error'));
+
+    const failure = f.events().at(-1)!;
+    expect(readAgentStateChange(failure)).toEqual({ agentState: 'error', reason: 'agent_error' });
+    expect(failure.cause).toBe(boomId);
+    expect(JSON.stringify(failure)).toContain('model exploded');
+    expect(JSON.stringify(failure)).not.toContain('secret.ts');
+    expect(f.broadcaster.statusesOf(f.ref.conversationId).map((s) => s.id)).toEqual([
+      'AGENT_ERROR$ERROR',
+    ]);
+
+    const nextId = await f.userSays('again', session);
+    await vi.waitFor(() => expect(f.answers()).toEqual([['fine', nextId]]));
+    await session.close();
+  });
+
+  it('stops at once and writes nothing more when its lease is lost', async () => {
+    const f = await fixture();
+    const agent = new GatedAgent();
+    const session = await f.newSession(agent);
+    await session.start();
+    await f.userSays('slow', session);
+    await agent.entered;
+
+    await f.store.acquireLease(f.ref.tenantId, f.ref.conversationId, 'someone-else');
+    const before = f.events().length;
+    agent.release();
+
+    await expect(session.closed).resolves.toBe('lease_lost');
+    expect(agent.signals[0]?.aborted).toBe(true);
+    expect(session.isClosed).toBe(true);
+    await f.userSays('later', session);
+    f.clock.advance(CATCH_UP_MS * 3);
+    await session.stop('too late');
+    expect(f.events()).toHaveLength(before + 1); // only the user's event
+    expect(f.answers()).toEqual([]);
+  });
+
+  describe('exactly-once answers', () => {
+    it('a holder that died between running and the answer: the next holder answers once', async () => {
+      const f = await fixture();
+      const doomedAgent = new GatedAgent();
+      const doomed = await f.newSession(doomedAgent);
+      await doomed.start();
+      const messageId = await f.userSays('important', doomed);
+      await doomedAgent.entered;
+      expect(f.states().at(-1)).toEqual(['running', messageId, undefined]);
+
+      // The holder is presumed dead; a new one takes the lease and restores.
+      const successor = await f.newSession(echoTestAgent());
+      await successor.start();
+      await vi.waitFor(() => expect(f.answers()).toEqual([['echo: important', messageId]]));
+
+      // The old holder wakes up and tries to answer: fenced off.
+      doomedAgent.release();
+      await expect(doomed.closed).resolves.toBe('lease_lost');
+      expect(f.answers()).toEqual([['echo: important', messageId]]);
+      await successor.close();
+
+      // A completed turn is never answered again by a later holder.
+      const third = await f.newSession(echoTestAgent());
+      await third.start();
+      f.clock.advance(CATCH_UP_MS * 2);
+      await new Promise((resolve) => setImmediate(resolve));
+      expect(f.answers()).toEqual([['echo: important', messageId]]);
+      expect(
+        f
+          .states()
+          .slice(-2)
+          .map(([state]) => state),
+      ).toEqual(['loading', 'awaiting_user_input']);
+      await third.close();
+    });
+
+    it('a final batch that failed to store leaves the turn to be run again, answered once', async () => {
+      const f = await fixture();
+      const session = await f.newSession(echoTestAgent());
+      await session.start();
+      let failed = false;
+      f.store.beforeAppend = (_id, drafts) => {
+        if (!failed && drafts.some((d) => d.source === 'agent')) {
+          failed = true;
+          throw new Error('connection reset');
+        }
+      };
+      const messageId = await f.userSays('retry me', session);
+      await vi.waitFor(() => expect(failed).toBe(true));
+      expect(f.answers()).toEqual([]);
+      await session.close();
+
+      const next = await f.newSession(echoTestAgent());
+      await next.start();
+      await vi.waitFor(() => expect(f.answers()).toEqual([['echo: retry me', messageId]]));
+      await next.close();
+    });
+
+    it('retries a failed store write on the next catch-up poll within the same session', async () => {
+      const f = await fixture();
+      const session = await f.newSession(echoTestAgent());
+      await session.start();
+      let failed = false;
+      f.store.beforeAppend = (_id, drafts) => {
+        if (!failed && drafts.some((d) => d.source === 'agent')) {
+          failed = true;
+          throw new Error('connection reset');
+        }
+      };
+      const messageId = await f.userSays('retry me', session);
+      await vi.waitFor(() => expect(session.lastError).toBeInstanceOf(Error));
+      f.clock.advance(CATCH_UP_MS);
+      await vi.waitFor(() => expect(f.answers()).toEqual([['echo: retry me', messageId]]));
+      await session.close();
+    });
+  });
+});

@@ -1,0 +1,670 @@
+/**
+ * AgentSession: the agent loop of one running conversation, on exactly one
+ * process (the holder of the conversation's lease).
+ *
+ * It reads user events from the store after the ones it has handled, runs the
+ * conversation's agent once per user message, appends what the agent yields
+ * and moves the agent state through `loading → awaiting_user_input ⇄ running →
+ * stopped / error`, each change a stored `agent_state_changed` observation
+ * (see `session/agent-state-change.ts`). Every append carries the session's
+ * lease epoch: a session that lost its lease stops at once and writes nothing
+ * more.
+ *
+ * Exactly-once answers: a user event is handled iff a settled state change
+ * (not `running` / `loading`) with the event's id as `cause` is stored. The
+ * agent's last event of a turn is held back and appended in one batch with the
+ * settling `awaiting_user_input`, so a crash anywhere in a turn either leaves
+ * the message unhandled (the next holder runs the turn again) or leaves both
+ * the answer and the settled state stored (never answered twice).
+ *
+ * The set of handled events (rather than a single cursor) is what is restored:
+ * control actions (`change_agent_state`) are applied as soon as they arrive,
+ * ahead of messages queued behind a pause, so handling is not strictly in id
+ * order. When handling is in id order the two coincide.
+ */
+import { StatusId, isAction } from '@cs/protocol';
+import type { AgentState, StatusUpdate, StoredEvent } from '@cs/protocol';
+import type { Agent, AgentOutput } from './agent.js';
+import type { ConversationRef, EventDraft } from './conversation.js';
+import { LeaseLostError, NotFoundError } from './errors.js';
+import type { ConversationBroadcaster } from './ports/broadcaster.port.js';
+import { systemClock, type Clock } from './ports/clock.port.js';
+import type { ConversationStore } from './ports/conversation-store.port.js';
+import {
+  AGENT_ERROR_REASON,
+  MAX_ITERATIONS_REASON,
+  agentStateChangeDraft,
+  isSettledState,
+  readAgentStateChange,
+} from './session/agent-state-change.js';
+import { applyDelta } from './state.js';
+
+export interface AgentSessionOptions {
+  /** Events one turn may yield; the next one ends the turn in `error` (`max_iterations`). */
+  maxIterations: number;
+  /** How often the session looks for new user events without a wake-up (default 1000 ms). */
+  catchUpIntervalMs?: number;
+  clock?: Clock;
+  /** Events read per page when restoring and catching up (default 500). */
+  readPageSize?: number;
+}
+
+export interface AgentSessionInit {
+  store: ConversationStore;
+  broadcaster: ConversationBroadcaster;
+  ref: ConversationRef;
+  /** The epoch from `store.acquireLease`, acquired by the caller before `start()`. */
+  leaseEpoch: number;
+  agent: Agent;
+  options: AgentSessionOptions;
+}
+
+/**
+ * Why a session ended: `stopped` (a user's stop or `stop()`), `closed`
+ * (`close()`, nothing written), `lease_lost` (a newer holder exists),
+ * `start_failed` (the start threw).
+ */
+export type SessionEndReason = 'stopped' | 'closed' | 'lease_lost' | 'start_failed';
+
+/** `start()` rejects with this when the session was stopped or closed before it was ready. */
+export class SessionClosedError extends Error {
+  constructor(message = 'the session was closed before it was ready') {
+    super(message);
+    this.name = 'SessionClosedError';
+  }
+}
+
+/** Internal: a write attempted after closing began. Never escapes the session. */
+class ClosingSignal extends Error {}
+
+const ABORTED: unique symbol = Symbol('aborted');
+
+interface Turn {
+  trigger: StoredEvent;
+  controller: AbortController;
+}
+
+type TurnOutcome =
+  | { kind: 'completed'; held: EventDraft | null }
+  | { kind: 'max_iterations'; held: EventDraft | null }
+  | { kind: 'failed'; held: EventDraft | null; error: unknown }
+  | { kind: 'interrupted' };
+
+type RequestedState = 'stopped' | 'paused' | 'running';
+
+type Work =
+  | { kind: 'control'; event: StoredEvent; target: RequestedState }
+  | { kind: 'message'; event: StoredEvent };
+
+const DEFAULT_CATCH_UP_MS = 1000;
+const DEFAULT_PAGE_SIZE = 500;
+const MAX_REASON_CHARS = 200;
+
+export class AgentSession {
+  readonly ref: ConversationRef;
+  readonly leaseEpoch: number;
+  /** Resolves (never rejects) once the session can write no more, with why it ended. */
+  readonly closed: Promise<SessionEndReason>;
+
+  private readonly store: ConversationStore;
+  private readonly broadcaster: ConversationBroadcaster;
+  private readonly agent: Agent;
+  private readonly clock: Clock;
+  private readonly maxIterations: number;
+  private readonly catchUpMs: number;
+  private readonly pageSize: number;
+
+  /** Every stored event read so far; ids are gap-free, so `history[id].id === id`. */
+  private readonly history: StoredEvent[] = [];
+  /** User events settled by a stored state change (their ids). */
+  private readonly handled = new Set<number>();
+  /** User events this session deliberately skips (stale stops, unknown actions). */
+  private readonly ignored = new Set<number>();
+  /** User events read and not yet handled, in id order. */
+  private pending: StoredEvent[] = [];
+  private state: Record<string, unknown> = {};
+  private instructions: string | null = null;
+  private currentState: AgentState | null = null;
+  private activityAt: number;
+  /** Id of this session's `loading` event: stops stored before it are stale. */
+  private loadingEventId = -1;
+  private turn: Turn | null = null;
+  private error: unknown = null;
+
+  private startPromise: Promise<void> | null = null;
+  private loopPromise: Promise<void> = Promise.resolve();
+  private poll: { cancel(): void } | null = null;
+  private wakePending = false;
+  private wakeWaiter: (() => void) | null = null;
+  private syncRun: Promise<void> | null = null;
+  private syncAgain = false;
+
+  /** No new work is taken; writes other than `stop()`'s final one are refused. */
+  private closing = false;
+  /** False once the lease is lost or the session finished. */
+  private writable = true;
+  private shutdownRequested = false;
+  private finished = false;
+  private endReason: SessionEndReason | null = null;
+  private resolveClosed: (reason: SessionEndReason) => void = () => undefined;
+
+  constructor(init: AgentSessionInit) {
+    this.store = init.store;
+    this.broadcaster = init.broadcaster;
+    this.ref = { ...init.ref };
+    this.leaseEpoch = init.leaseEpoch;
+    this.agent = init.agent;
+    this.clock = init.options.clock ?? systemClock;
+    this.maxIterations = init.options.maxIterations;
+    this.catchUpMs = init.options.catchUpIntervalMs ?? DEFAULT_CATCH_UP_MS;
+    this.pageSize = init.options.readPageSize ?? DEFAULT_PAGE_SIZE;
+    this.activityAt = this.clock.now();
+    this.closed = new Promise((resolve) => {
+      this.resolveClosed = resolve;
+    });
+  }
+
+  get conversationId(): string {
+    return this.ref.conversationId;
+  }
+
+  /** The agent state this session last stored (or restored). */
+  get agentState(): AgentState | null {
+    return this.currentState;
+  }
+
+  /** Clock time of the last stored event this session wrote or saw. */
+  get lastActivity(): number {
+    return this.activityAt;
+  }
+
+  /** True while the agent is running a turn. */
+  get isMidTurn(): boolean {
+    return this.turn !== null;
+  }
+
+  get isClosed(): boolean {
+    return this.finished;
+  }
+
+  /** The session state the agent sees, `temp:` keys included. */
+  get sessionState(): Readonly<Record<string, unknown>> {
+    return { ...this.state };
+  }
+
+  /** The last store error the loop recovered from (it retries on the next wake-up or poll). */
+  get lastError(): unknown {
+    return this.error;
+  }
+
+  /**
+   * Stores `loading`, restores history and state, stores `awaiting_user_input`
+   * (or `paused` when the conversation was paused) and resolves: the session is
+   * ready. Pending user events are then processed in the background.
+   */
+  start(): Promise<void> {
+    this.startPromise ??= this.boot();
+    return this.startPromise;
+  }
+
+  /** A hint that new user events were stored. Cheap; safe to call at any time. */
+  wake(): void {
+    if (this.closing) return;
+    this.wakePending = true;
+    this.releaseWaiter();
+    if (this.turn) void this.checkForInterruption();
+  }
+
+  /**
+   * Stops the agent: aborts the current turn, publishes `notice` to the room
+   * (if given), stores `stopped` (with `extras.reason` if given) and closes.
+   */
+  async stop(reason?: string, notice?: StatusUpdate): Promise<void> {
+    if (this.shutdownRequested || this.finished) {
+      await this.closed;
+      return;
+    }
+    this.shutdownRequested = true;
+    this.beginClosing();
+    if (notice) this.safely(() => this.broadcaster.publishStatus(this.ref.conversationId, notice));
+    await this.quiesce();
+    if (this.writable && this.loadingEventId >= 0 && this.currentState !== 'stopped') {
+      try {
+        await this.write(
+          [agentStateChangeDraft('stopped', reason === undefined ? {} : { reason })],
+          true,
+        );
+      } catch (error) {
+        if (!(error instanceof LeaseLostError)) this.error = error;
+      }
+    }
+    this.finish(this.endReason ?? 'stopped');
+  }
+
+  /**
+   * Closes without writing (shutdown, idle close, lease hand-off): the current
+   * turn is aborted and left unhandled, so the next holder runs it again.
+   * Resolves when no more writes can happen.
+   */
+  async close(): Promise<void> {
+    if (!this.shutdownRequested && !this.finished) {
+      this.shutdownRequested = true;
+      this.endReason ??= 'closed';
+      this.beginClosing();
+      await this.quiesce();
+      this.finish(this.endReason);
+    }
+    await this.closed;
+  }
+
+  // ---------------------------------------------------------------- start
+
+  private async boot(): Promise<void> {
+    try {
+      if (this.closing) throw new ClosingSignal();
+      const [loading] = await this.write([agentStateChangeDraft('loading')]);
+      this.loadingEventId = loading?.id ?? -1;
+      const previous = await this.restore();
+      const ready = previous === 'paused' ? 'paused' : 'awaiting_user_input';
+      await this.write([agentStateChangeDraft(ready)]);
+    } catch (error) {
+      if (error instanceof LeaseLostError) this.loseLease();
+      if (!this.shutdownRequested) {
+        this.finish(this.endReason ?? (error instanceof ClosingSignal ? 'closed' : 'start_failed'));
+      }
+      throw error instanceof ClosingSignal ? new SessionClosedError() : error;
+    }
+    if (!this.closing) this.poll = this.clock.setInterval(() => this.wake(), this.catchUpMs);
+    this.loopPromise = this.runLoop();
+  }
+
+  /** Loads state and history; returns the agent state stored before this session began. */
+  private async restore(): Promise<AgentState | null> {
+    const snapshot = await this.store.getSnapshot(this.ref.tenantId, this.ref.conversationId);
+    if (!snapshot) throw new NotFoundError();
+    this.state = { ...snapshot.state };
+    this.instructions = snapshot.conversation.instructions;
+    await this.sync();
+    for (let id = this.loadingEventId - 1; id >= 0; id -= 1) {
+      const event = this.history[id];
+      const change = event ? readAgentStateChange(event) : null;
+      if (change) return change.agentState;
+    }
+    return null;
+  }
+
+  // ---------------------------------------------------------------- the loop
+
+  private async runLoop(): Promise<void> {
+    await this.loop();
+    if (!this.shutdownRequested) this.finish(this.endReason ?? 'closed');
+  }
+
+  private async loop(): Promise<void> {
+    while (!this.closing) {
+      this.wakePending = false;
+      try {
+        await this.sync();
+        if (this.closing) break;
+        const work = this.nextWork();
+        if (work?.kind === 'control') await this.applyControl(work.event, work.target);
+        else if (work?.kind === 'message') await this.runTurn(work.event);
+        else await this.waitForWake();
+      } catch (error) {
+        if (this.closing || error instanceof ClosingSignal || error instanceof LeaseLostError) {
+          break;
+        }
+        // A store failure: retry on the next wake-up or catch-up poll. An
+        // unsettled turn is simply run again; its final batch is atomic.
+        this.error = error;
+        await this.waitForWake();
+      }
+    }
+  }
+
+  /** What to do next: control actions first (in id order), then the oldest message unless paused. */
+  private nextWork(): Work | null {
+    this.pending = this.pending.filter((e) => !this.handled.has(e.id) && !this.ignored.has(e.id));
+    for (const event of this.pending) {
+      const target = requestedState(event);
+      if (target === undefined) continue;
+      // A stop stored before this session began was meant for a run that is
+      // over (or never happened): starting again supersedes it.
+      if (target === null || (target === 'stopped' && event.id < this.loadingEventId)) {
+        this.ignored.add(event.id);
+        continue;
+      }
+      return { kind: 'control', event, target };
+    }
+    if (this.currentState === 'paused') return null;
+    const message = this.pending.find((e) => isUserMessage(e));
+    if (message) return { kind: 'message', event: message };
+    for (const event of this.pending) if (!isUserMessage(event)) this.ignored.add(event.id);
+    return null;
+  }
+
+  private async applyControl(event: StoredEvent, target: RequestedState): Promise<void> {
+    const cause = event.id;
+    if (target === 'stopped') {
+      await this.write([agentStateChangeDraft('stopped', { cause })]);
+      this.endReason ??= 'stopped';
+      this.beginClosing();
+    } else if (target === 'paused') {
+      await this.write([agentStateChangeDraft('paused', { cause })]);
+    } else {
+      // Resume (or a no-op request to run): ready again; queued messages follow.
+      await this.write([agentStateChangeDraft('awaiting_user_input', { cause })]);
+    }
+  }
+
+  // ---------------------------------------------------------------- one turn
+
+  private async runTurn(trigger: StoredEvent): Promise<void> {
+    const turn: Turn = { trigger, controller: new AbortController() };
+    this.turn = turn;
+    // A wake-up that came while the loop was reading may carry a pause or stop.
+    if (this.wakePending) void this.checkForInterruption();
+    try {
+      await this.write([agentStateChangeDraft('running', { cause: trigger.id })]);
+      const outcome = await this.driveAgent(turn);
+      const cause = trigger.id;
+      const held = outcome.kind === 'interrupted' ? [] : outcome.held ? [outcome.held] : [];
+      switch (outcome.kind) {
+        case 'completed':
+          await this.write([...held, agentStateChangeDraft('awaiting_user_input', { cause })]);
+          break;
+        case 'max_iterations':
+          await this.write([
+            ...held,
+            agentStateChangeDraft('error', { cause, reason: MAX_ITERATIONS_REASON }),
+          ]);
+          break;
+        case 'failed': {
+          const detail = describeFailure(outcome.error);
+          await this.write([
+            ...held,
+            agentStateChangeDraft('error', {
+              cause,
+              reason: AGENT_ERROR_REASON,
+              message: `The agent failed: ${detail}`,
+            }),
+          ]);
+          this.safely(() =>
+            this.broadcaster.publishStatus(this.ref.conversationId, {
+              status_update: true,
+              type: 'error',
+              id: StatusId.AgentError,
+              message: `The agent failed: ${detail}`,
+            }),
+          );
+          break;
+        }
+        case 'interrupted':
+          // Paused, stopped, closed or lease lost: the turn stays unhandled.
+          break;
+      }
+    } finally {
+      turn.controller.abort();
+      if (this.turn === turn) this.turn = null;
+    }
+  }
+
+  /** Runs the agent, appending all but its last event; returns how the turn ended. */
+  private async driveAgent(turn: Turn): Promise<TurnOutcome> {
+    const { trigger, controller } = turn;
+    const signal = controller.signal;
+    const outputs = this.agent.run({
+      conversationId: this.ref.conversationId,
+      history: this.historyFor(trigger),
+      state: { ...this.state },
+      instructions: this.instructions,
+      trigger,
+      signal,
+    });
+    const iterator = outputs[Symbol.asyncIterator]();
+    let held: EventDraft | null = null;
+    let yielded = 0;
+    let done = false;
+    try {
+      for (;;) {
+        let step: IteratorResult<AgentOutput> | typeof ABORTED;
+        try {
+          step = await untilAborted(iterator.next(), signal);
+        } catch (error) {
+          if (signal.aborted) return { kind: 'interrupted' };
+          done = true; // a generator that threw is finished
+          return { kind: 'failed', held, error };
+        }
+        if (step === ABORTED) return { kind: 'interrupted' };
+        if (step.done) {
+          done = true;
+          return { kind: 'completed', held };
+        }
+        const output = step.value;
+        if (output.type === 'delta') {
+          this.safely(() =>
+            this.broadcaster.publishStream(this.ref.conversationId, {
+              stream: true,
+              cause: trigger.id,
+              delta: output.delta,
+            }),
+          );
+          continue;
+        }
+        yielded += 1;
+        if (yielded > this.maxIterations) return { kind: 'max_iterations', held };
+        if (held) await this.write([held]);
+        if (signal.aborted) return { kind: 'interrupted' };
+        held = {
+          source: 'agent',
+          body: output.body,
+          cause: trigger.id,
+          metricsDelta: { ...output.metricsDelta, iterations: 1 },
+          ...(output.stateDelta ? { stateDelta: output.stateDelta } : {}),
+        };
+      }
+    } finally {
+      if (!done) {
+        controller.abort();
+        // Do not wait: an agent that ignores its signal must not hold the session.
+        iterator.return?.().then(undefined, () => undefined);
+      }
+    }
+  }
+
+  /**
+   * The history a turn sees, in id order: everything up to and including the
+   * trigger, plus what earlier turns stored after it (when messages queue, the
+   * answer to the previous one comes after the trigger's id), but no later user
+   * event nor anything caused by one.
+   */
+  private historyFor(trigger: StoredEvent): StoredEvent[] {
+    const seen = this.history.slice(0, trigger.id + 1);
+    for (const event of this.history.slice(trigger.id + 1)) {
+      if (event.source !== 'user' && (event.cause ?? -1) < trigger.id) seen.push(event);
+    }
+    return seen;
+  }
+
+  /** Mid-turn: a pause or stop that arrived ends the turn at once. */
+  private async checkForInterruption(): Promise<void> {
+    try {
+      await this.sync();
+    } catch {
+      return; // the loop's next read retries
+    }
+    const turn = this.turn;
+    if (!turn) return;
+    const interrupting = this.pending.some((event) => {
+      if (this.handled.has(event.id) || this.ignored.has(event.id)) return false;
+      const target = requestedState(event);
+      if (target === 'paused') return true;
+      return target === 'stopped' && event.id > this.loadingEventId;
+    });
+    if (interrupting) turn.controller.abort();
+  }
+
+  // ---------------------------------------------------------------- store i/o
+
+  /** Appends with the lease epoch, then updates memory and publishes. */
+  private async write(drafts: EventDraft[], final = false): Promise<StoredEvent[]> {
+    if (!this.writable || (this.closing && !final)) throw new ClosingSignal();
+    let events: StoredEvent[];
+    try {
+      const appended = await this.store.append(this.ref.tenantId, this.ref.conversationId, drafts, {
+        leaseEpoch: this.leaseEpoch,
+      });
+      events = appended.map((a) => a.event).sort((a, b) => a.id - b.id);
+    } catch (error) {
+      if (error instanceof LeaseLostError) this.loseLease();
+      throw error;
+    }
+    this.activityAt = this.clock.now();
+    for (const draft of drafts) {
+      if (draft.stateDelta) this.state = applyDelta(this.state, draft.stateDelta);
+    }
+    for (const event of events) {
+      const change = readAgentStateChange(event);
+      if (change) this.currentState = change.agentState;
+      this.noteSettled(event);
+    }
+    this.safely(() => this.broadcaster.publishEvents(this.ref.conversationId, events));
+    return events;
+  }
+
+  /** Reads every event after the last one read (single flight; re-runs if asked meanwhile). */
+  private sync(): Promise<void> {
+    if (this.syncRun) {
+      this.syncAgain = true;
+      return this.syncRun;
+    }
+    this.syncRun = (async () => {
+      try {
+        do {
+          this.syncAgain = false;
+          await this.readNewEvents();
+        } while (this.syncAgain && !this.finished);
+      } finally {
+        this.syncRun = null;
+      }
+    })();
+    return this.syncRun;
+  }
+
+  private async readNewEvents(): Promise<void> {
+    for (;;) {
+      const page = await this.store.readEvents(this.ref.tenantId, this.ref.conversationId, {
+        fromId: this.history.length,
+        limit: this.pageSize,
+      });
+      for (const event of page) {
+        if (event.id !== this.history.length) return; // ids are gap-free; never skip one
+        this.history.push(event);
+        this.noteSettled(event);
+        if (event.source === 'user') {
+          this.pending.push(event);
+          this.activityAt = this.clock.now();
+        }
+      }
+      if (page.length < this.pageSize) return;
+    }
+  }
+
+  private noteSettled(event: StoredEvent): void {
+    const change = readAgentStateChange(event);
+    if (change && event.cause !== undefined && isSettledState(change.agentState)) {
+      this.handled.add(event.cause);
+    }
+  }
+
+  // ---------------------------------------------------------------- lifecycle
+
+  private waitForWake(): Promise<void> {
+    if (this.wakePending || this.closing) return Promise.resolve();
+    return new Promise((resolve) => {
+      this.wakeWaiter = resolve;
+    });
+  }
+
+  private releaseWaiter(): void {
+    const waiter = this.wakeWaiter;
+    this.wakeWaiter = null;
+    waiter?.();
+  }
+
+  private beginClosing(): void {
+    this.closing = true;
+    this.poll?.cancel();
+    this.turn?.controller.abort();
+    this.releaseWaiter();
+  }
+
+  private loseLease(): void {
+    this.writable = false;
+    this.endReason = 'lease_lost';
+    this.beginClosing();
+  }
+
+  /** Waits until the start and the loop have returned: no write is in flight after this. */
+  private async quiesce(): Promise<void> {
+    await this.startPromise?.catch(() => undefined);
+    await this.loopPromise;
+  }
+
+  private finish(reason: SessionEndReason): void {
+    if (this.finished) return;
+    this.finished = true;
+    this.writable = false;
+    this.beginClosing();
+    this.resolveClosed(reason);
+  }
+
+  /** Fan-out is best effort: a failing broadcaster must not break the loop. */
+  private safely(publish: () => void): void {
+    try {
+      publish();
+    } catch {
+      // Clients fill gaps from the store on reconnect.
+    }
+  }
+}
+
+/** The state a `change_agent_state` user event asks for; null if malformed, undefined if not one. */
+function requestedState(event: StoredEvent): RequestedState | null | undefined {
+  if (!isAction(event) || event.action !== 'change_agent_state') return undefined;
+  const target = event.args['agent_state'];
+  return target === 'stopped' || target === 'paused' || target === 'running' ? target : null;
+}
+
+function isUserMessage(event: StoredEvent): boolean {
+  return isAction(event) && event.action === 'message';
+}
+
+/** A short, single-line reason for a failed turn: no stack, bounded length. */
+function describeFailure(error: unknown): string {
+  const text = error instanceof Error ? error.message : String(error);
+  const line = (text.split('\n')[0] ?? '').trim() || 'unknown error';
+  return line.length > MAX_REASON_CHARS ? `${line.slice(0, MAX_REASON_CHARS - 1)}…` : line;
+}
+
+/** Resolves with the promise's value, or `ABORTED` as soon as the signal aborts. */
+function untilAborted<T>(promise: Promise<T>, signal: AbortSignal): Promise<T | typeof ABORTED> {
+  if (signal.aborted) {
+    promise.then(undefined, () => undefined);
+    return Promise.resolve(ABORTED);
+  }
+  return new Promise<T | typeof ABORTED>((resolve, reject) => {
+    const onAbort = (): void => resolve(ABORTED);
+    signal.addEventListener('abort', onAbort, { once: true });
+    promise.then(
+      (value) => {
+        signal.removeEventListener('abort', onAbort);
+        resolve(value);
+      },
+      (error: unknown) => {
+        signal.removeEventListener('abort', onAbort);
+        reject(error instanceof Error ? error : new Error(String(error)));
+      },
+    );
+  });
+}

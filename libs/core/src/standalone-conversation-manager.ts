@@ -1,0 +1,435 @@
+/**
+ * StandaloneConversationManager: runs every conversation's AgentSession in
+ * this process (the standalone app). The clustered manager in `libs/cluster`
+ * has the same contract and leases conversations to workers instead.
+ *
+ * One live entry per conversation (starting or running). The per-user limit
+ * is decided under a per-user mutex that only reserves slots and marks the
+ * conversations to evict; every slow step (stopping the evicted, starting the
+ * new session) happens after the mutex is released, so that no request waits
+ * behind another user's start and the idle cleanup never blocks anyone.
+ */
+import { Mutex } from 'async-mutex';
+import { StatusId } from '@cs/protocol';
+import type { ConversationStatus, EventBody, StatusUpdate, UserAction } from '@cs/protocol';
+import type { AgentFactory } from './agent.js';
+import { AgentSession, SessionClosedError, type SessionEndReason } from './agent-session.js';
+import type { ConversationRef } from './conversation.js';
+import type { Attachment, ConversationManager } from './conversation-manager.js';
+import { ConcurrencyLimitError, NotFoundError, UnavailableError } from './errors.js';
+import type { ConversationBroadcaster } from './ports/broadcaster.port.js';
+import { systemClock, type Clock } from './ports/clock.port.js';
+import type { AppendedEvent, ConversationStore } from './ports/conversation-store.port.js';
+
+export type ConcurrencyPolicy = 'evict_oldest' | 'reject';
+
+export interface StandaloneConversationManagerOptions {
+  /** Running (or starting) conversations per user (per tenant). */
+  maxConcurrentConversations: number;
+  concurrencyPolicy: ConcurrencyPolicy;
+  /** A conversation with no client attached and its agent idle for longer is closed. */
+  idleTimeoutMs: number;
+  /** Passed to each AgentSession. */
+  maxIterations: number;
+  /** This process's lease owner name (`conversations.lease_owner`, `runtime.worker_id`). */
+  ownerId: string;
+  /** How often idle conversations are looked for. */
+  cleanupIntervalMs: number;
+  /** Passed to each AgentSession (default 1000 ms). */
+  catchUpIntervalMs?: number;
+}
+
+export interface StandaloneConversationManagerDeps {
+  store: ConversationStore;
+  broadcaster: ConversationBroadcaster;
+  agents: AgentFactory;
+  clock?: Clock;
+  options: StandaloneConversationManagerOptions;
+  /** Where failures that no caller awaits are reported (a status write, a close). */
+  reportError?: (message: string, error: unknown) => void;
+}
+
+/** The `extras.reason` and status id of a conversation evicted by `evict_oldest`. */
+export const TOO_MANY_CONVERSATIONS = StatusId.TooManyConversations;
+
+interface LiveConversation {
+  ref: ConversationRef;
+  userKey: string;
+  /** Start order, to break ties between equal activity times. */
+  seq: number;
+  startedAt: number;
+  phase: 'starting' | 'running';
+  /** Being stopped or closed: holds no slot, takes no work. */
+  stopping: boolean;
+  session: AgentSession | null;
+  /** Settles when the start settles (rejects when it failed). */
+  ready: Promise<void>;
+  settleReady: { resolve: () => void; reject: (error: unknown) => void };
+  /** Resolves once the entry is gone and its final status persisted. */
+  done: Promise<void>;
+  resolveDone: () => void;
+}
+
+export class StandaloneConversationManager implements ConversationManager {
+  private readonly store: ConversationStore;
+  private readonly broadcaster: ConversationBroadcaster;
+  private readonly agents: AgentFactory;
+  private readonly clock: Clock;
+  private readonly options: StandaloneConversationManagerOptions;
+  private readonly reportError: (message: string, error: unknown) => void;
+
+  private readonly live = new Map<string, LiveConversation>();
+  private readonly userLocks = new Map<string, Mutex>();
+  private readonly attachments = new Map<string, Attachment>();
+  private readonly connections = new Map<string, number>();
+  private readonly statusWrites = new Map<string, Promise<void>>();
+  private readonly cleanupTimer: { cancel(): void };
+  private seq = 0;
+  private shuttingDown = false;
+
+  constructor(deps: StandaloneConversationManagerDeps) {
+    this.store = deps.store;
+    this.broadcaster = deps.broadcaster;
+    this.agents = deps.agents;
+    this.clock = deps.clock ?? systemClock;
+    this.options = deps.options;
+    this.reportError = deps.reportError ?? (() => undefined);
+    this.cleanupTimer = this.clock.setInterval(
+      () => this.closeIdleConversations(),
+      this.options.cleanupIntervalMs,
+    );
+  }
+
+  // ---------------------------------------------------------------- connections
+
+  attach(attachment: Attachment): Promise<void> {
+    this.forgetConnection(attachment.connectionId);
+    this.attachments.set(attachment.connectionId, { ...attachment });
+    const id = attachment.conversationId;
+    this.connections.set(id, (this.connections.get(id) ?? 0) + 1);
+    return Promise.resolve();
+  }
+
+  detach(connectionId: string): Promise<void> {
+    this.forgetConnection(connectionId);
+    return Promise.resolve();
+  }
+
+  connectionCount(conversationId: string): Promise<number> {
+    return Promise.resolve(this.connections.get(conversationId) ?? 0);
+  }
+
+  // ---------------------------------------------------------------- running
+
+  async ensureRunning(ref: ConversationRef): Promise<ConversationStatus> {
+    this.assertOpen();
+    for (;;) {
+      const current = this.live.get(ref.conversationId);
+      if (current?.stopping) {
+        await current.done;
+        continue;
+      }
+      const entry = current ?? (await this.claim(ref));
+      if (!entry) continue;
+      try {
+        await entry.ready;
+      } catch (error) {
+        if (error instanceof SessionClosedError) return this.status(ref);
+        throw error;
+      }
+      return this.live.get(ref.conversationId) === entry && !entry.stopping
+        ? entry.phase === 'running'
+          ? 'RUNNING'
+          : 'STARTING'
+        : this.status(ref);
+    }
+  }
+
+  async sendUserAction(
+    ref: ConversationRef,
+    action: UserAction,
+    idempotencyKey?: string,
+  ): Promise<AppendedEvent> {
+    this.assertOpen();
+    const body: EventBody =
+      action.action === 'message'
+        ? { action: 'message', args: action.args, message: action.args.content }
+        : { action: 'change_agent_state', args: action.args, message: '' };
+    const clientEventId = idempotencyKey ?? action.client_event_id;
+    const [appended] = await this.store.append(ref.tenantId, ref.conversationId, [
+      { source: 'user', body, ...(clientEventId === undefined ? {} : { clientEventId }) },
+    ]);
+    if (!appended) throw new Error('the store appended nothing');
+    if (!appended.duplicate) {
+      this.broadcaster.publishEvents(ref.conversationId, [appended.event]);
+    }
+    const entry = this.live.get(ref.conversationId);
+    if (entry && !entry.stopping) {
+      // A starting session reads the event when its loop begins.
+      if (!appended.duplicate) entry.session?.wake();
+    } else if (action.action === 'message' && (!appended.duplicate || !entry)) {
+      // A repeat starts the agent only if the first attempt's start did not.
+      await this.ensureRunning(ref);
+    }
+    return appended;
+  }
+
+  async stop(ref: ConversationRef): Promise<ConversationStatus> {
+    const entry = this.live.get(ref.conversationId);
+    if (entry) await this.stopEntry(entry);
+    return this.status(ref);
+  }
+
+  async status(ref: ConversationRef): Promise<ConversationStatus> {
+    const entry = this.live.get(ref.conversationId);
+    if (entry) return entry.phase === 'running' ? 'RUNNING' : 'STARTING';
+    const record = await this.store.getConversation(ref.tenantId, ref.conversationId);
+    if (!record) throw new NotFoundError();
+    return record.status === 'ERROR' ? 'ERROR' : 'STOPPED';
+  }
+
+  listRunning(tenantId: string, userId: string): Promise<string[]> {
+    const key = userKeyOf({ tenantId, userId });
+    return Promise.resolve(
+      [...this.live.values()]
+        .filter((entry) => entry.userKey === key && !entry.stopping)
+        .map((entry) => entry.ref.conversationId),
+    );
+  }
+
+  runtime(conversationId: string): Promise<{ workerId: string; leaseEpoch: number } | null> {
+    const entry = this.live.get(conversationId);
+    const session = entry?.phase === 'running' ? entry.session : null;
+    return Promise.resolve(
+      session ? { workerId: this.options.ownerId, leaseEpoch: session.leaseEpoch } : null,
+    );
+  }
+
+  /** Closes every session without storing `stopped`; each ends STOPPED. Unfinished turns run again at the next start. */
+  async shutdown(): Promise<void> {
+    this.shuttingDown = true;
+    this.cleanupTimer.cancel();
+    await Promise.all([...this.live.values()].map((entry) => this.closeEntry(entry)));
+    await Promise.all([...this.statusWrites.values()]);
+  }
+
+  // ---------------------------------------------------------------- internals
+
+  /**
+   * Reserves a slot for `ref` under its user's mutex (evicting or refusing at
+   * the limit) and starts the new entry after the mutex is released. Returns
+   * null when the conversation is being stopped: the caller waits and retries.
+   */
+  private async claim(ref: ConversationRef): Promise<LiveConversation | null> {
+    const userKey = userKeyOf(ref);
+    const evicted: LiveConversation[] = [];
+    const claimed = await this.userLock(userKey).runExclusive(() => {
+      this.assertOpen();
+      const existing = this.live.get(ref.conversationId);
+      if (existing) return { entry: existing.stopping ? null : existing, created: false };
+      const limit = this.options.maxConcurrentConversations;
+      const mine = [...this.live.values()].filter((e) => e.userKey === userKey && !e.stopping);
+      if (mine.length >= limit) {
+        if (this.options.concurrencyPolicy === 'reject') throw new ConcurrencyLimitError(limit);
+        mine.sort((a, b) => this.activityOf(a) - this.activityOf(b) || a.seq - b.seq);
+        for (const victim of mine.slice(0, mine.length - limit + 1)) {
+          victim.stopping = true;
+          evicted.push(victim);
+        }
+      }
+      const entry = this.newEntry(ref, userKey);
+      this.live.set(ref.conversationId, entry);
+      return { entry, created: true };
+    });
+    if (claimed.created && claimed.entry) void this.startEntry(claimed.entry, evicted);
+    return claimed.entry;
+  }
+
+  private newEntry(ref: ConversationRef, userKey: string): LiveConversation {
+    let settleReady: LiveConversation['settleReady'] = { resolve: noop, reject: noop };
+    const ready = new Promise<void>((resolve, reject) => {
+      settleReady = { resolve, reject };
+    });
+    ready.catch(noop); // the callers that await it see the rejection
+    let resolveDone: () => void = noop;
+    const done = new Promise<void>((resolve) => {
+      resolveDone = resolve;
+    });
+    return {
+      ref: { tenantId: ref.tenantId, userId: ref.userId, conversationId: ref.conversationId },
+      userKey,
+      seq: this.seq++,
+      startedAt: this.clock.now(),
+      phase: 'starting',
+      stopping: false,
+      session: null,
+      ready,
+      settleReady,
+      done,
+      resolveDone,
+    };
+  }
+
+  /** Stops the evicted, then starts the session: acquire a lease, restore, run. */
+  private async startEntry(entry: LiveConversation, evicted: LiveConversation[]): Promise<void> {
+    const { ref } = entry;
+    try {
+      await Promise.all(evicted.map((victim) => this.evict(victim)));
+      await this.persistStatus(ref, () =>
+        this.live.get(ref.conversationId) === entry ? 'STARTING' : null,
+      );
+      const record = await this.store.getConversation(ref.tenantId, ref.conversationId);
+      if (!record) throw new NotFoundError();
+      const agent = this.agents.create(record.agent);
+      const leaseEpoch = await this.store.acquireLease(
+        ref.tenantId,
+        ref.conversationId,
+        this.options.ownerId,
+      );
+      const session = new AgentSession({
+        store: this.store,
+        broadcaster: this.broadcaster,
+        ref,
+        leaseEpoch,
+        agent,
+        options: {
+          maxIterations: this.options.maxIterations,
+          clock: this.clock,
+          ...(this.options.catchUpIntervalMs === undefined
+            ? {}
+            : { catchUpIntervalMs: this.options.catchUpIntervalMs }),
+        },
+      });
+      entry.session = session;
+      await session.start();
+      entry.phase = 'running';
+      await this.persistStatus(ref, () =>
+        this.live.get(ref.conversationId) === entry && !entry.stopping && !session.isClosed
+          ? 'RUNNING'
+          : null,
+      );
+      void session.closed.then((reason) => this.onSessionClosed(entry, reason));
+      entry.settleReady.resolve();
+    } catch (error) {
+      const closedEarly = error instanceof SessionClosedError;
+      this.remove(entry, closedEarly ? 'STOPPED' : 'ERROR');
+      entry.settleReady.reject(error);
+    }
+  }
+
+  private onSessionClosed(entry: LiveConversation, reason: SessionEndReason): void {
+    // A lost lease means a newer holder runs it: its status is not ours to write.
+    this.remove(entry, reason === 'lease_lost' ? null : 'STOPPED');
+  }
+
+  /** Drops the entry (if still current) and persists its final status, then resolves `done`. */
+  private remove(entry: LiveConversation, finalStatus: ConversationStatus | null): void {
+    entry.stopping = true;
+    const id = entry.ref.conversationId;
+    if (this.live.get(id) === entry) this.live.delete(id);
+    const write = finalStatus
+      ? this.persistStatus(entry.ref, () => (this.live.has(id) ? null : finalStatus))
+      : Promise.resolve();
+    void write.then(entry.resolveDone);
+  }
+
+  private async evict(victim: LiveConversation): Promise<void> {
+    const notice: StatusUpdate = {
+      status_update: true,
+      type: 'error',
+      id: TOO_MANY_CONVERSATIONS,
+      message:
+        'This conversation was stopped because too many conversations were running; send a message to resume it.',
+    };
+    await this.stopEntry(victim, TOO_MANY_CONVERSATIONS, notice);
+  }
+
+  /** Waits for the start to settle, stores `stopped` (with a reason) and waits until gone. */
+  private async stopEntry(
+    entry: LiveConversation,
+    reason?: string,
+    notice?: StatusUpdate,
+  ): Promise<void> {
+    entry.stopping = true;
+    await entry.ready.catch(() => undefined);
+    if (entry.session && !entry.session.isClosed) await entry.session.stop(reason, notice);
+    else if (notice) this.broadcaster.publishStatus(entry.ref.conversationId, notice);
+    await entry.done;
+  }
+
+  /** Closes without storing anything (idle close, shutdown). */
+  private async closeEntry(entry: LiveConversation): Promise<void> {
+    entry.stopping = true;
+    await entry.ready.catch(() => undefined);
+    await entry.session?.close();
+    await entry.done;
+  }
+
+  /** Runs on the cleanup interval; starts closes and returns at once. */
+  private closeIdleConversations(): void {
+    const now = this.clock.now();
+    for (const entry of this.live.values()) {
+      const session = entry.session;
+      if (entry.stopping || entry.phase !== 'running' || !session) continue;
+      if ((this.connections.get(entry.ref.conversationId) ?? 0) > 0) continue;
+      if (session.isMidTurn || now - session.lastActivity <= this.options.idleTimeoutMs) continue;
+      this.closeEntry(entry).catch((error: unknown) =>
+        this.reportError('idle close failed', error),
+      );
+    }
+  }
+
+  /** Status writes of one conversation run in order; `decide` picks the status when its turn comes. */
+  private persistStatus(
+    ref: ConversationRef,
+    decide: () => ConversationStatus | null,
+  ): Promise<void> {
+    const id = ref.conversationId;
+    const previous = this.statusWrites.get(id) ?? Promise.resolve();
+    const next = previous.then(async () => {
+      const status = decide();
+      if (status) await this.store.setStatus(ref.tenantId, id, status);
+    });
+    const settled = next.catch((error: unknown) =>
+      this.reportError(`could not record the status of ${id}`, error),
+    );
+    this.statusWrites.set(id, settled);
+    void settled.then(() => {
+      if (this.statusWrites.get(id) === settled) this.statusWrites.delete(id);
+    });
+    return settled;
+  }
+
+  private activityOf(entry: LiveConversation): number {
+    return entry.session?.lastActivity ?? entry.startedAt;
+  }
+
+  private userLock(key: string): Mutex {
+    let mutex = this.userLocks.get(key);
+    if (!mutex) {
+      mutex = new Mutex();
+      this.userLocks.set(key, mutex);
+    }
+    return mutex;
+  }
+
+  private forgetConnection(connectionId: string): void {
+    const previous = this.attachments.get(connectionId);
+    if (!previous) return;
+    this.attachments.delete(connectionId);
+    const id = previous.conversationId;
+    const count = (this.connections.get(id) ?? 1) - 1;
+    if (count > 0) this.connections.set(id, count);
+    else this.connections.delete(id);
+  }
+
+  private assertOpen(): void {
+    if (this.shuttingDown) throw new UnavailableError('the service is shutting down');
+  }
+}
+
+function noop(): void {}
+
+function userKeyOf(ref: { tenantId: string; userId: string }): string {
+  return JSON.stringify([ref.tenantId, ref.userId]);
+}
