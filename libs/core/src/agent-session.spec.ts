@@ -5,7 +5,7 @@ import type { AgentState, EventBody, StatusUpdate } from '@cs/protocol';
 import type { Agent } from './agent.js';
 import { AgentSession, SessionClosedError } from './agent-session.js';
 import type { ConversationRef } from './conversation.js';
-import { readAgentStateChange } from './session/agent-state-change.js';
+import { agentStateChangeDraft, readAgentStateChange } from './session/agent-state-change.js';
 import {
   GatedAgent,
   InMemoryConversationStore,
@@ -349,6 +349,10 @@ describe(AgentSession.name, () => {
       await f.userRequests('paused', first);
       await vi.waitFor(() => expect(first.agentState).toBe('paused'));
       await first.close();
+      // A holder that died while starting left only a `loading` behind.
+      await f.store.append(f.ref.tenantId, f.ref.conversationId, [
+        agentStateChangeDraft('loading'),
+      ]);
 
       const queued = await f.userSays('queued');
       const second = await f.newSession(echoTestAgent());
@@ -536,8 +540,15 @@ describe(AgentSession.name, () => {
       const session = await f.newSession(echoTestAgent());
       await session.start();
       let failed = false;
+      // Fail the write that settles the turn: the answer must not survive without it.
       f.store.beforeAppend = (_id, drafts) => {
-        if (!failed && drafts.some((d) => d.source === 'agent')) {
+        const settles = drafts.some(
+          (d) =>
+            d.cause !== undefined &&
+            'extras' in d.body &&
+            d.body.extras['agent_state'] === 'awaiting_user_input',
+        );
+        if (!failed && settles) {
           failed = true;
           throw new Error('connection reset');
         }

@@ -285,10 +285,11 @@ export class AgentSession {
     this.state = { ...snapshot.state };
     this.instructions = snapshot.conversation.instructions;
     await this.sync();
+    // `loading` says nothing: a holder that died while starting leaves one behind.
     for (let id = this.loadingEventId - 1; id >= 0; id -= 1) {
       const event = this.history[id];
       const change = event ? readAgentStateChange(event) : null;
-      if (change) return change.agentState;
+      if (change && change.agentState !== 'loading') return change.agentState;
     }
     return null;
   }
