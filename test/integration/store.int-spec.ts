@@ -643,14 +643,46 @@ describe.each(backends)('PostgresConversationStore on $name', (backend) => {
       const running = await created();
       const starting = await created();
       const failed = await created();
-      await store.setStatus(running.tenantId, running.id, 'RUNNING');
-      await store.setStatus(starting.tenantId, starting.id, 'STARTING');
-      await store.setStatus(failed.tenantId, failed.id, 'ERROR');
+      expect(await store.setStatus(running.tenantId, running.id, 'RUNNING')).toBe(true);
+      expect(await store.setStatus(starting.tenantId, starting.id, 'STARTING')).toBe(true);
+      expect(await store.setStatus(failed.tenantId, failed.id, 'ERROR')).toBe(true);
       expect((await store.getConversation(running.tenantId, running.id))?.status).toBe('RUNNING');
       expect(await store.resetRunningStatuses()).toBeGreaterThanOrEqual(2);
       expect((await store.getConversation(running.tenantId, running.id))?.status).toBe('STOPPED');
       expect((await store.getConversation(starting.tenantId, starting.id))?.status).toBe('STOPPED');
       expect((await store.getConversation(failed.tenantId, failed.id))?.status).toBe('ERROR');
+    });
+
+    it('sets a status only from an expected one', async () => {
+      const { tenantId, id } = await created();
+      expect(await store.setStatus(tenantId, id, 'RUNNING', ['STARTING'])).toBe(false);
+      expect((await store.getConversation(tenantId, id))?.status).toBe('STOPPED');
+      expect(await store.setStatus(tenantId, id, 'STARTING', ['STOPPED', 'ERROR'])).toBe(true);
+      expect(await store.setStatus(tenantId, id, 'RUNNING', ['STARTING'])).toBe(true);
+      expect((await store.getConversation(tenantId, id))?.status).toBe('RUNNING');
+      expect(await store.setStatus(tenantId, randomUUID(), 'RUNNING')).toBe(false);
+    });
+
+    it('releases a lease only for its holder at its epoch', async () => {
+      const { tenantId, id } = await created();
+      const epoch = await store.acquireLease(tenantId, id, 'w1');
+      await store.releaseLease(tenantId, id, 'w2', epoch);
+      await store.releaseLease(tenantId, id, 'w1', epoch - 1);
+      expect((await store.getConversation(tenantId, id))?.leaseOwner).toBe('w1');
+      await store.releaseLease(tenantId, id, 'w1', epoch);
+      expect(await store.getConversation(tenantId, id)).toMatchObject({
+        leaseOwner: null,
+        leaseEpoch: epoch,
+      });
+    });
+
+    it('finds an event by its client_event_id', async () => {
+      const { tenantId, id } = await created();
+      const [appended] = await store
+        .append(tenantId, id, [message('a'), message('b', { clientEventId: 'key-b' })])
+        .then((events) => events.slice(1));
+      expect(await store.findEventByClientEventId(tenantId, id, 'key-b')).toEqual(appended!.event);
+      expect(await store.findEventByClientEventId(tenantId, id, 'key-c')).toBeNull();
     });
 
     it('bumps the lease epoch and records the owner', async () => {
@@ -667,8 +699,12 @@ describe.each(backends)('PostgresConversationStore on $name', (backend) => {
   describe('tenant isolation', () => {
     it('hides a conversation from another tenant on every read and write', async () => {
       const conversation = await created();
+      await store.acquireLease(conversation.tenantId, conversation.id, 'owner');
       await store.append(conversation.tenantId, conversation.id, [
-        message('secret', { stateDelta: { k: 'v', 'user:k': 'v', 'app:k': 'v' } }),
+        message('secret', {
+          clientEventId: 'key',
+          stateDelta: { k: 'v', 'user:k': 'v', 'app:k': 'v' },
+        }),
       ]);
       const before = await store.getSnapshot(conversation.tenantId, conversation.id);
       const intruder = uniqueName('tenant');
@@ -682,8 +718,10 @@ describe.each(backends)('PostgresConversationStore on $name', (backend) => {
         (await store.listConversations(intruder, { userId: 'alice', limit: 10 })).items,
       ).toEqual([]);
       expect(await store.updateConversation(intruder, id, { title: 'pwned' })).toBeNull();
-      await store.setStatus(intruder, id, 'RUNNING');
+      expect(await store.setStatus(intruder, id, 'RUNNING')).toBe(false);
+      expect(await store.findEventByClientEventId(intruder, id, 'key')).toBeNull();
       await expect(store.acquireLease(intruder, id, 'evil')).rejects.toBeInstanceOf(NotFoundError);
+      await store.releaseLease(intruder, id, 'owner', 1);
       await expect(
         store.append(intruder, id, [message('x', { stateDelta: { 'user:k': 'evil' } })]),
       ).rejects.toBeInstanceOf(NotFoundError);

@@ -131,17 +131,20 @@ export class PostgresConversationStore implements ConversationStore {
     return this.conversations.delete(tenantId, conversationId);
   }
 
-  /** A conversation that does not exist (deleted meanwhile, say) is left alone. */
+  /** False when nothing changed: not found, or not in an `expected` status. */
   async setStatus(
     tenantId: string,
     conversationId: string,
     status: ConversationStatus,
-  ): Promise<void> {
-    if (!CONVERSATION_STATUSES.includes(status)) {
-      throw new BadRequestError(`invalid status ${String(status)}`, 'status');
+    expected?: readonly ConversationStatus[],
+  ): Promise<boolean> {
+    for (const value of [status, ...(expected ?? [])]) {
+      if (!CONVERSATION_STATUSES.includes(value)) {
+        throw new BadRequestError(`invalid status ${String(value)}`, 'status');
+      }
     }
-    if (!isUuid(conversationId)) return;
-    await this.conversations.setStatus(tenantId, conversationId, status);
+    if (!isUuid(conversationId)) return false;
+    return this.conversations.setStatus(tenantId, conversationId, status, expected ?? null);
   }
 
   resetRunningStatuses(): Promise<number> {
@@ -154,6 +157,27 @@ export class PostgresConversationStore implements ConversationStore {
       : null;
     if (epoch === null) throw new NotFoundError();
     return epoch;
+  }
+
+  /** A lease taken over since (another owner or epoch) is left alone. */
+  async releaseLease(
+    tenantId: string,
+    conversationId: string,
+    owner: string,
+    epoch: number,
+  ): Promise<void> {
+    if (!isUuid(conversationId)) return;
+    await this.conversations.releaseLease(tenantId, conversationId, owner, epoch);
+  }
+
+  async findEventByClientEventId(
+    tenantId: string,
+    conversationId: string,
+    clientEventId: string,
+  ): Promise<StoredEvent | null> {
+    if (!isUuid(conversationId)) return null;
+    const found = await this.events.findByClientEventIds(tenantId, conversationId, [clientEventId]);
+    return found.get(clientEventId)?.event ?? null;
   }
 
   /**

@@ -6,7 +6,13 @@
  */
 import { PGlite } from '@electric-sql/pglite';
 import type { Results, Transaction } from '@electric-sql/pglite';
-import type { SqlDatabase, SqlResult, SqlSession, SqlTransaction } from './sql-database.js';
+import type {
+  QueryOptions,
+  SqlDatabase,
+  SqlResult,
+  SqlSession,
+  SqlTransaction,
+} from './sql-database.js';
 import { INT8_OID, parseInt8 } from './sql-database.js';
 
 export interface PgliteOptions {
@@ -44,7 +50,11 @@ class PgliteDatabase implements SqlDatabase {
     private readonly onClose: (() => Promise<void>) | undefined,
   ) {}
 
-  async query<T>(sql: string, params?: readonly unknown[]): Promise<SqlResult<T>> {
+  async query<T>(
+    sql: string,
+    params?: readonly unknown[],
+    _options?: QueryOptions,
+  ): Promise<SqlResult<T>> {
     return toResult(await this.db.query<T>(sql, params as unknown[] | undefined));
   }
 

@@ -1,7 +1,14 @@
 /** `SqlDatabase` on a `pg.Pool`: the cluster's Postgres, or any server given by `DATABASE_URL`. */
+import { createHash } from 'node:crypto';
 import pg from 'pg';
 import type { CustomTypesConfig, PoolClient } from 'pg';
-import type { SqlDatabase, SqlResult, SqlSession, SqlTransaction } from './sql-database.js';
+import type {
+  QueryOptions,
+  SqlDatabase,
+  SqlResult,
+  SqlSession,
+  SqlTransaction,
+} from './sql-database.js';
 import { INT8_OID, parseInt8 } from './sql-database.js';
 
 export interface PostgresOptions {
@@ -9,6 +16,12 @@ export interface PostgresOptions {
   poolSize?: number;
   /** Errors of idle pooled connections (a server restart, say); ignored when absent. */
   onIdleError?: (error: Error) => void;
+  /**
+   * Named prepared statements for the hot path (default true). Turn off
+   * behind a pooler that cannot keep them (PgBouncer before 1.21 in
+   * transaction mode).
+   */
+  preparedStatements?: boolean;
 }
 
 // Per-pool parsers rather than pg.types.setTypeParser: other code in the
@@ -28,27 +41,55 @@ export function openPostgres(url: string, options: PostgresOptions = {}): SqlDat
   // Without a listener an idle connection's error would crash the process;
   // the next query reconnects.
   pool.on('error', (error) => options.onIdleError?.(error));
-  return new PostgresDatabase(pool);
+  return new PostgresDatabase(pool, options.preparedStatements ?? true);
 }
 
-async function run<T>(target: pg.Pool | PoolClient, sql: string, params?: readonly unknown[]) {
-  const result = await target.query(sql, params as unknown[] | undefined);
-  return { rows: result.rows as T[], rowCount: result.rowCount ?? 0 } satisfies SqlResult<T>;
+// pg keeps a named statement prepared per connection; the name must stand for
+// one text only, so it is derived from the text.
+const statementNames = new Map<string, string>();
+function statementName(sql: string): string {
+  let name = statementNames.get(sql);
+  if (name === undefined) {
+    name = `cs_${createHash('sha256').update(sql).digest('hex').slice(0, 24)}`;
+    statementNames.set(sql, name);
+  }
+  return name;
+}
+
+type Runner = <T>(
+  sql: string,
+  params?: readonly unknown[],
+  options?: QueryOptions,
+) => Promise<SqlResult<T>>;
+
+function runner(target: pg.Pool | PoolClient, prepare: boolean): Runner {
+  return async <T>(sql: string, params?: readonly unknown[], options?: QueryOptions) => {
+    const values = params as unknown[] | undefined;
+    const result = await target.query(
+      prepare && options?.prepare
+        ? { name: statementName(sql), text: sql, ...(values ? { values } : {}) }
+        : { text: sql, ...(values ? { values } : {}) },
+    );
+    return { rows: result.rows as T[], rowCount: result.rowCount ?? 0 };
+  };
 }
 
 class PostgresDatabase implements SqlDatabase {
   readonly backend = 'postgres' as const;
 
-  constructor(private readonly pool: pg.Pool) {}
+  readonly query: Runner;
 
-  query<T>(sql: string, params?: readonly unknown[]): Promise<SqlResult<T>> {
-    return run<T>(this.pool, sql, params);
+  constructor(
+    private readonly pool: pg.Pool,
+    private readonly prepare: boolean,
+  ) {
+    this.query = runner(pool, prepare);
   }
 
   async transaction<T>(fn: (tx: SqlTransaction) => Promise<T>): Promise<T> {
     const client = await this.pool.connect();
     try {
-      const result = await inTransaction(client, fn);
+      const result = await inTransaction(client, this.prepare, fn);
       client.release();
       return result;
     } catch (error) {
@@ -65,7 +106,7 @@ class PostgresDatabase implements SqlDatabase {
     try {
       await client.query('SELECT pg_advisory_lock(hashtext($1))', [name]);
       try {
-        return await fn(new ClientSession(client));
+        return await fn(new ClientSession(client, this.prepare));
       } finally {
         await client.query('SELECT pg_advisory_unlock(hashtext($1))', [name]);
       }
@@ -84,15 +125,18 @@ class PostgresDatabase implements SqlDatabase {
 }
 
 class ClientSession implements SqlSession {
-  constructor(private readonly client: PoolClient) {}
+  readonly query: Runner;
 
-  query<T>(sql: string, params?: readonly unknown[]): Promise<SqlResult<T>> {
-    return run<T>(this.client, sql, params);
+  constructor(
+    private readonly client: PoolClient,
+    private readonly prepare: boolean,
+  ) {
+    this.query = runner(client, prepare);
   }
 
   async transaction<T>(fn: (tx: SqlTransaction) => Promise<T>): Promise<T> {
     try {
-      return await inTransaction(this.client, fn);
+      return await inTransaction(this.client, this.prepare, fn);
     } catch (error) {
       throw error instanceof RollbackFailedError ? error.original : error;
     }
@@ -107,10 +151,11 @@ class RollbackFailedError extends Error {
 
 async function inTransaction<T>(
   client: PoolClient,
+  prepare: boolean,
   fn: (tx: SqlTransaction) => Promise<T>,
 ): Promise<T> {
   const tx: SqlTransaction = {
-    query: <R>(sql: string, params?: readonly unknown[]) => run<R>(client, sql, params),
+    query: runner(client, prepare),
     async exec(script: string) {
       // Without parameters pg uses the simple protocol, which runs several statements.
       await client.query(script);

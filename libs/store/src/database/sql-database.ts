@@ -10,9 +10,21 @@ export interface SqlResult<T> {
   rowCount: number;
 }
 
+export interface QueryOptions {
+  /**
+   * Keep the statement prepared on the connection (pg): the hot path skips
+   * parsing and planning. Only for statements whose generic plan is as good
+   * as a custom one (lookups by key); PGlite ignores it.
+   */
+  prepare?: boolean;
+}
+
+/** Prepares a statement on pg; the lookups by key of the hot path use it. */
+export const PREPARED: QueryOptions = { prepare: true };
+
 /** Runs one parameterised statement. */
 export interface SqlQueryable {
-  query<T>(sql: string, params?: readonly unknown[]): Promise<SqlResult<T>>;
+  query<T>(sql: string, params?: readonly unknown[], options?: QueryOptions): Promise<SqlResult<T>>;
 }
 
 /** A transaction in progress; `exec` runs a script of several statements without parameters. */

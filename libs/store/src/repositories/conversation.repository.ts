@@ -6,6 +6,7 @@ import type { ConversationRecord, NewConversation } from '@cs/core';
 import { EMPTY_METRICS } from '@cs/core';
 import type { AgentState, ConversationMetrics, ConversationStatus } from '@cs/protocol';
 import type { SqlQueryable } from '../database/sql-database.js';
+import { PREPARED } from '../database/sql-database.js';
 
 interface ConversationRow {
   id: string;
@@ -101,6 +102,7 @@ export class ConversationRepository {
     const { rows } = await this.db.query<ConversationRow>(
       `SELECT ${COLUMNS} FROM conversations WHERE tenant_id = $1 AND id = $2`,
       [tenantId, id],
+      PREPARED,
     );
     return rows[0] ? toRecord(rows[0]) : null;
   }
@@ -128,6 +130,7 @@ export class ConversationRepository {
            ON u.tenant_id = c.tenant_id AND u.app_name = c.app_name AND u.user_id = c.user_id
         WHERE c.tenant_id = $1 AND c.id = $2`,
       [tenantId, id],
+      PREPARED,
     );
     const row = rows[0];
     if (!row) return null;
@@ -191,10 +194,17 @@ export class ConversationRepository {
     return rowCount > 0;
   }
 
-  async setStatus(tenantId: string, id: string, status: ConversationStatus): Promise<boolean> {
+  /** Sets the status, when `expected` is given only from one of those; true when it did. */
+  async setStatus(
+    tenantId: string,
+    id: string,
+    status: ConversationStatus,
+    expected: readonly ConversationStatus[] | null,
+  ): Promise<boolean> {
     const { rowCount } = await this.db.query(
-      'UPDATE conversations SET status = $3 WHERE tenant_id = $1 AND id = $2',
-      [tenantId, id, status],
+      `UPDATE conversations SET status = $3
+        WHERE tenant_id = $1 AND id = $2 AND ($4::text[] IS NULL OR status = ANY($4::text[]))`,
+      [tenantId, id, status, expected],
     );
     return rowCount > 0;
   }
@@ -219,6 +229,16 @@ export class ConversationRepository {
     return rows[0]?.lease_epoch ?? null;
   }
 
+  /** Clears the owner if it still holds the lease at that epoch; true when it did. */
+  async releaseLease(tenantId: string, id: string, owner: string, epoch: number): Promise<boolean> {
+    const { rowCount } = await this.db.query(
+      `UPDATE conversations SET lease_owner = NULL
+        WHERE tenant_id = $1 AND id = $2 AND lease_owner = $3 AND lease_epoch = $4`,
+      [tenantId, id, owner, epoch],
+    );
+    return rowCount > 0;
+  }
+
   /**
    * Locks the row until the transaction ends: appends to one conversation run
    * one after another, so ids are gap-free and the lease check holds.
@@ -235,6 +255,7 @@ export class ConversationRepository {
         WHERE tenant_id = $1 AND id = $2
         FOR UPDATE`,
       [tenantId, id],
+      PREPARED,
     );
     const row = rows[0];
     if (!row) return null;
@@ -278,6 +299,7 @@ export class ConversationRepository {
         append.metrics.completion_tokens,
         append.metrics.cost_usd,
       ],
+      PREPARED,
     );
     const row = rows[0];
     // The caller holds the row lock: the row cannot have gone.

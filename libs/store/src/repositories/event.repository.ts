@@ -1,6 +1,7 @@
 /** SQL of the `events` table: the per-conversation logs. */
 import type { StoredEvent } from '@cs/protocol';
 import type { SqlQueryable } from '../database/sql-database.js';
+import { PREPARED } from '../database/sql-database.js';
 
 interface EventRow {
   id: number;
@@ -43,6 +44,7 @@ export class EventRepository {
          FROM events
         WHERE tenant_id = $1 AND conversation_id = $2 AND client_event_id = ANY($3::text[])`,
       [tenantId, conversationId, clientEventIds],
+      PREPARED,
     );
     const found = new Map<string, StoredEventRow>();
     for (const row of rows) {
@@ -77,6 +79,7 @@ export class EventRepository {
            AS e(id bigint, source text, type text, payload jsonb, cause bigint,
                 client_event_id text)`,
       [conversationId, tenantId, JSON.stringify(events), leaseEpoch, createdAtMicros],
+      PREPARED,
     );
   }
 
@@ -99,6 +102,7 @@ export class EventRepository {
             ORDER BY id DESC
             LIMIT $5`,
           params,
+          PREPARED,
         )
       : await this.db.query<EventRow>(
           `SELECT id, source, payload, cause, client_event_id, created_at
@@ -108,6 +112,7 @@ export class EventRepository {
             ORDER BY id ASC
             LIMIT $5`,
           params,
+          PREPARED,
         );
     return rows.map(toStoredEvent);
   }

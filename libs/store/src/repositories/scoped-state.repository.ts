@@ -4,6 +4,7 @@
  * under the row lock of the upsert; none reads the state and writes it back.
  */
 import type { SqlQueryable } from '../database/sql-database.js';
+import { PREPARED } from '../database/sql-database.js';
 
 export class ScopedStateRepository {
   constructor(private readonly db: SqlQueryable) {}
@@ -22,6 +23,7 @@ export class ScopedStateRepository {
        ON CONFLICT (tenant_id, app_name, user_id) DO UPDATE
          SET state = (s.state || $4::jsonb) - $5::text[], updated_at = clock_timestamp()`,
       [tenantId, appName, userId, set, deleted],
+      PREPARED,
     );
   }
 
@@ -37,6 +39,7 @@ export class ScopedStateRepository {
        ON CONFLICT (tenant_id, app_name) DO UPDATE
          SET state = (s.state || $3::jsonb) - $4::text[], updated_at = clock_timestamp()`,
       [tenantId, appName, set, deleted],
+      PREPARED,
     );
   }
 }
