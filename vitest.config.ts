@@ -13,6 +13,7 @@ const alias = {
   '@cs/agents': lib('agents'),
   '@cs/cluster': lib('cluster'),
   '@cs/gateway': lib('gateway'),
+  '@cs/observability': lib('observability'),
 };
 
 // SWC compiles the sources so that Nest's decorator metadata works in tests.

@@ -52,6 +52,7 @@ if (result.status !== 0) process.exit(result.status ?? 1);
 const assets = [
   ['libs/store/src/migrations', 'dist/libs/store/src/migrations'],
   ['libs/gateway/public', 'dist/libs/gateway/public'],
+  ['libs/cluster/src/lua', 'dist/libs/cluster/src/lua'],
 ];
 for (const [from, to] of assets) {
   if (existsSync(join(root, from))) cpSync(join(root, from), join(root, to), { recursive: true });

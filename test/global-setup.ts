@@ -6,7 +6,10 @@ import { testDatabaseUrl, testRedisUrl } from './support/services.js';
 
 export default async function checkServices(): Promise<void> {
   const problems: string[] = [];
-  const client = new pg.Client({ connectionString: testDatabaseUrl(), connectionTimeoutMillis: 5000 });
+  const client = new pg.Client({
+    connectionString: testDatabaseUrl(),
+    connectionTimeoutMillis: 5000,
+  });
   try {
     await client.connect();
     await client.query('select 1');
@@ -18,7 +21,11 @@ export default async function checkServices(): Promise<void> {
   } finally {
     await client.end().catch(() => undefined);
   }
-  const redis = new Redis(testRedisUrl(), { lazyConnect: true, maxRetriesPerRequest: 1, retryStrategy: () => null });
+  const redis = new Redis(testRedisUrl(), {
+    lazyConnect: true,
+    maxRetriesPerRequest: 1,
+    retryStrategy: () => null,
+  });
   try {
     await redis.connect();
     await redis.ping();

@@ -270,16 +270,19 @@ describe.each(backends)('standalone service on $name', (backend) => {
       await createConversation(app, user),
       await createConversation(app, user),
     ];
-    const clientA = await ConversationClient.connect(app.url, user, { conversation_id: a! });
+    const clientA = await ConversationClient.connect(app.url, user, { conversation_id: a });
     await clientA.waitFor((events) =>
       events.some((e) => 'observation' in e && e.extras.agent_state === 'awaiting_user_input'),
     );
-    const clientB = await ConversationClient.connect(app.url, user, { conversation_id: b! });
+    const clientB = await ConversationClient.connect(app.url, user, { conversation_id: b });
     await clientB.waitFor((events) =>
       events.some((e) => 'observation' in e && e.extras.agent_state === 'awaiting_user_input'),
     );
-    const clientC = await ConversationClient.connect(app.url, user, { conversation_id: c! });
+    const clientC = await ConversationClient.connect(app.url, user, { conversation_id: c });
     try {
+      await clientC.waitFor((events) =>
+        events.some((e) => 'observation' in e && e.extras.agent_state === 'awaiting_user_input'),
+      );
       await clientA.waitFor(
         (events) =>
           events.some((e) => 'status_update' in e && e.id === 'AGENT_ERROR$TOO_MANY_CONVERSATIONS'),
@@ -298,13 +301,19 @@ describe.each(backends)('standalone service on $name', (backend) => {
       const notice = clientA.events.find((e) => 'status_update' in e) as StatusUpdate;
       expect(notice.type).toBe('error');
       expect(clientA.socket.connected).toBe(true);
-      const statuses = await Promise.all(
-        [a, b, c].map(
-          async (id) =>
-            (await api(app.url, 'GET', `/api/conversations/${id}`, { token: user })).body.status,
-        ),
+      const statuses = () =>
+        Promise.all(
+          [a, b, c].map(
+            async (id) =>
+              (await api(app.url, 'GET', `/api/conversations/${id}`, { token: user })).body.status,
+          ),
+        );
+      await until(
+        async () =>
+          JSON.stringify(await statuses()) === JSON.stringify(['STOPPED', 'RUNNING', 'RUNNING']),
+        'statuses',
       );
-      expect(statuses).toEqual(['STOPPED', 'RUNNING', 'RUNNING']);
+      expect(await statuses()).toEqual(['STOPPED', 'RUNNING', 'RUNNING']);
     } finally {
       clientA.close();
       clientB.close();

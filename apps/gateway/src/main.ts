@@ -1,6 +1,136 @@
+// A gateway replica: REST and Socket.IO for clients. It runs no agent: user
+// events go to Postgres, then to the conversation's worker through Redis.
 import 'reflect-metadata';
+import { Logger } from '@nestjs/common';
+import { randomBytes } from 'node:crypto';
+import { hostname } from 'node:os';
+import { AgentRegistry } from '@cs/agents';
+import {
+  ClusterKeys,
+  ClusteredConversationManager,
+  ConnectionRegistry,
+  ConversationInbox,
+  ConversationJobs,
+  EmitterBroadcaster,
+  RedisUserActionRateLimiter,
+  UserConcurrencyLimiter,
+  checkEvictionPolicy,
+  leaseTiming,
+  openRedis,
+} from '@cs/cluster';
 import { loadConfigOrExit } from '@cs/config';
-import { StatusId } from '@cs/protocol';
+import {
+  AGENT_FACTORY,
+  APP_CONFIG,
+  CONVERSATION_MANAGER,
+  CONVERSATION_STORE,
+  ConversationGateway,
+  ConversationRoomHub,
+  GatewayModule,
+  READINESS_CHECKS,
+  ServiceMetrics,
+  USER_ACTION_RATE_LIMITER,
+  createHttpApp,
+  drainOnSignals,
+  type ReadinessCheck,
+} from '@cs/gateway';
+import { InterServerEvent } from '@cs/protocol';
+import { openStore } from '@cs/store';
+import { RedisIoAdapter } from './redis-io.adapter.js';
 
-const config = loadConfigOrExit('gateway');
-console.log(config.role, StatusId.Ready);
+const SHUTDOWN_TIMEOUT_MS = 9_000;
+const GATEWAY_LIVENESS_MS = 15_000;
+
+async function main(): Promise<void> {
+  const logger = new Logger('Gateway');
+  const config = loadConfigOrExit('gateway');
+  const redisUrl = config.redis.url!;
+  const gatewayId = `gateway-${hostname()}-${process.pid}-${randomBytes(3).toString('hex')}`;
+  const keys = new ClusterKeys(config.redis.keyPrefix);
+
+  const opened = await openStore({
+    databaseUrl: config.database.url,
+    dataDir: config.database.dataDir,
+    migrate: config.database.migrateOnStart,
+  });
+  const redis = openRedis(redisUrl, `${gatewayId}:commands`);
+  const subscriber = openRedis(redisUrl, `${gatewayId}:adapter-sub`);
+  const warning = await checkEvictionPolicy(redis);
+  if (warning) logger.warn(warning);
+
+  const metrics = new ServiceMetrics({ role: 'gateway', gateway_id: gatewayId });
+  const store = metrics.instrument(opened.store);
+  const timing = leaseTiming(config.cluster.leaseTtlMs);
+  const limiter = new UserConcurrencyLimiter(redis, keys, {
+    limit: config.limits.maxConcurrentConversations,
+    policy: config.limits.concurrencyPolicy,
+    slotTtlMs: timing.slotTtlMs,
+  });
+  const connections = new ConnectionRegistry(redis, keys, gatewayId, GATEWAY_LIVENESS_MS);
+  await connections.start();
+  const jobs = new ConversationJobs(redis, keys);
+  const manager = new ClusteredConversationManager({
+    store,
+    broadcaster: new EmitterBroadcaster(redis, keys.socketIo),
+    jobs,
+    inbox: new ConversationInbox(redis, null, keys),
+    limiter,
+    connections,
+    limit: config.limits.maxConcurrentConversations,
+  });
+  const readiness: ReadinessCheck[] = [
+    { name: 'database', check: async () => void (await opened.database.query('select 1')) },
+    { name: 'redis', check: async () => void (await redis.ping()) },
+  ];
+  const module = GatewayModule.forRoot([
+    { provide: APP_CONFIG, useValue: config },
+    { provide: ServiceMetrics, useValue: metrics },
+    { provide: CONVERSATION_STORE, useValue: store },
+    { provide: CONVERSATION_MANAGER, useValue: manager },
+    { provide: AGENT_FACTORY, useValue: new AgentRegistry() },
+    { provide: READINESS_CHECKS, useValue: readiness },
+    {
+      provide: USER_ACTION_RATE_LIMITER,
+      useValue: new RedisUserActionRateLimiter(redis, keys, config.limits.rateLimitPerMinute),
+    },
+  ]);
+
+  const app = await createHttpApp(module, config, (nest) => {
+    nest.useWebSocketAdapter(new RedisIoAdapter(nest, redis, subscriber, keys.socketIo));
+  });
+  const hub = app.get(ConversationRoomHub);
+  const io = app.get(ConversationGateway).io;
+  // Traffic from workers (Redis emitter) and other gateways reaches the local subscribers.
+  io.on(InterServerEvent.Events, (id, events) => hub.publishEvents(id, events));
+  io.on(InterServerEvent.Status, (id, status) => hub.publishStatus(id, status));
+  io.on(InterServerEvent.Stream, (id, delta) => hub.publishStream(id, delta));
+  // After a Redis outage, whatever was published meanwhile is read from Postgres.
+  let subscriberWasReady = true;
+  subscriber.on('close', () => (subscriberWasReady = false));
+  subscriber.on('ready', () => {
+    if (!subscriberWasReady) hub.resyncAll();
+    subscriberWasReady = true;
+  });
+
+  drainOnSignals(app, {
+    timeoutMs: SHUTDOWN_TIMEOUT_MS,
+    beforeClose: async () => {
+      await manager.shutdown();
+      await jobs.close();
+    },
+    afterClose: async () => {
+      redis.disconnect();
+      subscriber.disconnect();
+      await opened.close();
+    },
+  });
+  await app.listen(config.http.port, config.http.host);
+  logger.log(`gateway ${gatewayId} listening on port ${config.http.port}`);
+}
+
+main().catch((error: unknown) => {
+  process.stderr.write(
+    `gateway failed to start: ${error instanceof Error ? error.message : String(error)}\n`,
+  );
+  process.exit(1);
+});

@@ -65,6 +65,7 @@ export const StandaloneModule = {
             },
             reportError: (message, error) => logger.warn(`${message}: ${String(error)}`),
           });
+          metrics.setRunningConversationsSource(() => manager?.runningCount ?? 0);
           return manager;
         },
       },

@@ -43,7 +43,7 @@ export interface ConversationManager {
   /** Ids of the running (or starting) conversations of a user. */
   listRunning(tenantId: string, userId: string): Promise<string[]>;
   /** Where the conversation runs, for admins (`runtime` in the state response). */
-  runtime(conversationId: string): Promise<{ workerId: string; leaseEpoch: number } | null>;
+  runtime(ref: ConversationRef): Promise<{ workerId: string; leaseEpoch: number } | null>;
   /** Stops every session, checkpointing each; resolves when all are closed. */
   shutdown(): Promise<void>;
 }

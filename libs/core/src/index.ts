@@ -9,3 +9,4 @@ export * from './ports/conversation-store.port.js';
 export * from './agent-session.js';
 export * from './session/agent-state-change.js';
 export * from './standalone-conversation-manager.js';
+export * from './user-action.js';

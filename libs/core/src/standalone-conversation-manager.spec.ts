@@ -118,7 +118,7 @@ describe(StandaloneConversationManager.name, () => {
     expect(await f.storedStatus(ref)).toBe('RUNNING');
     expect(await f.manager.listRunning(ref.tenantId, ref.userId)).toEqual([ref.conversationId]);
     const record = await f.store.getConversation(ref.tenantId, ref.conversationId);
-    expect(await f.manager.runtime(ref.conversationId)).toEqual({
+    expect(await f.manager.runtime(ref)).toEqual({
       workerId: 'standalone-test',
       leaseEpoch: record?.leaseEpoch,
     });
@@ -192,7 +192,7 @@ describe(StandaloneConversationManager.name, () => {
     expect(await f.manager.stop(ref)).toBe('STOPPED');
     expect(await f.storedStatus(ref)).toBe('STOPPED');
     expect(f.states(ref).at(-1)).toEqual({ agentState: 'stopped', cause: null });
-    expect(await f.manager.runtime(ref.conversationId)).toBeNull();
+    expect(await f.manager.runtime(ref)).toBeNull();
 
     const second = await f.manager.sendUserAction(ref, f.message('two'));
     await vi.waitFor(() => expect(f.answers(ref)).toHaveLength(2));
@@ -203,7 +203,7 @@ describe(StandaloneConversationManager.name, () => {
     const snapshot = await f.store.getSnapshot(ref.tenantId, ref.conversationId);
     expect(snapshot?.state).toEqual({ count: 2 });
     // The restarted session holds a newer lease.
-    expect((await f.manager.runtime(ref.conversationId))?.leaseEpoch).toBe(2);
+    expect((await f.manager.runtime(ref))?.leaseEpoch).toBe(2);
     await f.manager.shutdown();
   });
 

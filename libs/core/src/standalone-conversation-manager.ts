@@ -11,13 +11,14 @@
  */
 import { Mutex } from 'async-mutex';
 import { StatusId } from '@cs/protocol';
-import type { ConversationStatus, EventBody, StatusUpdate, UserAction } from '@cs/protocol';
+import type { ConversationStatus, StatusUpdate, UserAction } from '@cs/protocol';
 import type { AgentFactory } from './agent.js';
 import { AgentSession, SessionClosedError, type SessionEndReason } from './agent-session.js';
 import type { ConversationRef } from './conversation.js';
 import type { Attachment, ConversationManager } from './conversation-manager.js';
 import { ConcurrencyLimitError, NotFoundError, UnavailableError } from './errors.js';
 import type { ConversationBroadcaster } from './ports/broadcaster.port.js';
+import { userActionDraft } from './user-action.js';
 import { systemClock, type Clock } from './ports/clock.port.js';
 import type { AppendedEvent, ConversationStore } from './ports/conversation-store.port.js';
 
@@ -151,13 +152,8 @@ export class StandaloneConversationManager implements ConversationManager {
     idempotencyKey?: string,
   ): Promise<AppendedEvent> {
     this.assertOpen();
-    const body: EventBody =
-      action.action === 'message'
-        ? { action: 'message', args: action.args, message: action.args.content }
-        : { action: 'change_agent_state', args: action.args, message: '' };
-    const clientEventId = idempotencyKey ?? action.client_event_id;
     const [appended] = await this.store.append(ref.tenantId, ref.conversationId, [
-      { source: 'user', body, ...(clientEventId === undefined ? {} : { clientEventId }) },
+      userActionDraft(action, idempotencyKey),
     ]);
     if (!appended) throw new Error('the store appended nothing');
     if (!appended.duplicate) {
@@ -188,6 +184,13 @@ export class StandaloneConversationManager implements ConversationManager {
     return record.status === 'ERROR' ? 'ERROR' : 'STOPPED';
   }
 
+  /** Conversations starting or running in this process (a metrics gauge). */
+  get runningCount(): number {
+    let count = 0;
+    for (const entry of this.live.values()) if (!entry.stopping) count += 1;
+    return count;
+  }
+
   listRunning(tenantId: string, userId: string): Promise<string[]> {
     const key = userKeyOf({ tenantId, userId });
     return Promise.resolve(
@@ -197,8 +200,8 @@ export class StandaloneConversationManager implements ConversationManager {
     );
   }
 
-  runtime(conversationId: string): Promise<{ workerId: string; leaseEpoch: number } | null> {
-    const entry = this.live.get(conversationId);
+  runtime(ref: ConversationRef): Promise<{ workerId: string; leaseEpoch: number } | null> {
+    const entry = this.live.get(ref.conversationId);
     const session = entry?.phase === 'running' ? entry.session : null;
     return Promise.resolve(
       session ? { workerId: this.options.ownerId, leaseEpoch: session.leaseEpoch } : null,

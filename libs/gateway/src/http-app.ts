@@ -26,6 +26,7 @@ export const PUBLIC_DIR = fileURLToPath(new URL('../public', import.meta.url));
 export async function createHttpApp(
   module: unknown,
   config: AppConfig,
+  configure: (app: NestExpressApplication) => void = () => undefined,
 ): Promise<NestExpressApplication> {
   const levels = LOG_LEVELS.slice(0, LOG_LEVELS.indexOf(config.logLevel) + 1);
   const app = await NestFactory.create<NestExpressApplication>(module as never, {
@@ -50,6 +51,7 @@ export async function createHttpApp(
   SwaggerModule.setup('docs', app, document, { jsonDocumentUrl: 'docs-json' });
   if (existsSync(PUBLIC_DIR)) app.useStaticAssets(PUBLIC_DIR, { index: 'index.html' });
 
+  configure(app);
   await app.init();
   // Errors raised by Express middleware (body parsing) get the contract's body too.
   app.use((error: unknown, _request: Request, response: Response, next: NextFunction) => {
@@ -88,7 +90,13 @@ function requireJsonBodies(request: Request, response: Response, next: NextFunct
  */
 export function drainOnSignals(
   app: INestApplication,
-  options: { timeoutMs: number; beforeClose: () => Promise<void> },
+  options: {
+    timeoutMs: number;
+    /** Runs before the app closes (stop sessions, leave the cluster). */
+    beforeClose: () => Promise<void>;
+    /** Runs after the app closed (close connections and stores). */
+    afterClose?: () => Promise<void>;
+  },
 ): void {
   const logger = new Logger('Shutdown');
   let draining = false;
@@ -110,6 +118,7 @@ export function drainOnSignals(
       app.get(EventStreamService).closeAll();
       await options.beforeClose();
       await app.close();
+      await options.afterClose?.();
     };
     run().then(
       () => process.exit(0),

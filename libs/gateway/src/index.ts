@@ -6,7 +6,7 @@ export * from './http/dev-token.controller.js';
 export * from './http/error-mapping.js';
 export * from './http-app.js';
 export * from './observability/lifecycle.service.js';
-export * from './observability/service-metrics.js';
+export { ServiceMetrics } from '@cs/observability';
 export * from './rate-limit/user-action-rate-limiter.js';
 export * from './realtime/conversation-room-hub.js';
 export * from './realtime/conversation.gateway.js';

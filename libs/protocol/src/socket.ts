@@ -1,6 +1,12 @@
 import { z } from 'zod';
 import { ConversationIdSchema } from './rest.js';
-import type { ServerEvent, UserActionAck } from './events.js';
+import type {
+  ServerEvent,
+  StatusUpdate,
+  StoredEvent,
+  StreamDelta,
+  UserActionAck,
+} from './events.js';
 
 /** The Socket.IO handshake query (`conversation_id`, `latest_event_id`, `start`). */
 export const ConnectQuerySchema = z.object({
@@ -29,4 +35,23 @@ export interface ServerToClientEvents {
 }
 export interface ClientToServerEvents {
   oh_user_action: (payload: unknown, ack?: (response: UserActionAck) => void) => void;
+}
+
+/**
+ * Server-side events between replicas: workers (through the Redis emitter) and
+ * gateways hand a conversation's traffic to every gateway, which delivers it
+ * to its own subscribers in order. Stored events go this way rather than
+ * straight to the room so that each gateway can merge them with its replays
+ * without gaps or repeats.
+ */
+export const InterServerEvent = {
+  Events: 'cs:events',
+  Status: 'cs:status',
+  Stream: 'cs:stream',
+} as const;
+
+export interface InterServerEvents {
+  'cs:events': (conversationId: string, events: StoredEvent[]) => void;
+  'cs:status': (conversationId: string, status: StatusUpdate) => void;
+  'cs:stream': (conversationId: string, delta: StreamDelta) => void;
 }

@@ -78,11 +78,30 @@ export interface ConversationStore {
   ): Promise<ConversationRecord | null>;
   /** Deletes the conversation and all its events; false when it did not exist. */
   deleteConversation(tenantId: string, conversationId: string): Promise<boolean>;
-  setStatus(tenantId: string, conversationId: string, status: ConversationStatus): Promise<void>;
+  /**
+   * Sets the status; with `expected`, only when the current status is one of
+   * them. Resolves true when it changed the row.
+   */
+  setStatus(
+    tenantId: string,
+    conversationId: string,
+    status: ConversationStatus,
+    expected?: readonly ConversationStatus[],
+  ): Promise<boolean>;
   /** Marks every STARTING / RUNNING conversation STOPPED (a standalone process starting up). */
   resetRunningStatuses(): Promise<number>;
   /** Bumps `lease_epoch`, records the owner, returns the new epoch. */
   acquireLease(tenantId: string, conversationId: string, owner: string): Promise<number>;
+  /**
+   * Clears `lease_owner` if `owner` still holds the lease at `epoch` (a clean
+   * hand-back: the next holder knows that no failover happened).
+   */
+  releaseLease(
+    tenantId: string,
+    conversationId: string,
+    owner: string,
+    epoch: number,
+  ): Promise<void>;
   /**
    * Appends events in one transaction with gap-free ids; merges their state
    * deltas by scope; keeps `last_event_id`, `updated_at`, `agent_state` and
@@ -96,4 +115,10 @@ export interface ConversationStore {
     options?: AppendOptions,
   ): Promise<AppendedEvent[]>;
   readEvents(tenantId: string, conversationId: string, range: EventRange): Promise<StoredEvent[]>;
+  /** The event stored with this idempotency key, if any. */
+  findEventByClientEventId(
+    tenantId: string,
+    conversationId: string,
+    clientEventId: string,
+  ): Promise<StoredEvent | null>;
 }

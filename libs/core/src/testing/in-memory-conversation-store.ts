@@ -143,10 +143,40 @@ export class InMemoryConversationStore implements ConversationStore {
     return Promise.resolve(true);
   }
 
-  setStatus(tenantId: string, conversationId: string, status: ConversationStatus): Promise<void> {
+  setStatus(
+    tenantId: string,
+    conversationId: string,
+    status: ConversationStatus,
+    expected?: readonly ConversationStatus[],
+  ): Promise<boolean> {
     const entry = this.find(tenantId, conversationId);
-    if (entry) entry.record.status = status;
+    if (!entry || (expected && !expected.includes(entry.record.status)))
+      return Promise.resolve(false);
+    entry.record.status = status;
+    return Promise.resolve(true);
+  }
+
+  releaseLease(
+    tenantId: string,
+    conversationId: string,
+    owner: string,
+    epoch: number,
+  ): Promise<void> {
+    const entry = this.find(tenantId, conversationId);
+    if (entry && entry.record.leaseOwner === owner && entry.record.leaseEpoch === epoch) {
+      entry.record.leaseOwner = null;
+    }
     return Promise.resolve();
+  }
+
+  findEventByClientEventId(
+    tenantId: string,
+    conversationId: string,
+    clientEventId: string,
+  ): Promise<StoredEvent | null> {
+    const entry = this.find(tenantId, conversationId);
+    const row = entry?.events.find((candidate) => candidate.clientEventId === clientEventId);
+    return Promise.resolve(row ? row.event : null);
   }
 
   resetRunningStatuses(): Promise<number> {

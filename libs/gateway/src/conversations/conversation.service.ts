@@ -218,7 +218,7 @@ export class ConversationService {
   }
 
   async state(principal: Principal, conversationId: string): Promise<ConversationStateResponse> {
-    await this.find(principal, conversationId);
+    const record = await this.find(principal, conversationId);
     const snapshot = await this.store.getSnapshot(principal.tenantId, conversationId);
     assertVisible(principal, snapshot?.conversation ?? null);
     const { conversation, state } = snapshot!;
@@ -229,7 +229,7 @@ export class ConversationService {
       last_event_id: conversation.lastEventId,
     };
     if (principal.isAdmin) {
-      const runtime = await this.manager.runtime(conversationId);
+      const runtime = await this.manager.runtime(refOf(record));
       if (runtime)
         response.runtime = { worker_id: runtime.workerId, lease_epoch: runtime.leaseEpoch };
     }

@@ -10,5 +10,5 @@ export function openApiSchema(schema: z.ZodType): SchemaObject {
     unknown
   >;
   delete json.$schema;
-  return json as SchemaObject;
+  return json;
 }

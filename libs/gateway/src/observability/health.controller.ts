@@ -3,7 +3,7 @@ import { ApiExcludeController } from '@nestjs/swagger';
 import type { Response } from 'express';
 import { READINESS_CHECKS } from '../tokens.js';
 import { LifecycleService, type ReadinessCheck } from './lifecycle.service.js';
-import { ServiceMetrics } from './service-metrics.js';
+import { ServiceMetrics } from '@cs/observability';
 
 /** `/healthz`, `/readyz` and `/metrics`, outside `/api` and unauthenticated. */
 @ApiExcludeController()

@@ -7,6 +7,8 @@ export interface ConversationSubscriber {
   offerEvents(events: readonly StoredEvent[]): void;
   sendStatus(status: StatusUpdate): void;
   sendStream(delta: StreamDelta): void;
+  /** Live traffic may have been lost (a Redis reconnect): catch up from the store. */
+  resync(): void;
 }
 
 /**
@@ -42,6 +44,11 @@ export class ConversationRoomHub implements ConversationBroadcaster {
 
   hasSubscribers(conversationId: string): boolean {
     return this.rooms.has(conversationId);
+  }
+
+  /** Every local subscriber catches up from the store. */
+  resyncAll(): void {
+    for (const room of this.rooms.values()) for (const subscriber of room) subscriber.resync();
   }
 
   publishEvents(conversationId: string, events: readonly StoredEvent[]): void {

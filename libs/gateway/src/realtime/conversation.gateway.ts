@@ -14,6 +14,7 @@ import {
   MAX_TRANSPORT_BYTES,
   UserActionSchema,
   type ClientToServerEvents,
+  type InterServerEvents,
   type ServerToClientEvents,
   type UserActionAck,
 } from '@cs/protocol';
@@ -23,7 +24,7 @@ import { TokenService } from '../auth/token.service.js';
 import { ConversationService } from '../conversations/conversation.service.js';
 import { mapError } from '../http/error-mapping.js';
 import { parseInput } from '../http/validation.js';
-import { ServiceMetrics } from '../observability/service-metrics.js';
+import { ServiceMetrics } from '@cs/observability';
 import { ConversationRoomHub } from './conversation-room-hub.js';
 import { OrderedEventFeed } from './ordered-event-feed.js';
 
@@ -40,13 +41,13 @@ interface ConversationSocketData {
 type ConversationServer = Server<
   ClientToServerEvents,
   ServerToClientEvents,
-  object,
+  InterServerEvents,
   ConversationSocketData
 >;
 type ConversationSocket = Socket<
   ClientToServerEvents,
   ServerToClientEvents,
-  object,
+  InterServerEvents,
   ConversationSocketData
 >;
 
@@ -98,6 +99,11 @@ export class ConversationGateway
     });
   }
 
+  /** The Socket.IO server, once initialized. */
+  get io(): ConversationServer {
+    return this.server;
+  }
+
   /** Closes every socket so that clients reconnect to another replica. */
   disconnectAll(): void {
     this.server?.disconnectSockets(true);
@@ -125,6 +131,7 @@ export class ConversationGateway
     socket.data.feed = feed;
     socket.data.leave = this.hub.join(conversation.id, {
       offerEvents: (events) => feed.offer(events),
+      resync: () => feed.resync(),
       sendStatus: (status) => socket.emit('oh_event', status),
       sendStream: (delta) => socket.emit('oh_event', delta),
     });

@@ -48,6 +48,7 @@ export class EventStreamService {
     });
     const leave = this.hub.join(conversation.id, {
       offerEvents: (events) => feed.offer(events),
+      resync: () => feed.resync(),
       sendStatus: write,
       sendStream: write,
     });

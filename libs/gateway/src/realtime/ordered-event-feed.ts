@@ -66,6 +66,12 @@ export class OrderedEventFeed {
     if (this.early.size > 0) this.scheduleGapFill();
   }
 
+  /** Reads whatever was stored after the cursor (live traffic may have been lost). */
+  resync(): void {
+    if (!this.started || this.closed) return;
+    this.catchUp(undefined).catch((error: unknown) => this.options.onError?.(error));
+  }
+
   close(): void {
     this.closed = true;
     this.early.clear();

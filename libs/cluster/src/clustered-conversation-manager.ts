@@ -1,0 +1,149 @@
+import {
+  ConcurrencyLimitError,
+  NotFoundError,
+  agentStateChangeDraft,
+  userActionDraft,
+  type AppendedEvent,
+  type Attachment,
+  type ConversationBroadcaster,
+  type ConversationManager,
+  type ConversationRef,
+  type ConversationStore,
+} from '@cs/core';
+import { StatusId, type ConversationStatus, type UserAction } from '@cs/protocol';
+import type { ConversationJobs } from './leases/conversation-jobs.js';
+import type { ConversationInbox } from './leases/conversation-inbox.js';
+import type { UserConcurrencyLimiter } from './limits/user-concurrency.limiter.js';
+import type { ConnectionRegistry } from './realtime/connection-registry.js';
+
+export const TOO_MANY_CONVERSATIONS_NOTICE = {
+  status_update: true as const,
+  type: 'error' as const,
+  id: StatusId.TooManyConversations,
+  message: 'This conversation was stopped because its user started too many conversations.',
+};
+
+/**
+ * The gateway's view of the cluster. It never runs an agent: it stores user
+ * events in Postgres first, then wakes the conversation's lease holder
+ * through its Redis channel; when nobody holds the conversation it takes one
+ * of the user's slots (Lua, across the cluster) and enqueues the
+ * conversation's job, which a worker picks up as its lease.
+ */
+export class ClusteredConversationManager implements ConversationManager {
+  constructor(
+    private readonly deps: {
+      store: ConversationStore;
+      broadcaster: ConversationBroadcaster;
+      jobs: ConversationJobs;
+      inbox: ConversationInbox;
+      limiter: UserConcurrencyLimiter;
+      connections: ConnectionRegistry;
+      limit: number;
+    },
+  ) {}
+
+  attach(attachment: Attachment): Promise<void> {
+    return this.deps.connections.attach(attachment.connectionId, attachment.conversationId);
+  }
+
+  detach(connectionId: string): Promise<void> {
+    return this.deps.connections.detach(connectionId);
+  }
+
+  connectionCount(conversationId: string): Promise<number> {
+    return this.deps.connections.count(conversationId);
+  }
+
+  async ensureRunning(ref: ConversationRef): Promise<ConversationStatus> {
+    const slot = await this.deps.limiter.acquire(ref.tenantId, ref.userId, ref.conversationId);
+    if (!slot.granted) throw new ConcurrencyLimitError(this.deps.limit);
+    if (slot.evicted) await this.evict({ ...ref, conversationId: slot.evicted });
+    await this.deps.jobs.start(ref);
+    await this.deps.store.setStatus(ref.tenantId, ref.conversationId, 'STARTING', [
+      'STOPPED',
+      'ERROR',
+    ]);
+    const record = await this.deps.store.getConversation(ref.tenantId, ref.conversationId);
+    if (!record) throw new NotFoundError();
+    return record.status === 'RUNNING' ? 'RUNNING' : 'STARTING';
+  }
+
+  async sendUserAction(
+    ref: ConversationRef,
+    action: UserAction,
+    idempotencyKey?: string,
+  ): Promise<AppendedEvent> {
+    const [appended] = await this.deps.store.append(ref.tenantId, ref.conversationId, [
+      userActionDraft(action, idempotencyKey),
+    ]);
+    if (!appended) throw new Error('the store appended nothing');
+    if (!appended.duplicate)
+      this.deps.broadcaster.publishEvents(ref.conversationId, [appended.event]);
+    const holders = appended.duplicate
+      ? 0
+      : await this.deps.inbox.send(ref.conversationId, { type: 'wake' });
+    // Nobody holds it: a message starts it (a repeat too, in case the first start failed).
+    if (holders === 0 && action.action === 'message') {
+      const record = await this.deps.store.getConversation(ref.tenantId, ref.conversationId);
+      if (!record || record.status !== 'RUNNING' || !appended.duplicate)
+        await this.ensureRunning(ref);
+    }
+    return appended;
+  }
+
+  async stop(ref: ConversationRef): Promise<ConversationStatus> {
+    const holders = await this.deps.inbox.send(ref.conversationId, { type: 'stop' });
+    if (holders === 0) await this.settleUnheld(ref);
+    const record = await this.deps.store.getConversation(ref.tenantId, ref.conversationId);
+    return record?.status === 'ERROR'
+      ? 'ERROR'
+      : holders > 0
+        ? (record?.status ?? 'STOPPED')
+        : 'STOPPED';
+  }
+
+  async status(ref: ConversationRef): Promise<ConversationStatus> {
+    const record = await this.deps.store.getConversation(ref.tenantId, ref.conversationId);
+    if (!record) throw new NotFoundError();
+    return record.status;
+  }
+
+  listRunning(tenantId: string, userId: string): Promise<string[]> {
+    return this.deps.limiter.running(tenantId, userId);
+  }
+
+  async runtime(ref: ConversationRef): Promise<{ workerId: string; leaseEpoch: number } | null> {
+    const record = await this.deps.store.getConversation(ref.tenantId, ref.conversationId);
+    if (!record || record.status !== 'RUNNING' || !record.leaseOwner) return null;
+    return { workerId: record.leaseOwner, leaseEpoch: record.leaseEpoch };
+  }
+
+  async shutdown(): Promise<void> {
+    await this.deps.connections.stop();
+  }
+
+  /** Stops a conversation evicted by `evict_oldest`, wherever it runs. */
+  private async evict(victim: ConversationRef): Promise<void> {
+    const holders = await this.deps.inbox.send(victim.conversationId, { type: 'evict' });
+    if (holders > 0) return; // its holder stores the notice and stops
+    await this.settleUnheld(victim);
+    const [stopped] = await this.deps.store
+      .append(victim.tenantId, victim.conversationId, [
+        agentStateChangeDraft('stopped', { reason: StatusId.TooManyConversations }),
+      ])
+      .catch(() => []);
+    if (stopped) this.deps.broadcaster.publishEvents(victim.conversationId, [stopped.event]);
+    this.deps.broadcaster.publishStatus(victim.conversationId, TOO_MANY_CONVERSATIONS_NOTICE);
+  }
+
+  /** A conversation nobody holds: drop its queued job, free its slot, mark it STOPPED. */
+  private async settleUnheld(ref: ConversationRef): Promise<void> {
+    await this.deps.jobs.cancelQueued(ref.conversationId);
+    await this.deps.limiter.release(ref.tenantId, ref.userId, ref.conversationId);
+    await this.deps.store.setStatus(ref.tenantId, ref.conversationId, 'STOPPED', [
+      'STARTING',
+      'RUNNING',
+    ]);
+  }
+}

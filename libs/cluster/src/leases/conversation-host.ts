@@ -1,0 +1,366 @@
+import { WaitingError, Worker, type ConnectionOptions, type Job } from 'bullmq';
+import {
+  AgentSession,
+  LeaseLostError,
+  agentStateChangeDraft,
+  type AgentFactory,
+  type ConversationBroadcaster,
+  type ConversationRef,
+  type ConversationStore,
+  type AgentSpec,
+  type SessionEndReason,
+} from '@cs/core';
+import type { Redis } from 'ioredis';
+import type { ClusterKeys } from '../redis/cluster-keys.js';
+import { TOO_MANY_CONVERSATIONS_NOTICE } from '../clustered-conversation-manager.js';
+import type { UserConcurrencyLimiter } from '../limits/user-concurrency.limiter.js';
+import type { ConnectionRegistry } from '../realtime/connection-registry.js';
+import type { ConversationInbox, InboxMessage } from './conversation-inbox.js';
+import {
+  CONVERSATION_QUEUE,
+  conversationJobId,
+  type ConversationJobData,
+} from './conversation-jobs.js';
+import type { LeaseTiming } from './lease-timing.js';
+
+export interface ConversationHostOptions {
+  workerId: string;
+  concurrency: number;
+  timing: LeaseTiming;
+  idleTimeoutMs: number;
+  maxIterations: number;
+  /** More failovers than this within `failoverWindowMs` end the conversation in `error`. */
+  maxFailovers: number;
+  failoverWindowMs: number;
+}
+
+export interface ConversationHostDeps {
+  store: ConversationStore;
+  agents: AgentFactory;
+  broadcaster: ConversationBroadcaster;
+  inbox: ConversationInbox;
+  limiter: UserConcurrencyLimiter;
+  connections: Pick<ConnectionRegistry, 'count'>;
+  redis: Redis;
+  keys: ClusterKeys;
+  bullConnection: ConnectionOptions;
+  options: ConversationHostOptions;
+  log: (level: 'log' | 'warn' | 'error', message: string) => void;
+}
+
+/** A conversation this worker holds: its job is active here, its lease epoch current. */
+interface HostedConversation {
+  ref: ConversationRef;
+  session: AgentSession | null;
+  epoch: number;
+  /** Set on SIGTERM: hand the lease back instead of finishing the job. */
+  handOff: boolean;
+  /** A stop or eviction that arrived before the session was ready. */
+  pending: InboxMessage | null;
+  /** A newer holder took the lease: leave its slot and status alone. */
+  leaseLost: boolean;
+}
+
+export const TOO_MANY_FAILOVERS = 'too_many_failovers';
+
+/**
+ * A worker's conversations. Each active BullMQ job of the conversation queue
+ * is the lease of one conversation: the processor bumps the lease epoch in
+ * Postgres, restores the conversation into an AgentSession and keeps the job
+ * active while the session runs. BullMQ renews the job's lock; when this
+ * process dies, the stalled check hands the job to another worker, which
+ * resumes from Postgres with a higher epoch that fences out any late write of
+ * this one.
+ */
+export class ConversationHost {
+  private readonly hosted = new Map<string, HostedConversation>();
+  private worker: Worker<ConversationJobData> | undefined;
+  private heartbeat: NodeJS.Timeout | undefined;
+  private draining = false;
+
+  constructor(private readonly deps: ConversationHostDeps) {}
+
+  /** Conversations whose session runs here (what `/healthz` lists). */
+  get conversations(): string[] {
+    return [...this.hosted.values()]
+      .filter((h) => h.session !== null)
+      .map((h) => h.ref.conversationId);
+  }
+
+  get isDraining(): boolean {
+    return this.draining;
+  }
+
+  start(): void {
+    const { timing, concurrency } = this.deps.options;
+    this.worker = new Worker<ConversationJobData>(
+      CONVERSATION_QUEUE,
+      (job, token) => this.process(job, token),
+      {
+        connection: this.deps.bullConnection,
+        prefix: this.deps.keys.bullPrefix,
+        concurrency,
+        lockDuration: timing.lockDuration,
+        lockRenewTime: timing.lockRenewTime,
+        stalledInterval: timing.stalledInterval,
+        // Repeated crashes are bounded by our failover accounting, not by failing the job for good.
+        maxStalledCount: Number.MAX_SAFE_INTEGER,
+        drainDelay: 5,
+      },
+    );
+    this.worker.on('error', (error) => this.deps.log('warn', `queue: ${error.message}`));
+    this.worker.on('lockRenewalFailed', (jobIds) => void this.checkLeases(jobIds));
+    this.heartbeat = setInterval(() => void this.beat(), timing.heartbeatMs);
+    this.heartbeat.unref();
+  }
+
+  /**
+   * SIGTERM: take no new conversations, close each session between steps,
+   * and hand every lease back to the queue so that another worker resumes it
+   * at once. Resolves when every job has been handed back.
+   */
+  async drain(): Promise<void> {
+    if (this.draining) return;
+    this.draining = true;
+    clearInterval(this.heartbeat);
+    await this.worker?.pause(true);
+    for (const hosted of this.hosted.values()) hosted.handOff = true;
+    await Promise.all(
+      [...this.hosted.values()].map((hosted) => hosted.session?.close() ?? Promise.resolve()),
+    );
+    await this.worker?.close();
+  }
+
+  /** Stops at once (tests, fatal errors): the leases expire and move elsewhere. */
+  async kill(): Promise<void> {
+    clearInterval(this.heartbeat);
+    await this.worker?.close(true);
+  }
+
+  private async process(job: Job<ConversationJobData>, token: string | undefined): Promise<string> {
+    const ref: ConversationRef = {
+      tenantId: job.data.tenantId,
+      userId: job.data.userId,
+      conversationId: job.data.conversationId,
+    };
+    const { store, inbox, options } = this.deps;
+    const id = ref.conversationId;
+    if (this.draining && token) {
+      await job.moveToWait(token);
+      throw new WaitingError();
+    }
+    const record = await store.getConversation(ref.tenantId, id);
+    if (!record) return 'deleted';
+
+    const hosted: HostedConversation = {
+      ref,
+      session: null,
+      epoch: 0,
+      handOff: false,
+      pending: null,
+      leaseLost: false,
+    };
+    this.hosted.set(id, hosted);
+    await inbox.listen(id, (message) => this.onInbox(hosted, message));
+    let outcome: SessionEndReason | 'failed';
+    try {
+      outcome = await this.hold(hosted, record.leaseOwner !== null, record.agent);
+    } finally {
+      this.hosted.delete(id);
+      await inbox.unlisten(id).catch(() => undefined);
+    }
+
+    if (outcome === 'lease_lost' || hosted.leaseLost) return 'lease_lost'; // a newer holder has it, slot and all
+    if (hosted.handOff && token) {
+      await store.releaseLease(ref.tenantId, id, options.workerId, hosted.epoch);
+      await job.moveToWait(token);
+      throw new WaitingError();
+    }
+    await this.deps.limiter.release(ref.tenantId, ref.userId, id);
+    if (outcome !== 'failed')
+      await store.setStatus(ref.tenantId, id, 'STOPPED', ['STARTING', 'RUNNING']);
+    await store.releaseLease(ref.tenantId, id, options.workerId, hosted.epoch);
+    return outcome;
+  }
+
+  /** Takes the lease and runs sessions until one ends for good. */
+  private async hold(
+    hosted: HostedConversation,
+    previousHolderCrashed: boolean,
+    agent: AgentSpec,
+  ): Promise<SessionEndReason | 'failed'> {
+    const { ref } = hosted;
+    try {
+      // A holder that left without handing the lease back crashed: count it.
+      if (previousHolderCrashed && (await this.tooManyFailovers(ref.conversationId))) {
+        await this.endInError(hosted, TOO_MANY_FAILOVERS);
+        return 'failed';
+      }
+      hosted.epoch = await this.deps.store.acquireLease(
+        ref.tenantId,
+        ref.conversationId,
+        this.deps.options.workerId,
+      );
+      for (;;) {
+        const outcome = await this.runSession(hosted, agent);
+        if (outcome === 'start_failed') {
+          await this.endInError(hosted, 'start_failed');
+          return 'failed';
+        }
+        // A message stored while the session was closing must still be answered.
+        if (outcome !== 'closed' || hosted.handOff || this.draining) return outcome;
+        if (!(await this.hasUnansweredMessage(ref))) return outcome;
+      }
+    } catch (error) {
+      if (error instanceof LeaseLostError) return 'lease_lost';
+      this.deps.log('error', `conversation ${ref.conversationId}: ${describe(error)}`);
+      await this.endInError(hosted, 'start_failed').catch(() => undefined);
+      return 'failed';
+    }
+  }
+
+  private async runSession(
+    hosted: HostedConversation,
+    agentSpec: AgentSpec,
+  ): Promise<SessionEndReason> {
+    const { store, broadcaster, agents, options } = this.deps;
+    const session = new AgentSession({
+      store,
+      broadcaster,
+      ref: hosted.ref,
+      leaseEpoch: hosted.epoch,
+      agent: agents.create(agentSpec),
+      options: { maxIterations: options.maxIterations },
+    });
+    hosted.session = session;
+    try {
+      await session.start();
+    } catch {
+      return session.closed;
+    }
+    await store.setStatus(hosted.ref.tenantId, hosted.ref.conversationId, 'RUNNING');
+    if (hosted.pending) this.onInbox(hosted, hosted.pending);
+    if (hosted.handOff) void session.close();
+    return session.closed;
+  }
+
+  private onInbox(hosted: HostedConversation, message: InboxMessage): void {
+    const session = hosted.session;
+    if (message.type === 'wake') {
+      session?.wake();
+      return;
+    }
+    if (!session) {
+      hosted.pending = message;
+      return;
+    }
+    if (message.type === 'evict') {
+      void session.stop(TOO_MANY_CONVERSATIONS_NOTICE.id, TOO_MANY_CONVERSATIONS_NOTICE);
+    } else {
+      void session.stop();
+    }
+  }
+
+  /**
+   * A job lock that could not be renewed may mean that another worker took the
+   * conversation (this process was paused past its lease), or only that Redis
+   * blinked. Postgres' lease epoch tells which: a newer holder ends the session.
+   */
+  private async checkLeases(jobIds: string[]): Promise<void> {
+    for (const hosted of this.hosted.values()) {
+      if (!jobIds.includes(conversationJobId(hosted.ref.conversationId))) continue;
+      try {
+        const record = await this.deps.store.getConversation(
+          hosted.ref.tenantId,
+          hosted.ref.conversationId,
+        );
+        if (record && record.leaseEpoch === hosted.epoch) continue;
+        this.deps.log(
+          'warn',
+          `lease of ${hosted.ref.conversationId} was taken over: closing its session`,
+        );
+        hosted.leaseLost = true;
+        await hosted.session?.close();
+      } catch (error) {
+        this.deps.log('warn', `lease check: ${describe(error)}`);
+      }
+    }
+  }
+
+  /** Renews the slots of the conversations held here, and closes idle ones. */
+  private async beat(): Promise<void> {
+    const live = [...this.hosted.values()].filter((h) => h.session && !h.session.isClosed);
+    try {
+      const lost = await this.deps.limiter.renew(
+        live.map((h) => ({ ...h.ref, lastActivity: h.session!.lastActivity })),
+      );
+      for (const id of lost) this.deps.log('warn', `slot of ${id} was taken away`);
+      await Promise.all(
+        live.map(async (hosted) => {
+          if (await this.isIdle(hosted)) await hosted.session?.close();
+        }),
+      );
+    } catch (error) {
+      this.deps.log('warn', `heartbeat: ${describe(error)}`);
+    }
+  }
+
+  private async isIdle(hosted: HostedConversation): Promise<boolean> {
+    const session = hosted.session;
+    if (!session || session.isMidTurn) return false;
+    if (Date.now() - session.lastActivity < this.deps.options.idleTimeoutMs) return false;
+    return (await this.deps.connections.count(hosted.ref.conversationId)) === 0;
+  }
+
+  private async tooManyFailovers(conversationId: string): Promise<boolean> {
+    const { redis, keys, options } = this.deps;
+    const key = keys.conversationFailovers(conversationId);
+    const now = Date.now();
+    const [, , count] = (await redis
+      .multi()
+      .zremrangebyscore(key, '-inf', String(now - options.failoverWindowMs))
+      .zadd(key, String(now), `${now}-${Math.random()}`)
+      .zcard(key)
+      .pexpire(key, options.failoverWindowMs)
+      .exec()) as Array<[Error | null, unknown]>;
+    return Number(count?.[1] ?? 0) > options.maxFailovers;
+  }
+
+  /** Ends the conversation in `error` (it starts again with the next user message). */
+  private async endInError(hosted: HostedConversation, reason: string): Promise<void> {
+    const { store, broadcaster, options } = this.deps;
+    const { ref } = hosted;
+    hosted.epoch = await store.acquireLease(ref.tenantId, ref.conversationId, options.workerId);
+    const appended = await store.append(
+      ref.tenantId,
+      ref.conversationId,
+      [agentStateChangeDraft('error', { reason })],
+      { leaseEpoch: hosted.epoch },
+    );
+    broadcaster.publishEvents(
+      ref.conversationId,
+      appended.map((a) => a.event),
+    );
+    await store.setStatus(ref.tenantId, ref.conversationId, 'ERROR');
+  }
+
+  /** True when the newest user message has no settled answer after it. */
+  private async hasUnansweredMessage(ref: ConversationRef): Promise<boolean> {
+    const recent = await this.deps.store.readEvents(ref.tenantId, ref.conversationId, {
+      reverse: true,
+      limit: 50,
+    });
+    for (const event of recent) {
+      if (event.source === 'user' && 'action' in event && event.action === 'message') return true;
+      if ('observation' in event && event.observation === 'agent_state_changed') {
+        const state = (event.extras as { agent_state?: string }).agent_state;
+        if (state !== 'running' && state !== 'loading') return false;
+      }
+    }
+    return false;
+  }
+}
+
+function describe(error: unknown): string {
+  return error instanceof Error ? error.message : String(error);
+}

@@ -1,0 +1,65 @@
+import type { Redis } from 'ioredis';
+import { z } from 'zod';
+import type { ClusterKeys } from '../redis/cluster-keys.js';
+
+/** What a gateway tells a conversation's lease holder. */
+export const InboxMessageSchema = z.discriminatedUnion('type', [
+  /** New user events are stored: read them. */
+  z.object({ type: z.literal('wake') }),
+  /** Stop the conversation (REST stop, delete). */
+  z.object({ type: z.literal('stop') }),
+  /** Stop it because its user started one too many (evict_oldest). */
+  z.object({ type: z.literal('evict') }),
+]);
+export type InboxMessage = z.infer<typeof InboxMessageSchema>;
+
+const WAKE = JSON.stringify({ type: 'wake' });
+
+/**
+ * Per-conversation Redis channels to the lease holder: only the worker holding
+ * a conversation subscribes to its channel, so a message reaches one node, and
+ * PUBLISH's receiver count tells a gateway whether anyone holds it at all.
+ */
+export class ConversationInbox {
+  private readonly handlers = new Map<string, (message: InboxMessage) => void>();
+
+  /**
+   * @param publisher a regular connection
+   * @param subscriber a connection used only for subscriptions (null on gateways)
+   */
+  constructor(
+    private readonly publisher: Redis,
+    private readonly subscriber: Redis | null,
+    private readonly keys: ClusterKeys,
+  ) {
+    subscriber?.on('message', (channel: string, raw: string) => {
+      const handler = this.handlers.get(channel);
+      if (!handler) return;
+      try {
+        const parsed = InboxMessageSchema.safeParse(JSON.parse(raw));
+        if (parsed.success) handler(parsed.data);
+      } catch {
+        // not ours: ignore
+      }
+    });
+  }
+
+  /** Sends a message; resolves with how many holders received it (0: nobody holds it). */
+  send(conversationId: string, message: InboxMessage): Promise<number> {
+    const raw = message.type === 'wake' ? WAKE : JSON.stringify(message);
+    return this.publisher.publish(this.keys.conversationChannel(conversationId), raw);
+  }
+
+  async listen(conversationId: string, handler: (message: InboxMessage) => void): Promise<void> {
+    if (!this.subscriber) throw new Error('this inbox has no subscriber connection');
+    const channel = this.keys.conversationChannel(conversationId);
+    this.handlers.set(channel, handler);
+    await this.subscriber.subscribe(channel);
+  }
+
+  async unlisten(conversationId: string): Promise<void> {
+    const channel = this.keys.conversationChannel(conversationId);
+    if (!this.handlers.delete(channel) || !this.subscriber) return;
+    await this.subscriber.unsubscribe(channel);
+  }
+}

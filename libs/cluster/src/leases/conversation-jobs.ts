@@ -1,0 +1,56 @@
+import { Queue, type ConnectionOptions } from 'bullmq';
+import type { ConversationRef } from '@cs/core';
+import type { ClusterKeys } from '../redis/cluster-keys.js';
+
+/** The BullMQ queue whose active jobs are conversation leases; its tag keeps it in one slot. */
+export const CONVERSATION_QUEUE = '{conversations}';
+
+export type ConversationJobData = ConversationRef;
+
+/** One job per conversation: its id is derived from the conversation id. */
+export function conversationJobId(conversationId: string): string {
+  return `conversation-${conversationId}`;
+}
+
+/**
+ * Starting a conversation is adding its job: a second add while the job
+ * exists (waiting or active) is a no-op. Finished jobs are removed so that a
+ * later start adds a fresh one.
+ */
+export class ConversationJobs {
+  readonly queue: Queue<ConversationJobData>;
+
+  constructor(connection: ConnectionOptions, keys: ClusterKeys) {
+    this.queue = new Queue<ConversationJobData>(CONVERSATION_QUEUE, {
+      connection,
+      prefix: keys.bullPrefix,
+      defaultJobOptions: { removeOnComplete: true, removeOnFail: true, attempts: 1 },
+    });
+  }
+
+  async start(ref: ConversationRef): Promise<void> {
+    await this.queue.add(
+      'run',
+      { tenantId: ref.tenantId, userId: ref.userId, conversationId: ref.conversationId },
+      { jobId: conversationJobId(ref.conversationId) },
+    );
+  }
+
+  /** Removes the conversation's job unless a worker holds it; true when removed. */
+  async cancelQueued(conversationId: string): Promise<boolean> {
+    const job = await this.queue.getJob(conversationJobId(conversationId));
+    if (!job) return false;
+    const state = await job.getState();
+    if (state !== 'waiting' && state !== 'delayed' && state !== 'prioritized') return false;
+    try {
+      await job.remove();
+      return true;
+    } catch {
+      return false; // taken by a worker meanwhile
+    }
+  }
+
+  close(): Promise<void> {
+    return this.queue.close();
+  }
+}

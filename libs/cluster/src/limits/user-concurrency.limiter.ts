@@ -1,0 +1,81 @@
+import type { Redis } from 'ioredis';
+import type { ClusterKeys } from '../redis/cluster-keys.js';
+import { runScript } from '../redis/lua-scripts.js';
+
+export type SlotResult = { granted: true; evicted?: string } | { granted: false };
+
+export interface HeldSlot {
+  tenantId: string;
+  userId: string;
+  conversationId: string;
+  /** Last activity (ms since epoch), or 0 to leave it unchanged. */
+  lastActivity: number;
+}
+
+/**
+ * `MAX_CONCURRENT_CONVERSATIONS` across the cluster: a per-user sorted set of
+ * running conversations (scored by activity) and a hash of slot expiries,
+ * changed only by Lua scripts so that concurrent starts on any gateway or
+ * worker are atomic. Slots expire unless their holder renews them, so a
+ * crashed process leaks none. Times come from Redis (`TIME`), not clients.
+ */
+export class UserConcurrencyLimiter {
+  constructor(
+    private readonly redis: Redis,
+    private readonly keys: ClusterKeys,
+    private readonly options: {
+      limit: number;
+      policy: 'evict_oldest' | 'reject';
+      /** How long a slot lives without renewal. */
+      slotTtlMs: number;
+    },
+  ) {}
+
+  async acquire(tenantId: string, userId: string, conversationId: string): Promise<SlotResult> {
+    const result = (await runScript(
+      this.redis,
+      'acquire-slot-2',
+      [this.keys.userRunning(tenantId, userId), this.keys.userSlotExpiry(tenantId, userId)],
+      [conversationId, this.options.limit, this.options.policy, this.options.slotTtlMs],
+    )) as [number, string?];
+    if (result[0] === 0) return { granted: false };
+    return result[0] === 2 && result[1] ? { granted: true, evicted: result[1] } : { granted: true };
+  }
+
+  async release(tenantId: string, userId: string, conversationId: string): Promise<void> {
+    await runScript(
+      this.redis,
+      'release-slot-2',
+      [this.keys.userRunning(tenantId, userId), this.keys.userSlotExpiry(tenantId, userId)],
+      [conversationId],
+    );
+  }
+
+  /** Renews held slots, grouped by user; returns the conversations whose slot is gone. */
+  async renew(slots: readonly HeldSlot[]): Promise<string[]> {
+    const byUser = new Map<string, HeldSlot[]>();
+    for (const slot of slots) {
+      const key = this.keys.userRunning(slot.tenantId, slot.userId);
+      byUser.set(key, [...(byUser.get(key) ?? []), slot]);
+    }
+    const lost = await Promise.all(
+      [...byUser.values()].map(async (group) => {
+        const { tenantId, userId } = group[0]!;
+        const args: Array<string | number> = [this.options.slotTtlMs];
+        for (const slot of group) args.push(slot.conversationId, Math.floor(slot.lastActivity));
+        return (await runScript(
+          this.redis,
+          'renew-slots-2',
+          [this.keys.userRunning(tenantId, userId), this.keys.userSlotExpiry(tenantId, userId)],
+          args,
+        )) as string[];
+      }),
+    );
+    return lost.flat();
+  }
+
+  /** The user's conversations holding a slot. */
+  running(tenantId: string, userId: string): Promise<string[]> {
+    return this.redis.zrange(this.keys.userRunning(tenantId, userId), '0', '-1');
+  }
+}

@@ -1,0 +1,58 @@
+/**
+ * Every Redis key and channel of a deployment, under `<KEY_PREFIX>:`. Keys of
+ * one conversation share the hash tag `{<id>}`, keys of one user the tag
+ * `{<tenant>/<user>}`, so that a script's keys live in one Redis Cluster slot.
+ */
+export class ClusterKeys {
+  constructor(readonly prefix: string) {}
+
+  /** BullMQ's prefix; the queue name carries the hash tag. */
+  get bullPrefix(): string {
+    return this.prefix;
+  }
+
+  /** The Socket.IO adapter's and emitter's key. */
+  get socketIo(): string {
+    return `${this.prefix}:socket.io`;
+  }
+
+  /** Wake-ups and control messages for the conversation's lease holder. */
+  conversationChannel(conversationId: string): string {
+    return `${this.prefix}:conv:{${conversationId}}:inbox`;
+  }
+
+  /** Connections per gateway attached to the conversation (a hash gateway → count). */
+  conversationConnections(conversationId: string): string {
+    return `${this.prefix}:conv:{${conversationId}}:connections`;
+  }
+
+  /** Recent failovers of the conversation (a sorted set of times). */
+  conversationFailovers(conversationId: string): string {
+    return `${this.prefix}:conv:{${conversationId}}:failovers`;
+  }
+
+  /** The user's running conversations, scored by last activity. */
+  userRunning(tenantId: string, userId: string): string {
+    return `${this.prefix}:user:{${userTag(tenantId, userId)}}:running`;
+  }
+
+  /** When each of the user's slots expires unless its holder renews it. */
+  userSlotExpiry(tenantId: string, userId: string): string {
+    return `${this.prefix}:user:{${userTag(tenantId, userId)}}:expiry`;
+  }
+
+  /** The user's stored user actions in the last minute (rate limit). */
+  userActions(tenantId: string, userId: string): string {
+    return `${this.prefix}:user:{${userTag(tenantId, userId)}}:actions`;
+  }
+
+  /** Present while the gateway is alive (expires unless renewed). */
+  gatewayAlive(gatewayId: string): string {
+    return `${this.prefix}:gateway:{${gatewayId}}:alive`;
+  }
+}
+
+/** Tenant and user ids may hold any character: encode them so `}` cannot end the tag. */
+function userTag(tenantId: string, userId: string): string {
+  return `${encodeURIComponent(tenantId)}/${encodeURIComponent(userId)}`;
+}

@@ -1,0 +1,37 @@
+import { Redis, type RedisOptions } from 'ioredis';
+
+/**
+ * Opens an ioredis connection to `REDIS_URL` (its database number honoured).
+ * BullMQ needs `maxRetriesPerRequest: null`; RESP2 keeps replies in the shapes
+ * the Socket.IO adapter and BullMQ were written for.
+ */
+export function openRedis(url: string, name: string, options: RedisOptions = {}): Redis {
+  return new Redis(url, {
+    connectionName: name,
+    maxRetriesPerRequest: null,
+    enableReadyCheck: true,
+    protocol: 2,
+    retryStrategy: (attempt) => Math.min(50 * 2 ** attempt, 2000),
+    ...options,
+  });
+}
+
+/**
+ * Redis must not evict keys (BullMQ's and ours would vanish): returns a warning
+ * when `maxmemory-policy` is anything but `noeviction`, or null.
+ */
+export async function checkEvictionPolicy(redis: Redis): Promise<string | null> {
+  try {
+    const reply = (await redis.config('GET', 'maxmemory-policy')) as unknown;
+    const values = Array.isArray(reply)
+      ? (reply as string[])
+      : Object.values(reply as Record<string, string>);
+    const policy = values[values.length - 1];
+    if (policy && policy !== 'noeviction') {
+      return `Redis maxmemory-policy is "${policy}": set it to "noeviction", or queued conversations and limits may be lost`;
+    }
+    return null;
+  } catch {
+    return 'could not read Redis maxmemory-policy (CONFIG GET refused): make sure it is "noeviction"';
+  }
+}
