@@ -3,7 +3,9 @@ import { z } from 'zod';
 import type { AppConfig } from '@cs/config';
 import {
   BadRequestError,
+  ConflictError,
   RateLimitedError,
+  userActionDraft,
   toConversationInfo,
   type AgentFactory,
   type AppendedEvent,
@@ -29,6 +31,7 @@ import {
   type UserAction,
 } from '@cs/protocol';
 import { randomUUID } from 'node:crypto';
+import { isDeepStrictEqual } from 'node:util';
 import { assertVisible, type Principal } from '../auth/principal.js';
 import type { UserActionRateLimiter } from '../rate-limit/user-action-rate-limiter.js';
 import {
@@ -177,7 +180,12 @@ export class ConversationService {
   ): Promise<AppendedEvent> {
     const ref = refOf(await this.find(principal, conversationId));
     const reservation = await this.rateLimiter.reserve(principal.tenantId, principal.userId);
-    if (!reservation) throw new RateLimitedError();
+    if (!reservation) {
+      // An idempotent repeat stores nothing, so it does not count against the limit.
+      const repeat = await this.findRepeat(ref, action, idempotencyKey);
+      if (repeat) return repeat;
+      throw new RateLimitedError();
+    }
     try {
       const appended = await this.manager.sendUserAction(ref, action, idempotencyKey);
       if (appended.duplicate) await reservation.cancel();
@@ -186,6 +194,34 @@ export class ConversationService {
       await reservation.cancel();
       throw error;
     }
+  }
+
+  /** The stored event a repeated idempotency key refers to; `CONFLICT` when its content differs. */
+  private async findRepeat(
+    ref: ConversationRef,
+    action: UserAction,
+    idempotencyKey: string | undefined,
+  ): Promise<AppendedEvent | null> {
+    const draft = userActionDraft(action, idempotencyKey);
+    if (draft.clientEventId === undefined) return null;
+    const stored = await this.store.findEventByClientEventId(
+      ref.tenantId,
+      ref.conversationId,
+      draft.clientEventId,
+    );
+    if (!stored) return null;
+    const {
+      id: _id,
+      timestamp: _timestamp,
+      cause: _cause,
+      client_event_id: _key,
+      source,
+      ...body
+    } = stored as StoredEvent & { client_event_id?: string };
+    if (source !== draft.source || !isDeepStrictEqual(body, draft.body)) {
+      throw new ConflictError('this idempotency key was used for another action');
+    }
+    return { event: stored, duplicate: true };
   }
 
   async events(

@@ -1,0 +1,99 @@
+import { describe, expect, it } from 'vitest';
+import { ConfigError, loadConfig } from './config.js';
+
+const cluster = {
+  DATABASE_URL: 'postgres://postgres@127.0.0.1:5432/postgres',
+  REDIS_URL: 'redis://127.0.0.1:6379/2',
+  AUTH_JWT_SECRET: 'a-secret-of-at-least-16-chars',
+};
+
+function problemsOf(role: Parameters<typeof loadConfig>[0], env: Record<string, string>): string[] {
+  try {
+    loadConfig(role, env);
+  } catch (error) {
+    if (error instanceof ConfigError) return error.problems;
+    throw error;
+  }
+  return [];
+}
+
+describe('loadConfig', () => {
+  it('applies the documented defaults', () => {
+    const config = loadConfig('standalone', {});
+    expect(config.http.port).toBe(3000);
+    expect(config.http.workerPort).toBe(3001);
+    expect(config.database.dataDir).toBe('./.data');
+    expect(config.database.url).toBeUndefined();
+    expect(config.redis.keyPrefix).toBe('cs');
+    expect(config.auth.devTokens).toBe(true);
+    expect(config.limits).toMatchObject({
+      maxConcurrentConversations: 3,
+      concurrencyPolicy: 'evict_oldest',
+      idleTimeoutMs: 3_600_000,
+      rateLimitPerMinute: 600,
+    });
+    expect(config.cluster).toMatchObject({ leaseTtlMs: 15_000, workerConcurrency: 200 });
+    expect(config.agent.default).toBe('echo');
+  });
+
+  it('turns development tokens off outside the standalone mode', () => {
+    expect(loadConfig('gateway', cluster).auth.devTokens).toBe(false);
+    expect(loadConfig('gateway', { ...cluster, AUTH_DEV_TOKENS: 'true' }).auth.devTokens).toBe(
+      true,
+    );
+  });
+
+  it('names each invalid variable in its own line', () => {
+    const problems = problemsOf('standalone', {
+      PORT: 'eighty',
+      MAX_CONCURRENT_CONVERSATIONS: '0',
+      CONCURRENCY_POLICY: 'random',
+      LEASE_TTL_MS: '10',
+      REDIS_URL: 'http://nope',
+      KEY_PREFIX: 'has spaces',
+      RATE_LIMIT_PER_MINUTE: '-1',
+      AUTH_DEV_TOKENS: 'perhaps',
+    });
+    for (const name of [
+      'PORT',
+      'MAX_CONCURRENT_CONVERSATIONS',
+      'CONCURRENCY_POLICY',
+      'LEASE_TTL_MS',
+      'REDIS_URL',
+      'KEY_PREFIX',
+      'RATE_LIMIT_PER_MINUTE',
+      'AUTH_DEV_TOKENS',
+    ]) {
+      expect(
+        problems.filter((line) => line.startsWith(`${name}:`)),
+        name,
+      ).toHaveLength(1);
+    }
+    expect(problems).toHaveLength(8);
+  });
+
+  it('requires Redis, Postgres and a token key for cluster processes', () => {
+    expect(problemsOf('gateway', {})).toEqual([
+      'REDIS_URL: required by the gateway',
+      'DATABASE_URL: required by the gateway',
+      'AUTH_JWT_SECRET: required by the gateway (or set AUTH_JWKS_URL)',
+    ]);
+    expect(problemsOf('worker', { REDIS_URL: cluster.REDIS_URL })).toEqual([
+      'DATABASE_URL: required by the worker',
+    ]);
+  });
+
+  it('never prints a secret or a password', () => {
+    const problems = problemsOf('gateway', {
+      ...cluster,
+      AUTH_JWT_SECRET: 'short',
+      DATABASE_URL: 'mysql://user:hunter2@db/x',
+    });
+    expect(problems.join('\n')).not.toMatch(/short|hunter2/);
+    expect(problems.some((line) => line.startsWith('AUTH_JWT_SECRET:'))).toBe(true);
+  });
+
+  it('treats empty variables as unset', () => {
+    expect(loadConfig('standalone', { PORT: '', DATABASE_URL: ' ' }).http.port).toBe(3000);
+  });
+});

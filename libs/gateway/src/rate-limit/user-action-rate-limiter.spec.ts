@@ -1,0 +1,31 @@
+import { describe, expect, it } from 'vitest';
+import { InMemoryUserActionRateLimiter } from './user-action-rate-limiter.js';
+
+describe(InMemoryUserActionRateLimiter.name, () => {
+  it('allows the limit in any 60 s window, per user', async () => {
+    let now = 0;
+    const limiter = new InMemoryUserActionRateLimiter(2, () => now);
+    expect(await limiter.reserve('t', 'a')).not.toBeNull();
+    now = 30_000;
+    expect(await limiter.reserve('t', 'a')).not.toBeNull();
+    expect(await limiter.reserve('t', 'a')).toBeNull();
+    expect(await limiter.reserve('t', 'b')).not.toBeNull();
+    expect(await limiter.reserve('other', 'a')).not.toBeNull();
+    now = 60_001; // the first reservation left the window
+    expect(await limiter.reserve('t', 'a')).not.toBeNull();
+    expect(await limiter.reserve('t', 'a')).toBeNull();
+  });
+
+  it('gives a cancelled reservation back', async () => {
+    const limiter = new InMemoryUserActionRateLimiter(1, () => 5);
+    const reservation = await limiter.reserve('t', 'a');
+    await reservation!.cancel();
+    expect(await limiter.reserve('t', 'a')).not.toBeNull();
+    expect(await limiter.reserve('t', 'a')).toBeNull();
+  });
+
+  it('is off at 0', async () => {
+    const limiter = new InMemoryUserActionRateLimiter(0);
+    for (let n = 0; n < 100; n++) expect(await limiter.reserve('t', 'a')).not.toBeNull();
+  });
+});
