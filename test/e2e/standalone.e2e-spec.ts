@@ -510,6 +510,99 @@ describe.each(backends)('standalone service on $name', (backend) => {
     expect(taken.status).toBe(409);
   });
 
+  it('serves health, readiness, Prometheus metrics and the OpenAPI document', async () => {
+    await createConversation(app, token, { initial_user_msg: 'something to measure' });
+    expect((await api(app.url, 'GET', '/healthz')).body).toEqual({ status: 'ok' });
+    expect((await api(app.url, 'GET', '/readyz')).status).toBe(200);
+    const metrics = await api<string>(app.url, 'GET', '/metrics');
+    expect(metrics.status).toBe(200);
+    for (const name of [
+      'cs_connected_sockets',
+      'cs_running_conversations',
+      'cs_event_append_seconds_bucket',
+    ]) {
+      expect(metrics.body).toContain(name);
+    }
+    const openapi = await api(app.url, 'GET', '/docs-json');
+    expect(openapi.status).toBe(200);
+    expect(Object.keys(openapi.body.paths)).toEqual(
+      expect.arrayContaining([
+        '/api/conversations',
+        '/api/conversations/{id}/events',
+        '/api/dev/token',
+      ]),
+    );
+    const docs = await fetch(`${app.url}/docs`);
+    expect(docs.status).toBe(200);
+    expect(docs.headers.get('content-type')).toContain('text/html');
+    const page = await fetch(`${app.url}/`);
+    expect(await page.text()).toContain('/socket.io/socket.io.js');
+  });
+
+  it('patches, reports state, lists for admins, and deletes conversations', async () => {
+    const id = await createConversation(app, token, { title: 'before', metadata: { a: 1 } });
+    const patched = await api(app.url, 'PATCH', `/api/conversations/${id}`, {
+      token,
+      body: { title: 'after', metadata: { b: 2 } },
+    });
+    expect(patched.status).toBe(200);
+    expect(patched.body).toMatchObject({ conversation_id: id, title: 'after', metadata: { b: 2 } });
+
+    const started = await api(app.url, 'POST', `/api/conversations/${id}/start`, { token });
+    expect(started.status).toBe(200);
+    expect(['STARTING', 'RUNNING']).toContain(started.body.conversation_status);
+    await until(
+      async () =>
+        (await api(app.url, 'GET', `/api/conversations/${id}/state`, { token })).body
+          .agent_state === 'awaiting_user_input',
+      'agent ready',
+    );
+    const state = await api(app.url, 'GET', `/api/conversations/${id}/state`, { token });
+    expect(state.body).toMatchObject({
+      agent_state: 'awaiting_user_input',
+      state: expect.any(Object),
+      metrics: {
+        iterations: expect.any(Number),
+        prompt_tokens: 0,
+        completion_tokens: 0,
+        cost_usd: 0,
+      },
+    });
+    expect(state.body.runtime).toBeUndefined();
+    const admin = await sign({ sub: 'root', tid: tenant, roles: ['admin'] });
+    const adminState = await api(app.url, 'GET', `/api/conversations/${id}/state`, {
+      token: admin,
+    });
+    expect(adminState.body.runtime).toMatchObject({
+      worker_id: expect.any(String),
+      lease_epoch: expect.any(Number),
+    });
+    const everyone = await api(app.url, 'GET', '/api/conversations?all=true&limit=100', {
+      token: admin,
+    });
+    expect(
+      everyone.body.results.map((r: { conversation_id: string }) => r.conversation_id),
+    ).toContain(id);
+    // From a non-admin, all=true is ignored: only the caller's own conversations.
+    const stranger = await devToken(app.url, {
+      user_id: uniqueName('stranger'),
+      tenant_id: tenant,
+    });
+    const theirs = await api(app.url, 'GET', '/api/conversations?all=true&limit=100', {
+      token: stranger,
+    });
+    expect(theirs.status).toBe(200);
+    expect(theirs.body.results).toEqual([]);
+
+    const stopped = await api(app.url, 'POST', `/api/conversations/${id}/stop`, { token });
+    expect(stopped.body).toEqual({ conversation_status: 'STOPPED' });
+    expect((await api(app.url, 'DELETE', `/api/conversations/${id}`, { token })).status).toBe(204);
+    expect((await api(app.url, 'GET', `/api/conversations/${id}`, { token })).status).toBe(404);
+    expect((await api(app.url, 'GET', `/api/conversations/${id}/events`, { token })).status).toBe(
+      404,
+    );
+  });
+
   it('streams events over SSE, resumable with Last-Event-ID', async () => {
     const id = await createConversation(app, token, { initial_user_msg: 'from the start' });
     await until(
@@ -557,10 +650,26 @@ describe('standalone service lifecycle', () => {
       ).rejects.toThrow(/DATA_DIR|in use|another process/i);
       expect((await api(app.url, 'GET', '/healthz')).status).toBe(200);
 
+      // Acknowledged just before SIGTERM: stored, and answered after the restart at the latest.
+      const acked = await api<{ event_id: number }>(
+        app.url,
+        'POST',
+        `/api/conversations/${id}/events`,
+        {
+          token,
+          body: { action: 'message', args: { content: 'right before the signal' } },
+        },
+      );
+      expect(acked.status).toBe(201);
       expect(await app.stop()).toBe(0);
       app = await startApp('standalone', env);
+      const afterRestart = await eventsOf(app, token, id);
+      expect(afterRestart.find((e) => e.id === acked.body.event_id)).toMatchObject({
+        source: 'user',
+        args: { content: 'right before the signal' },
+      });
       try {
-        expect((await eventsOf(app, token, id)).slice(0, before.length)).toEqual(before);
+        expect(afterRestart.slice(0, before.length)).toEqual(before);
         const client = await ConversationClient.connect(app.url, token, {
           conversation_id: id,
           latest_event_id: String(before[before.length - 1]!.id),

@@ -15,7 +15,7 @@ export class ServiceMetrics {
 
   constructor(labels: Record<string, string> = {}) {
     this.registry.setDefaultLabels(labels);
-    collectDefaultMetrics({ register: this.registry, prefix: 'cs_process_' });
+    collectDefaultMetrics({ register: this.registry, prefix: 'cs_' });
     this.socketsConnected = new Gauge({
       name: 'cs_connected_sockets',
       help: 'Socket.IO connections attached to a conversation on this process',
