@@ -188,8 +188,8 @@ describe.each(backends)('standalone service on $name', (backend) => {
     const id = await createConversation(app, token);
     const writer = await ConversationClient.connect(app.url, token, { conversation_id: id });
     // A long history makes the replay take a while.
-    await Promise.all(Array.from({ length: 150 }, (_, n) => writer.message(`before ${n}`)));
-    const racing = Array.from({ length: 40 }, (_, n) => writer.message(`during ${n}`));
+    await Promise.all(Array.from({ length: 80 }, (_, n) => writer.message(`before ${n}`)));
+    const racing = Array.from({ length: 30 }, (_, n) => writer.message(`during ${n}`));
     const reader = await ConversationClient.connect(app.url, token, {
       conversation_id: id,
       start: 'false',

@@ -833,10 +833,15 @@ describe('the embedded database in DATA_DIR', () => {
 
   it('takes over the lock of a zombie process', async () => {
     const dataDir = scratchDir();
-    // `sh` starts a child that exits at once, then becomes `sleep`, which never reaps it.
-    const holder = spawn('sh', ['-c', 'sleep 0 & echo $!; exec sleep 30 >/dev/null'], {
-      stdio: ['ignore', 'pipe', 'ignore'],
-    });
+    // A parent that never waits for its child: the child stays a zombie until the parent dies.
+    const holder = spawn(
+      'python3',
+      [
+        '-c',
+        'import os, time\npid = os.fork()\nif pid == 0:\n    os._exit(0)\nprint(pid, flush=True)\ntime.sleep(30)',
+      ],
+      { stdio: ['ignore', 'pipe', 'ignore'] },
+    );
     try {
       const [line] = (await once(holder.stdout, 'data')) as [Buffer];
       const zombie = Number(line.toString().trim());

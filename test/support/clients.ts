@@ -108,7 +108,7 @@ export class ConversationClient {
 
   send(payload: unknown): Promise<UserActionAck> {
     return this.socket
-      .timeout(10_000)
+      .timeout(30_000)
       .emitWithAck('oh_user_action', payload) as Promise<UserActionAck>;
   }
 
