@@ -43,6 +43,17 @@ export async function devToken(
   return response.body.token;
 }
 
+/** A conversation socket as PROTOCOL.md asks clients to open one, without reconnection. */
+function openSocket(baseUrl: string, token: string | undefined, query: Record<string, string>): Socket {
+  return io(baseUrl, {
+    transports: ['websocket'],
+    auth: token === undefined ? {} : { token },
+    query,
+    reconnection: false,
+    forceNew: true,
+  });
+}
+
 /** A connected conversation socket that records every `oh_event`. */
 export class ConversationClient {
   readonly events: ServerEvent[] = [];
@@ -60,13 +71,7 @@ export class ConversationClient {
     token: string | undefined,
     query: Record<string, string>,
   ): Promise<ConversationClient> {
-    const socket = io(baseUrl, {
-      transports: ['websocket'],
-      auth: token === undefined ? {} : { token },
-      query,
-      reconnection: false,
-      forceNew: true,
-    });
+    const socket = openSocket(baseUrl, token, query);
     const client = new ConversationClient(socket);
     await new Promise<void>((resolve, reject) => {
       socket.once('connect', () => resolve());
@@ -81,13 +86,7 @@ export class ConversationClient {
     token: string | undefined,
     query: Record<string, string>,
   ): Promise<Error & { data?: { code: string; message: string } }> {
-    const socket = io(baseUrl, {
-      transports: ['websocket'],
-      auth: token === undefined ? {} : { token },
-      query,
-      reconnection: false,
-      forceNew: true,
-    });
+    const socket = openSocket(baseUrl, token, query);
     try {
       return await new Promise((resolve, reject) => {
         socket.once('connect', () => reject(new Error('connected, but a refusal was expected')));
