@@ -59,11 +59,13 @@ export class ClusteredConversationManager implements ConversationManager {
     const slot = await this.deps.limiter.acquire(ref.tenantId, ref.userId, ref.conversationId);
     if (!slot.granted) throw new ConcurrencyLimitError(this.deps.limit);
     if (slot.evicted) await this.evict({ ...ref, conversationId: slot.evicted });
-    await this.deps.jobs.start(ref);
+    // STARTING before the job exists: an eviction racing with this start settles
+    // the status (to STOPPED) after it, never before, so it cannot be left STARTING.
     await this.deps.store.setStatus(ref.tenantId, ref.conversationId, 'STARTING', [
       'STOPPED',
       'ERROR',
     ]);
+    await this.deps.jobs.start(ref);
     const record = await this.deps.store.getConversation(ref.tenantId, ref.conversationId);
     if (!record) throw new NotFoundError();
     return record.status === 'RUNNING' ? 'RUNNING' : 'STARTING';

@@ -122,13 +122,15 @@ export class ConversationHost {
   async drain(): Promise<void> {
     if (this.draining) return;
     this.draining = true;
-    clearInterval(this.heartbeat);
     await this.worker?.pause(true);
     for (const hosted of this.hosted.values()) hosted.handOff = true;
     await Promise.all(
       [...this.hosted.values()].map((hosted) => hosted.session?.close() ?? Promise.resolve()),
     );
     await this.worker?.close();
+    // Only now: the slots stay renewed until every lease is handed back, so the next
+    // holder finds them (a slot that lapsed would read as an eviction).
+    clearInterval(this.heartbeat);
   }
 
   /** Stops at once (tests, fatal errors): the leases expire and move elsewhere. */
@@ -151,6 +153,15 @@ export class ConversationHost {
     }
     const record = await store.getConversation(ref.tenantId, id);
     if (!record) return 'deleted';
+    // BullMQ hands a job to the worker that held it before when it stalled (this
+    // process was paused, or Redis was away, past the lock): that earlier run lost
+    // its lease and must end, and must not tear down this run's entry on its way out.
+    const earlier = this.hosted.get(id);
+    if (earlier) {
+      earlier.leaseLost = true;
+      await earlier.session?.close();
+    }
+    const previousHolderCrashed = record.leaseOwner !== null;
 
     const hosted: HostedConversation = {
       ref,
@@ -162,14 +173,24 @@ export class ConversationHost {
     };
     this.hosted.set(id, hosted);
     await inbox.listen(id, (message) => this.onInbox(hosted, message));
-    let outcome: SessionEndReason | 'failed';
+    let outcome: SessionEndReason | 'failed' | 'evicted';
     try {
-      outcome = await this.hold(hosted, record.leaseOwner !== null, record.agent);
+      // Subscribed first: from here on an eviction reaches this run through the inbox.
+      outcome = (await this.holdsSlot(ref, previousHolderCrashed))
+        ? await this.hold(hosted, previousHolderCrashed, record.agent)
+        : 'evicted';
     } finally {
-      this.hosted.delete(id);
-      await inbox.unlisten(id).catch(() => undefined);
+      if (this.hosted.get(id) === hosted) {
+        this.hosted.delete(id);
+        await inbox.unlisten(id).catch(() => undefined);
+      }
     }
 
+    if (outcome === 'evicted') {
+      // Its evictor stored the notice; the slot belongs to others now.
+      await store.setStatus(ref.tenantId, id, 'STOPPED', ['STARTING', 'RUNNING']);
+      return outcome;
+    }
     if (outcome === 'lease_lost' || hosted.leaseLost) return 'lease_lost'; // a newer holder has it, slot and all
     if (hosted.handOff && token) {
       await store.releaseLease(ref.tenantId, id, options.workerId, hosted.epoch);
@@ -181,6 +202,22 @@ export class ConversationHost {
       await store.setStatus(ref.tenantId, id, 'STOPPED', ['STARTING', 'RUNNING']);
     await store.releaseLease(ref.tenantId, id, options.workerId, hosted.epoch);
     return outcome;
+  }
+
+  /**
+   * Whether the conversation may run here: it must hold one of its user's
+   * slots. A start overtaken by an eviction (or a stop) before any worker held
+   * the conversation leaves a job whose slot is gone; running it would exceed
+   * the user's limit. A holder that crashed stopped renewing its slot, which
+   * may have expired before this takeover: take a free one back then, evicting
+   * nobody.
+   */
+  private async holdsSlot(ref: ConversationRef, previousHolderCrashed: boolean): Promise<boolean> {
+    const { limiter } = this.deps;
+    if (await limiter.holds(ref.tenantId, ref.userId, ref.conversationId)) return true;
+    return (
+      previousHolderCrashed && (await limiter.reclaim(ref.tenantId, ref.userId, ref.conversationId))
+    );
   }
 
   /** Takes the lease and runs sessions until one ends for good. */
@@ -208,7 +245,8 @@ export class ConversationHost {
           return 'failed';
         }
         // A message stored while the session was closing must still be answered.
-        if (outcome !== 'closed' || hosted.handOff || this.draining) return outcome;
+        if (outcome !== 'closed' || hosted.handOff || hosted.leaseLost || this.draining)
+          return outcome;
         if (!(await this.hasUnansweredMessage(ref))) return outcome;
       }
     } catch (error) {

@@ -32,14 +32,21 @@ export class UserConcurrencyLimiter {
   ) {}
 
   async acquire(tenantId: string, userId: string, conversationId: string): Promise<SlotResult> {
-    const result = (await runScript(
-      this.redis,
-      'acquire-slot-2',
-      [this.keys.userRunning(tenantId, userId), this.keys.userSlotExpiry(tenantId, userId)],
-      [conversationId, this.options.limit, this.options.policy, this.options.slotTtlMs],
-    )) as [number, string?];
+    const result = await this.take(tenantId, userId, conversationId, this.options.policy);
     if (result[0] === 0) return { granted: false };
     return result[0] === 2 && result[1] ? { granted: true, evicted: result[1] } : { granted: true };
+  }
+
+  /** Takes (or keeps) a slot only if one is free: never evicts, whatever the policy. */
+  async reclaim(tenantId: string, userId: string, conversationId: string): Promise<boolean> {
+    const [taken] = await this.take(tenantId, userId, conversationId, 'reject');
+    return taken !== 0;
+  }
+
+  /** True while the conversation holds one of its user's slots. */
+  async holds(tenantId: string, userId: string, conversationId: string): Promise<boolean> {
+    const score = await this.redis.zscore(this.keys.userRunning(tenantId, userId), conversationId);
+    return score !== null;
   }
 
   async release(tenantId: string, userId: string, conversationId: string): Promise<void> {
@@ -72,6 +79,20 @@ export class UserConcurrencyLimiter {
       }),
     );
     return lost.flat();
+  }
+
+  private async take(
+    tenantId: string,
+    userId: string,
+    conversationId: string,
+    policy: 'evict_oldest' | 'reject',
+  ): Promise<[number, string?]> {
+    return (await runScript(
+      this.redis,
+      'acquire-slot-2',
+      [this.keys.userRunning(tenantId, userId), this.keys.userSlotExpiry(tenantId, userId)],
+      [conversationId, this.options.limit, policy, this.options.slotTtlMs],
+    )) as [number, string?];
   }
 
   /** The user's conversations holding a slot. */

@@ -1,0 +1,614 @@
+// The cluster end to end, as clients and operators see it: real gateway and
+// worker processes from dist/, on Postgres and Redis, with workers killed,
+// paused and drained, Redis restarted and a gateway drained mid-conversation.
+import { afterEach, describe, expect, it, onTestFailed } from 'vitest';
+import type { StoredEvent } from '@cs/protocol';
+import { ConversationClient, api, ids, isAgentReply } from '../support/clients.js';
+import {
+  holderOf,
+  readAllEvents,
+  startCluster,
+  until,
+  workerHealth,
+  type ClusterOptions,
+  type TestCluster,
+} from '../support/cluster.js';
+import type { AppProcess } from '../support/processes.js';
+import { startPrivateRedis, type PrivateRedis } from '../support/redis-server.js';
+
+const LEASE_TTL_MS = 3000;
+/** What a bound measured from outside may exceed the contract's by (polling, scheduling). */
+const SLACK_MS = 1000;
+
+let cluster: TestCluster | undefined;
+let redis: PrivateRedis | undefined;
+
+async function cluster_(options: ClusterOptions): Promise<TestCluster> {
+  cluster = await startCluster({
+    ...options,
+    env: { LEASE_TTL_MS: String(LEASE_TTL_MS), ...options.env },
+  });
+  const started = cluster;
+  onTestFailed(() => {
+    process.stderr.write(`\n===== process output of the failed test\n${started.outputs()}\n`);
+  });
+  return started;
+}
+
+afterEach(async () => {
+  await cluster?.close();
+  cluster = undefined;
+  await redis?.stop();
+  redis = undefined;
+});
+
+async function createConversation(baseUrl: string, token: string): Promise<string> {
+  const response = await api<{ conversation_id: string }>(baseUrl, 'POST', '/api/conversations', {
+    token,
+    body: {},
+  });
+  expect(response.status).toBe(201);
+  return response.body.conversation_id;
+}
+
+/** Sends a user message through REST; resolves with its event id. */
+async function sendMessage(
+  baseUrl: string,
+  token: string,
+  conversationId: string,
+  content: string,
+): Promise<number> {
+  const response = await api<{ event_id: number }>(
+    baseUrl,
+    'POST',
+    `/api/conversations/${conversationId}/events`,
+    { token, body: { action: 'message', args: { content } } },
+  );
+  expect(response.status, JSON.stringify(response.body)).toBe(201);
+  return response.body.event_id;
+}
+
+function sleep(ms: number): Promise<void> {
+  return new Promise((resolve) => setTimeout(resolve, ms));
+}
+
+function userMessages(events: readonly StoredEvent[]): StoredEvent[] {
+  return events.filter((e) => e.source === 'user' && 'action' in e && e.action === 'message');
+}
+
+function contentOf(event: StoredEvent): string {
+  return 'args' in event ? String(event.args.content) : '';
+}
+
+/** Waits until every user message of the conversation has an agent answer stored. */
+async function waitForAnswers(
+  baseUrl: string,
+  token: string,
+  conversationId: string,
+  timeoutMs = 15_000,
+): Promise<StoredEvent[]> {
+  let events: StoredEvent[] = [];
+  await until(
+    async () => {
+      events = await readAllEvents(baseUrl, token, conversationId);
+      return userMessages(events).every((u) => events.some((e) => isAgentReply(e, u.id)));
+    },
+    'an answer to every user message',
+    timeoutMs,
+    100,
+  );
+  return events;
+}
+
+/** The contract's guarantees on a conversation's stored events. */
+function expectExactlyOnce(events: readonly StoredEvent[], sentContents: readonly string[]): void {
+  // Ids are the places 0, 1, 2, … without gaps.
+  expect(events.map((e) => e.id)).toEqual(events.map((_, index) => index));
+  // Every message sent is stored once.
+  const stored = userMessages(events).map(contentOf);
+  expect([...stored].sort()).toEqual([...sentContents].sort());
+  // Every user message has exactly one agent answer, and every answer answers one.
+  const users = userMessages(events);
+  for (const user of users) {
+    const answers = events.filter((e) => isAgentReply(e, user.id));
+    expect(answers.length, `answers to event ${user.id} (${contentOf(user)})`).toBe(1);
+    expect(contentOf(answers[0]!)).toContain(contentOf(user));
+  }
+  const agentMessages = events.filter(
+    (e) => e.source === 'agent' && 'action' in e && e.action === 'message',
+  );
+  expect(agentMessages.length).toBe(users.length);
+}
+
+function isReady(events: readonly unknown[]): boolean {
+  return events.some(
+    (e) =>
+      typeof e === 'object' &&
+      e !== null &&
+      'observation' in e &&
+      (e as StoredEvent & { extras: { agent_state?: string } }).extras.agent_state ===
+        'awaiting_user_input',
+  );
+}
+
+/** Lease epochs of the events a worker wrote, in id order. */
+async function workerEpochs(c: TestCluster, conversationId: string): Promise<number[]> {
+  const { rows } = await c.sql.query<{ lease_epoch: string }>(
+    `SELECT lease_epoch FROM events
+      WHERE conversation_id = $1 AND lease_epoch IS NOT NULL ORDER BY id`,
+    [conversationId],
+  );
+  return rows.map((row) => Number(row.lease_epoch));
+}
+
+async function leaseOf(
+  c: TestCluster,
+  conversationId: string,
+): Promise<{ epoch: number; owner: string | null }> {
+  const { rows } = await c.sql.query<{ lease_epoch: string; lease_owner: string | null }>(
+    'SELECT lease_epoch, lease_owner FROM conversations WHERE id = $1',
+    [conversationId],
+  );
+  return { epoch: Number(rows[0]!.lease_epoch), owner: rows[0]!.lease_owner };
+}
+
+async function workerIdOf(worker: AppProcess): Promise<string> {
+  const health = await workerHealth(worker);
+  if (!health) throw new Error(`${worker.name} does not answer`);
+  return health.worker_id;
+}
+
+/**
+ * Resolves with the time from `since` until an agent answer written under a
+ * lease epoch above `epoch` (a new holder's) is stored.
+ */
+async function firstAnswerFrom(
+  c: TestCluster,
+  conversationId: string,
+  epoch: number,
+  since: number,
+): Promise<number> {
+  await until(
+    async () => {
+      const { rows } = await c.sql.query(
+        `SELECT 1 FROM events
+          WHERE conversation_id = $1 AND source = 'agent' AND type = 'message' AND lease_epoch > $2
+          LIMIT 1`,
+        [conversationId, epoch],
+      );
+      return rows.length > 0;
+    },
+    'an answer from the new holder',
+    30_000,
+    25,
+  );
+  return Date.now() - since;
+}
+
+describe('cluster of gateways and workers', () => {
+  it('delivers every stored event once and in order to clients on both gateways', async () => {
+    const c = await cluster_({ gateways: 2, workers: 2 });
+    const [g1, g2] = c.gateways as [AppProcess, AppProcess];
+    const token = await c.token('alice');
+    const id = await createConversation(g1.url, token);
+    const a = await ConversationClient.connect(g1.url, token, { conversation_id: id });
+    const b = await ConversationClient.connect(g2.url, token, { conversation_id: id });
+    try {
+      await a.waitFor(isReady, 10_000, 'agent ready');
+      // Both clients send at once, so that events of both gateways interleave.
+      const sent = Array.from({ length: 20 }, (_, n) => `from ${n % 2 ? 'a' : 'b'} ${n}`);
+      const acks = await Promise.all(sent.map((text, n) => (n % 2 ? a : b).message(text)));
+      expect(acks.every((ack) => ack.ok)).toBe(true);
+      const stored = await waitForAnswers(g1.url, token, id);
+      expectExactlyOnce(stored, sent);
+      const last = stored[stored.length - 1]!.id;
+      for (const client of [a, b]) {
+        await client.waitFor((events) => ids(events).includes(last), 10_000, `event ${last}`);
+        await sleep(200); // anything sent twice would arrive by now
+        expect(ids(client.events)).toEqual(stored.map((e) => e.id));
+        expect(client.stored).toEqual(stored);
+      }
+    } finally {
+      a.close();
+      b.close();
+    }
+  });
+
+  it.each(['evict_oldest', 'reject'] as const)(
+    'leaves exactly MAX_CONCURRENT_CONVERSATIONS running after 50 concurrent starts (%s)',
+    async (policy) => {
+      const limit = 3;
+      const c = await cluster_({
+        gateways: 2,
+        workers: 2,
+        env: { MAX_CONCURRENT_CONVERSATIONS: String(limit), CONCURRENCY_POLICY: policy },
+      });
+      const gateways = c.gateways;
+      const token = await c.token('bob');
+      const conversations = await Promise.all(
+        Array.from({ length: 50 }, (_, n) => createConversation(gateways[n % 2]!.url, token)),
+      );
+      const starts = await Promise.all(
+        conversations.map((id, n) =>
+          api<{ conversation_status?: string; error?: { code: string } }>(
+            gateways[n % 2]!.url,
+            'POST',
+            `/api/conversations/${id}/start`,
+            { token },
+          ),
+        ),
+      );
+      const accepted = conversations.filter((_, n) => starts[n]!.status === 200);
+      if (policy === 'reject') {
+        expect(accepted.length).toBe(limit);
+        for (const response of starts.filter((r) => r.status !== 200)) {
+          expect(response.status).toBe(429);
+          expect(response.body.error?.code).toBe('CONCURRENCY_LIMIT_REACHED');
+        }
+      } else {
+        expect(starts.map((r) => r.status)).toEqual(starts.map(() => 200));
+      }
+
+      // Settled: nothing is starting, and the workers host exactly the RUNNING ones.
+      const running = async () => {
+        const list = await api<{ results: Array<{ conversation_id: string; status: string }> }>(
+          gateways[0]!.url,
+          'GET',
+          '/api/conversations?limit=100',
+          { token },
+        );
+        expect(list.status).toBe(200);
+        expect(list.body.results.length).toBe(50);
+        const statuses = list.body.results;
+        const hosted = (await Promise.all(c.workers.map((w) => workerHealth(w)))).flatMap(
+          (health) => health?.conversations ?? [],
+        );
+        return {
+          starting: statuses.filter((r) => r.status === 'STARTING').length,
+          running: statuses
+            .filter((r) => r.status === 'RUNNING')
+            .map((r) => r.conversation_id)
+            .sort(),
+          hosted: hosted.sort(),
+        };
+      };
+      let settled = await running();
+      await until(
+        async () => {
+          settled = await running();
+          return (
+            settled.starting === 0 &&
+            JSON.stringify(settled.running) === JSON.stringify(settled.hosted)
+          );
+        },
+        () => `statuses and workers to agree: ${JSON.stringify(settled)}`,
+        20_000,
+        200,
+      );
+      expect(settled.running.length).toBe(limit);
+      if (policy === 'reject') expect(settled.running).toEqual([...accepted].sort());
+      // And it stays so: no evicted conversation comes back, no slot leaks away.
+      await sleep(LEASE_TTL_MS);
+      expect(await running()).toEqual(settled);
+
+      if (policy === 'evict_oldest') {
+        // Each evicted conversation says why it stopped (PROTOCOL.md).
+        const evicted = conversations.filter((id) => !settled.running.includes(id));
+        for (const id of evicted) {
+          const events = await readAllEvents(gateways[0]!.url, token, id);
+          const stopped = events.filter(
+            (e) =>
+              'observation' in e &&
+              e.extras.agent_state === 'stopped' &&
+              e.extras.reason === 'AGENT_ERROR$TOO_MANY_CONVERSATIONS',
+          );
+          expect(stopped.length, `stop notices of ${id}`).toBeGreaterThanOrEqual(1);
+        }
+      }
+    },
+  );
+
+  it.each([
+    { clients: 'a client connected', connected: true },
+    { clients: 'no client connected', connected: false },
+  ])(
+    'answers every message exactly once when the holder is killed mid-stream ($clients)',
+    async ({ connected }) => {
+      const c = await cluster_({ gateways: 1, workers: 2 });
+      const gateway = c.gateways[0]!;
+      const token = await c.token('carol');
+      const id = await createConversation(gateway.url, token);
+      const client = connected
+        ? await ConversationClient.connect(gateway.url, token, { conversation_id: id })
+        : undefined;
+      try {
+        if (!connected) {
+          const start = await api(gateway.url, 'POST', `/api/conversations/${id}/start`, {
+            token,
+          });
+          expect(start.status).toBe(200);
+        }
+        const holder = await holderOf(c.workers, id);
+        const other = c.workers.find((w) => w !== holder)!;
+
+        const sent: string[] = [];
+        let killedAt = 0;
+        let killedEpoch = 0;
+        let firstAnswerAfterKill: Promise<number> | undefined;
+        for (let n = 0; n < 30; n += 1) {
+          if (n === 15) {
+            killedEpoch = (await leaseOf(c, id)).epoch;
+            killedAt = Date.now();
+            holder.signal('SIGKILL');
+            firstAnswerAfterKill = firstAnswerFrom(c, id, killedEpoch, killedAt);
+          }
+          const text = `message ${n}`;
+          await sendMessage(gateway.url, token, id, text);
+          sent.push(text);
+          await sleep(30);
+        }
+        const failoverMs = await firstAnswerAfterKill!;
+        process.stdout.write(
+          `failover after SIGKILL (${connected ? 'with' : 'no'} client): ${failoverMs} ms\n`,
+        );
+        expect(failoverMs).toBeLessThanOrEqual(LEASE_TTL_MS + 2000 + SLACK_MS);
+
+        const stored = await waitForAnswers(gateway.url, token, id);
+        expectExactlyOnce(stored, sent);
+        expect(await holderOf([other], id)).toBe(other);
+        expect((await leaseOf(c, id)).owner).toBe(await workerIdOf(other));
+        if (client) {
+          const last = stored[stored.length - 1]!.id;
+          await client.waitFor((events) => ids(events).includes(last), 10_000, `event ${last}`);
+          expect(ids(client.events)).toEqual(stored.map((e) => e.id));
+        }
+      } finally {
+        client?.close();
+      }
+    },
+  );
+
+  it('fences out a holder paused past its lease (SIGSTOP, SIGCONT)', async () => {
+    const c = await cluster_({ gateways: 1, workers: 2 });
+    const gateway = c.gateways[0]!;
+    const token = await c.token('dave');
+    const id = await createConversation(gateway.url, token);
+    const sent: string[] = [];
+    const send = async (text: string) => {
+      await sendMessage(gateway.url, token, id, text);
+      sent.push(text);
+    };
+    await send('before the pause');
+    const paused = await holderOf(c.workers, id);
+    const other = c.workers.find((w) => w !== paused)!;
+    await waitForAnswers(gateway.url, token, id);
+
+    paused.signal('SIGSTOP');
+    try {
+      await send('while paused');
+      // Answered by the other worker once the paused one's lease expired.
+      await waitForAnswers(gateway.url, token, id, LEASE_TTL_MS + 10_000);
+      expect((await workerHealth(other))?.conversations).toContain(id);
+      expect((await leaseOf(c, id)).owner).toBe(await workerIdOf(other));
+    } finally {
+      paused.signal('SIGCONT');
+    }
+    const resumedAt = Date.now();
+    // Messages right after the resume race with the stale holder's wake-ups.
+    const more = (async () => {
+      for (let n = 0; n < 10; n += 1) {
+        await send(`after the resume ${n}`);
+        await sleep(50);
+      }
+    })();
+    await until(
+      async () => {
+        const health = await workerHealth(paused);
+        return health !== null && !health.conversations.includes(id);
+      },
+      'the resumed worker to drop the conversation',
+      LEASE_TTL_MS + 2000 + SLACK_MS,
+      25,
+    );
+    const droppedMs = Date.now() - resumedAt;
+    process.stdout.write(`resumed worker dropped the conversation after ${droppedMs} ms\n`);
+    expect(droppedMs).toBeLessThanOrEqual(LEASE_TTL_MS + 2000 + SLACK_MS);
+    await more;
+
+    const stored = await waitForAnswers(gateway.url, token, id);
+    await sleep(500); // a late write of the stale holder would be stored by now
+    const final = await readAllEvents(gateway.url, token, id);
+    expect(final).toEqual(stored);
+    expectExactlyOnce(final, sent);
+    const epochs = await workerEpochs(c, id);
+    for (let n = 1; n < epochs.length; n += 1) {
+      expect(epochs[n], `epoch of the ${n}th worker event`).toBeGreaterThanOrEqual(epochs[n - 1]!);
+    }
+    expect(new Set(epochs).size).toBeGreaterThan(1);
+    expect((await workerHealth(other))?.conversations).toContain(id);
+    expect((await workerHealth(paused))?.conversations).not.toContain(id);
+  });
+
+  it('hands conversations over on SIGTERM and exits, ignoring a second SIGTERM', async () => {
+    const c = await cluster_({ gateways: 1, workers: 2 });
+    const gateway = c.gateways[0]!;
+    const token = await c.token('erin');
+    const id = await createConversation(gateway.url, token);
+    const client = await ConversationClient.connect(gateway.url, token, { conversation_id: id });
+    try {
+      await client.waitFor(isReady, 10_000, 'agent ready');
+      const first = await client.message('before the drain');
+      await client.waitForReply(first.ok ? first.event_id : -1);
+      const draining = await holderOf(c.workers, id);
+      const other = c.workers.find((w) => w !== draining)!;
+
+      const signalledAt = Date.now();
+      draining.signal('SIGTERM');
+      const sentAt = Date.now();
+      const sending = sendMessage(gateway.url, token, id, 'right after SIGTERM');
+      // A supervisor repeating the signal while the drain runs must not cut it short.
+      await sleep(20);
+      draining.signal('SIGTERM');
+      const eventId = await sending;
+      await client.waitForReply(eventId, 10_000);
+      const handOffMs = Date.now() - sentAt;
+      process.stdout.write(`message after SIGTERM answered in ${handOffMs} ms\n`);
+      expect(handOffMs).toBeLessThanOrEqual(2000 + SLACK_MS / 2);
+
+      // The answer came from the other worker, under its lease.
+      const lease = await leaseOf(c, id);
+      expect(lease.owner).toBe(await workerIdOf(other));
+      const { rows } = await c.sql.query<{ lease_epoch: string }>(
+        `SELECT lease_epoch FROM events
+          WHERE conversation_id = $1 AND source = 'agent' AND type = 'message' AND cause = $2`,
+        [id, eventId],
+      );
+      expect(rows.map((row) => Number(row.lease_epoch))).toEqual([lease.epoch]);
+      expect((await workerHealth(other))?.conversations).toContain(id);
+
+      const code = await Promise.race([draining.exited, sleep(30_000).then(() => 'still running')]);
+      const exitMs = Date.now() - signalledAt;
+      process.stdout.write(`drained worker exited after ${exitMs} ms\n`);
+      expect(code).toBe(0);
+      expect(exitMs).toBeLessThanOrEqual(30_000);
+
+      const more = await client.message('after the drain');
+      await client.waitForReply(more.ok ? more.event_id : -1);
+      expectExactlyOnce(await readAllEvents(gateway.url, token, id), [
+        'before the drain',
+        'right after SIGTERM',
+        'after the drain',
+      ]);
+    } finally {
+      client.close();
+    }
+  });
+
+  it('keeps a connected client whole across a Redis restart', async () => {
+    redis = await startPrivateRedis();
+    const c = await cluster_({ gateways: 2, workers: 2, redisUrl: redis.url });
+    const [g1, g2] = c.gateways as [AppProcess, AppProcess];
+    const token = await c.token('frank');
+    const id = await createConversation(g1.url, token);
+    const client = await ConversationClient.connect(g1.url, token, { conversation_id: id });
+    try {
+      await client.waitFor(isReady, 10_000, 'agent ready');
+      const sent: string[] = [];
+      for (let n = 0; n < 3; n += 1) {
+        const ack = await client.message(`before ${n}`);
+        sent.push(`before ${n}`);
+        await client.waitForReply(ack.ok ? ack.event_id : -1);
+      }
+
+      await redis.restart();
+      // Back when every process reaches Redis again.
+      await until(
+        async () => {
+          const ready = await Promise.all(
+            [...c.gateways, ...c.workers].map((p) =>
+              fetch(`${p.url}/readyz`).then(
+                (r) => r.ok,
+                () => false,
+              ),
+            ),
+          );
+          return ready.every(Boolean);
+        },
+        'every process ready again',
+        20_000,
+        100,
+      );
+      expect(client.socket.connected).toBe(true);
+
+      for (let n = 0; n < 5; n += 1) {
+        const ack = await client.message(`after socket ${n}`);
+        expect(ack.ok).toBe(true);
+        sent.push(`after socket ${n}`);
+        await sendMessage(g2.url, token, id, `after rest ${n}`);
+        sent.push(`after rest ${n}`);
+      }
+      const stored = await waitForAnswers(g1.url, token, id, 20_000);
+      expectExactlyOnce(stored, sent);
+      const last = stored[stored.length - 1]!.id;
+      await client.waitFor((events) => ids(events).includes(last), 15_000, `event ${last}`);
+      await sleep(200);
+      expect(ids(client.events)).toEqual(stored.map((e) => e.id));
+      expect(client.stored).toEqual(stored);
+    } finally {
+      client.close();
+    }
+  });
+
+  it('drains a gateway on SIGTERM; its clients resume on the other with no gap', async () => {
+    const c = await cluster_({ gateways: 2, workers: 1 });
+    const [g1, g2] = c.gateways as [AppProcess, AppProcess];
+    const token = await c.token('grace');
+    const id = await createConversation(g1.url, token);
+    const leaving = await ConversationClient.connect(g1.url, token, { conversation_id: id });
+    // A client of the other gateway, which must not notice anything.
+    const staying = await ConversationClient.connect(g2.url, token, { conversation_id: id });
+    const stayingDisconnects: string[] = [];
+    staying.socket.on('disconnect', (reason) => stayingDisconnects.push(reason));
+    let resumed: ConversationClient | undefined;
+    try {
+      await leaving.waitFor(isReady, 10_000, 'agent ready');
+      const sent: string[] = [];
+      for (let n = 0; n < 3; n += 1) {
+        const ack = await leaving.message(`before ${n}`);
+        sent.push(`before ${n}`);
+        await leaving.waitForReply(ack.ok ? ack.event_id : -1);
+      }
+      const disconnected = new Promise<string>((resolve) =>
+        leaving.socket.once('disconnect', (reason) => resolve(reason)),
+      );
+
+      const signalledAt = Date.now();
+      g1.signal('SIGTERM');
+      const readiness = await fetch(`${g1.url}/readyz`).then(
+        (r) => r.status,
+        () => 'gone',
+      );
+      expect([503, 'gone']).toContain(readiness);
+      await Promise.race([
+        disconnected,
+        sleep(10_000).then(() => {
+          throw new Error('the draining gateway kept its socket open');
+        }),
+      ]);
+      // Meanwhile the conversation goes on through the other gateway.
+      for (let n = 0; n < 3; n += 1) {
+        await sendMessage(g2.url, token, id, `while away ${n}`);
+        sent.push(`while away ${n}`);
+      }
+      await waitForAnswers(g2.url, token, id);
+      const code = await Promise.race([g1.exited, sleep(10_000).then(() => 'still running')]);
+      expect(code).toBe(0);
+      process.stdout.write(`gateway exited after ${Date.now() - signalledAt} ms\n`);
+      // Only the draining gateway's sockets were closed.
+      expect(stayingDisconnects).toEqual([]);
+
+      const seen = ids(leaving.events);
+      resumed = await ConversationClient.connect(g2.url, token, {
+        conversation_id: id,
+        latest_event_id: String(seen[seen.length - 1]),
+      });
+      const ack = await resumed.message('after the resume');
+      sent.push('after the resume');
+      await resumed.waitForReply(ack.ok ? ack.event_id : -1);
+      const stored = await waitForAnswers(g2.url, token, id);
+      expectExactlyOnce(stored, sent);
+      const last = stored[stored.length - 1]!.id;
+      for (const client of [resumed, staying]) {
+        await client.waitFor((events) => ids(events).includes(last), 10_000, `event ${last}`);
+      }
+      await sleep(200);
+      expect([...seen, ...ids(resumed.events)]).toEqual(stored.map((e) => e.id));
+      expect(staying.socket.connected).toBe(true);
+      expect(ids(staying.events)).toEqual(stored.map((e) => e.id));
+    } finally {
+      leaving.close();
+      staying.close();
+      resumed?.close();
+    }
+  });
+});

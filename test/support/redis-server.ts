@@ -1,0 +1,98 @@
+// A private redis-server for tests that restart Redis: its own free port and
+// temporary data folder (append-only file on), so that a restart on the same
+// port and folder brings every key back, as a production Redis would.
+import { spawn, type ChildProcess } from 'node:child_process';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { Redis } from 'ioredis';
+import { freePort } from './processes.js';
+
+export interface PrivateRedis {
+  url: string;
+  port: number;
+  dir: string;
+  /** SIGTERM (Redis writes its append-only file and exits), wait for the exit, start again. */
+  restart(): Promise<void>;
+  /** Stops the server and removes its folder. */
+  stop(): Promise<void>;
+}
+
+export async function startPrivateRedis(): Promise<PrivateRedis> {
+  const port = await freePort();
+  const dir = mkdtempSync(join(tmpdir(), 'cs-redis-'));
+  let child = await launch(port, dir);
+  return {
+    url: `redis://127.0.0.1:${port}`,
+    port,
+    dir,
+    async restart() {
+      await terminate(child);
+      child = await launch(port, dir);
+    },
+    async stop() {
+      await terminate(child);
+      rmSync(dir, { recursive: true, force: true });
+    },
+  };
+}
+
+async function launch(port: number, dir: string): Promise<ChildProcess> {
+  const child = spawn(
+    'redis-server',
+    [
+      '--port',
+      String(port),
+      '--bind',
+      '127.0.0.1',
+      '--dir',
+      dir,
+      '--appendonly',
+      'yes',
+      '--save',
+      '',
+      '--logfile',
+      '',
+    ],
+    { stdio: ['ignore', 'pipe', 'pipe'] },
+  );
+  let output = '';
+  child.stdout?.on('data', (chunk: Buffer) => (output += chunk.toString()));
+  child.stderr?.on('data', (chunk: Buffer) => (output += chunk.toString()));
+  const deadline = Date.now() + 10_000;
+  while (Date.now() < deadline) {
+    if (child.exitCode !== null) break;
+    if (await answersPing(port)) return child;
+    await new Promise((resolve) => setTimeout(resolve, 50));
+  }
+  child.kill('SIGKILL');
+  throw new Error(`redis-server on port ${port} did not start:\n${output}`);
+}
+
+async function answersPing(port: number): Promise<boolean> {
+  const probe = new Redis({
+    port,
+    host: '127.0.0.1',
+    lazyConnect: true,
+    maxRetriesPerRequest: 0,
+    retryStrategy: () => null,
+  });
+  probe.on('error', () => undefined); // refused while the server starts: answered below
+  try {
+    await probe.connect();
+    return (await probe.ping()) === 'PONG';
+  } catch {
+    return false;
+  } finally {
+    probe.disconnect();
+  }
+}
+
+async function terminate(child: ChildProcess): Promise<void> {
+  if (child.exitCode !== null || child.signalCode !== null) return;
+  const exited = new Promise<void>((resolve) => child.once('exit', () => resolve()));
+  child.kill('SIGTERM');
+  const timer = setTimeout(() => child.kill('SIGKILL'), 10_000);
+  await exited;
+  clearTimeout(timer);
+}
