@@ -687,6 +687,52 @@ describe('standalone service lifecycle', () => {
     }
   });
 
+  it('answers every acknowledged message exactly once after kill -9 and a restart, with no client', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'cs-e2e-'));
+    const env = { DATA_DIR: dir, AUTH_JWT_SECRET: SECRET, RATE_LIMIT_PER_MINUTE: '0' };
+    let app = await startApp('standalone', env);
+    try {
+      const token = await devToken(app.url, { user_id: 'crash', tenant_id: 'crash' });
+      const id = await createConversation(app, token, { initial_user_msg: 'warm up' });
+      await until(
+        async () => (await eventsOf(app, token, id)).some((e) => e.source === 'agent'),
+        'answer',
+      );
+      const acked = await Promise.all(
+        Array.from({ length: 10 }, async (_, n) => {
+          const response = await api<{ event_id: number }>(
+            app.url,
+            'POST',
+            `/api/conversations/${id}/events`,
+            {
+              token,
+              body: { action: 'message', args: { content: `burst ${n}` } },
+            },
+          );
+          expect(response.status).toBe(201);
+          return response.body.event_id;
+        }),
+      );
+      app.signal('SIGKILL');
+      await app.exited;
+      app = await startApp('standalone', env);
+      const answered = async () => {
+        const events = await eventsOf(app, token, id);
+        return acked.every((userId) => events.filter((e) => isAgentReply(e, userId)).length === 1);
+      };
+      await until(answered, 'every acknowledged message answered', 30_000);
+      const events = await eventsOf(app, token, id);
+      expect(events.map((e) => e.id)).toEqual(events.map((_, n) => n));
+      for (const userId of acked) {
+        expect(events.filter((e) => e.id === userId && e.source === 'user')).toHaveLength(1);
+        expect(events.filter((e) => isAgentReply(e, userId))).toHaveLength(1);
+      }
+    } finally {
+      await app.stop();
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+
   it('answers RATE_LIMITED beyond RATE_LIMIT_PER_MINUTE and refuses starts under the reject policy', async () => {
     const dir = mkdtempSync(join(tmpdir(), 'cs-e2e-'));
     const app = await startApp('standalone', {

@@ -647,7 +647,9 @@ describe.each(backends)('PostgresConversationStore on $name', (backend) => {
       expect(await store.setStatus(starting.tenantId, starting.id, 'STARTING')).toBe(true);
       expect(await store.setStatus(failed.tenantId, failed.id, 'ERROR')).toBe(true);
       expect((await store.getConversation(running.tenantId, running.id))?.status).toBe('RUNNING');
-      expect(await store.resetRunningStatuses()).toBeGreaterThanOrEqual(2);
+      const reset = (await store.resetRunningStatuses()).map((ref) => ref.conversationId);
+      expect(reset).toEqual(expect.arrayContaining([running.id, starting.id]));
+      expect(reset).not.toContain(failed.id);
       expect((await store.getConversation(running.tenantId, running.id))?.status).toBe('STOPPED');
       expect((await store.getConversation(starting.tenantId, starting.id))?.status).toBe('STOPPED');
       expect((await store.getConversation(failed.tenantId, failed.id))?.status).toBe('ERROR');

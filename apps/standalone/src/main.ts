@@ -4,7 +4,9 @@
 import 'reflect-metadata';
 import { Logger } from '@nestjs/common';
 import { loadConfigOrExit } from '@cs/config';
+import type { ConversationManager } from '@cs/core';
 import {
+  CONVERSATION_MANAGER,
   TokenService,
   createHttpApp,
   drainOnSignals,
@@ -34,6 +36,8 @@ async function main(): Promise<void> {
     }
     throw error;
   }
+  // This process owns the database: what ran before it stopped is resumed below.
+  const interrupted = await opened.store.resetRunningStatuses();
   if (!config.auth.jwtSecret && !config.auth.jwksUrl) {
     config = {
       ...config,
@@ -45,6 +49,15 @@ async function main(): Promise<void> {
   const app = await createHttpApp(module, config);
   drainOnSignals(app, { timeoutMs: SHUTDOWN_TIMEOUT_MS, beforeClose: shutdown });
   await app.listen(config.http.port, config.http.host);
+
+  // Unanswered messages of conversations that were running are answered now.
+  const manager = app.get<ConversationManager>(CONVERSATION_MANAGER);
+  for (const ref of interrupted) {
+    manager.ensureRunning(ref).catch((error: unknown) => {
+      logger.warn(`could not resume ${ref.conversationId}: ${String(error)}`);
+    });
+  }
+  if (interrupted.length > 0) logger.log(`resuming ${interrupted.length} conversation(s)`);
 
   const url = `http://localhost:${config.http.port}`;
   logger.log(`conversation service (standalone) listening on ${url}`);

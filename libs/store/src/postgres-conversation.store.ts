@@ -10,6 +10,7 @@ import type {
   ConversationPageResult,
   ConversationPatch,
   ConversationRecord,
+  ConversationRef,
   ConversationSnapshot,
   ConversationStore,
   EventDraft,
@@ -147,7 +148,7 @@ export class PostgresConversationStore implements ConversationStore {
     return this.conversations.setStatus(tenantId, conversationId, status, expected ?? null);
   }
 
-  resetRunningStatuses(): Promise<number> {
+  resetRunningStatuses(): Promise<ConversationRef[]> {
     return this.conversations.resetRunningStatuses();
   }
 

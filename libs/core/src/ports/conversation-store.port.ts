@@ -1,6 +1,7 @@
 import type { ConversationStatus, StoredEvent } from '@cs/protocol';
 import type {
   ConversationPatch,
+  ConversationRef,
   ConversationRecord,
   EventDraft,
   NewConversation,
@@ -88,8 +89,11 @@ export interface ConversationStore {
     status: ConversationStatus,
     expected?: readonly ConversationStatus[],
   ): Promise<boolean>;
-  /** Marks every STARTING / RUNNING conversation STOPPED (a standalone process starting up). */
-  resetRunningStatuses(): Promise<number>;
+  /**
+   * Marks every STARTING / RUNNING conversation STOPPED and returns them (a
+   * standalone process starting up resumes what ran before it stopped).
+   */
+  resetRunningStatuses(): Promise<ConversationRef[]>;
   /** Bumps `lease_epoch`, records the owner, returns the new epoch. */
   acquireLease(tenantId: string, conversationId: string, owner: string): Promise<number>;
   /**

@@ -11,6 +11,7 @@ import {
   EMPTY_METRICS,
   type ConversationPatch,
   type ConversationRecord,
+  type ConversationRef,
   type EventDraft,
   type NewConversation,
 } from '../conversation.js';
@@ -179,15 +180,15 @@ export class InMemoryConversationStore implements ConversationStore {
     return Promise.resolve(row ? row.event : null);
   }
 
-  resetRunningStatuses(): Promise<number> {
-    let count = 0;
+  resetRunningStatuses(): Promise<ConversationRef[]> {
+    const reset: ConversationRef[] = [];
     for (const { record } of this.conversations.values()) {
       if (record.status === 'STARTING' || record.status === 'RUNNING') {
         record.status = 'STOPPED';
-        count += 1;
+        reset.push({ tenantId: record.tenantId, userId: record.userId, conversationId: record.id });
       }
     }
-    return Promise.resolve(count);
+    return Promise.resolve(reset);
   }
 
   acquireLease(tenantId: string, conversationId: string, owner: string): Promise<number> {

@@ -2,7 +2,7 @@
  * SQL of the `conversations` table. Every statement filters by tenant_id,
  * except the start-up reset, which is process-wide by design.
  */
-import type { ConversationRecord, NewConversation } from '@cs/core';
+import type { ConversationRecord, ConversationRef, NewConversation } from '@cs/core';
 import { EMPTY_METRICS } from '@cs/core';
 import type { AgentState, ConversationMetrics, ConversationStatus } from '@cs/protocol';
 import type { SqlQueryable } from '../database/sql-database.js';
@@ -210,11 +210,13 @@ export class ConversationRepository {
   }
 
   /** Process-wide on purpose: a standalone process starting owns every conversation. */
-  async resetRunningStatuses(): Promise<number> {
-    const { rowCount } = await this.db.query(
-      `UPDATE conversations SET status = 'STOPPED' WHERE status IN ('STARTING', 'RUNNING')`,
+  async resetRunningStatuses(): Promise<ConversationRef[]> {
+    const { rows } = await this.db.query<{ tenant_id: string; user_id: string; id: string }>(
+      `UPDATE conversations SET status = 'STOPPED'
+        WHERE status IN ('STARTING', 'RUNNING')
+        RETURNING tenant_id, user_id, id`,
     );
-    return rowCount;
+    return rows.map((row) => ({ tenantId: row.tenant_id, userId: row.user_id, conversationId: row.id }));
   }
 
   /** The new epoch, or null when the conversation does not exist. */
