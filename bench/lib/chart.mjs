@@ -1,0 +1,87 @@
+// A small dependency-free SVG: latency percentiles (p50, p95, p99) of the
+// sustained load against the number of clients (log scale), with throughput
+// printed at each level.
+
+const WIDTH = 720;
+const HEIGHT = 420;
+const MARGIN = { top: 40, right: 30, bottom: 60, left: 70 };
+const SERIES = [
+  { key: 'p50', color: '#2f7ed8' },
+  { key: 'p95', color: '#f28f43' },
+  { key: 'p99', color: '#c0392b' },
+];
+
+const escape = (text) =>
+  String(text).replaceAll('&', '&amp;').replaceAll('<', '&lt;').replaceAll('>', '&gt;');
+
+function niceMax(value) {
+  if (!(value > 0)) return 1;
+  const magnitude = 10 ** Math.floor(Math.log10(value));
+  for (const step of [1, 2, 2.5, 5, 10]) if (step * magnitude >= value) return step * magnitude;
+  return 10 * magnitude;
+}
+
+/** @param {{ clients: number, latency: { p50, p95, p99 }, throughput: { value } }[]} levels */
+export function latencyChartSvg(levels) {
+  const plotW = WIDTH - MARGIN.left - MARGIN.right;
+  const plotH = HEIGHT - MARGIN.top - MARGIN.bottom;
+  const xs = levels.map((l) => Math.log10(l.clients));
+  const xMin = Math.min(...xs);
+  const xMax = Math.max(...xs);
+  const xSpan = xMax - xMin || 1;
+  const yMax = niceMax(Math.max(...levels.map((l) => l.latency?.p99 ?? 0)));
+  const x = (clients) =>
+    MARGIN.left +
+    (levels.length === 1 ? plotW / 2 : ((Math.log10(clients) - xMin) / xSpan) * plotW);
+  const y = (value) => MARGIN.top + plotH - (value / yMax) * plotH;
+  const parts = [];
+  parts.push(
+    `<svg xmlns="http://www.w3.org/2000/svg" width="${WIDTH}" height="${HEIGHT}" viewBox="0 0 ${WIDTH} ${HEIGHT}" font-family="sans-serif" font-size="12">`,
+    `<rect width="${WIDTH}" height="${HEIGHT}" fill="white"/>`,
+    `<text x="${WIDTH / 2}" y="22" text-anchor="middle" font-size="14">Sustained load: message → echo latency against concurrent clients</text>`,
+  );
+  for (let i = 0; i <= 5; i += 1) {
+    const value = (yMax / 5) * i;
+    const yy = y(value);
+    parts.push(
+      `<line x1="${MARGIN.left}" x2="${WIDTH - MARGIN.right}" y1="${yy}" y2="${yy}" stroke="#e5e5e5"/>`,
+      `<text x="${MARGIN.left - 8}" y="${yy + 4}" text-anchor="end">${escape(Math.round(value * 10) / 10)} ms</text>`,
+    );
+  }
+  for (const level of levels) {
+    const xx = x(level.clients);
+    parts.push(
+      `<line x1="${xx}" x2="${xx}" y1="${MARGIN.top}" y2="${MARGIN.top + plotH}" stroke="#f0f0f0"/>`,
+      `<text x="${xx}" y="${MARGIN.top + plotH + 18}" text-anchor="middle">${level.clients}</text>`,
+      `<text x="${xx}" y="${MARGIN.top + plotH + 34}" text-anchor="middle" fill="#555">${escape(level.throughput?.value ?? '?')} msg/s</text>`,
+    );
+  }
+  parts.push(
+    `<text x="${MARGIN.left + plotW / 2}" y="${HEIGHT - 8}" text-anchor="middle">clients (log scale); throughput below each level</text>`,
+  );
+  SERIES.forEach((series, index) => {
+    const points = levels
+      .filter((l) => typeof l.latency?.[series.key] === 'number')
+      .map((l) => `${x(l.clients)},${y(l.latency[series.key])}`);
+    if (points.length > 1) {
+      parts.push(
+        `<polyline fill="none" stroke="${series.color}" stroke-width="2" points="${points.join(' ')}"/>`,
+      );
+    }
+    for (const point of points) {
+      const [px, py] = point.split(',');
+      parts.push(`<circle cx="${px}" cy="${py}" r="3.5" fill="${series.color}"/>`);
+    }
+    const lx = MARGIN.left + 10 + index * 70;
+    parts.push(
+      `<rect x="${lx}" y="${MARGIN.top + 6}" width="12" height="12" fill="${series.color}"/>`,
+      `<text x="${lx + 16}" y="${MARGIN.top + 16}">${series.key}</text>`,
+    );
+  });
+  parts.push(
+    `<line x1="${MARGIN.left}" x2="${MARGIN.left}" y1="${MARGIN.top}" y2="${MARGIN.top + plotH}" stroke="#333"/>`,
+    `<line x1="${MARGIN.left}" x2="${WIDTH - MARGIN.right}" y1="${MARGIN.top + plotH}" y2="${MARGIN.top + plotH}" stroke="#333"/>`,
+    '</svg>',
+  );
+  return `${parts.join('\n')}\n`;
+}

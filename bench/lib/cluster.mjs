@@ -1,0 +1,325 @@
+// A throwaway local cluster for the benchmark: a fresh database and Redis key
+// prefix, gateways and workers started from dist/, health-checked, and torn
+// down again (also on errors and Ctrl-C).
+import { spawn } from 'node:child_process';
+import { randomBytes } from 'node:crypto';
+import { createServer } from 'node:net';
+import { fileURLToPath } from 'node:url';
+import pg from 'pg';
+import { Redis } from 'ioredis';
+import { processTable } from './proc.mjs';
+
+export const ROOT = fileURLToPath(new URL('../..', import.meta.url));
+
+const OUTPUT_KEPT_BYTES = 64 * 1024;
+const HEALTH_TIMEOUT_MS = 60_000;
+const WORKER_EXIT_TIMEOUT_MS = 35_000;
+const GATEWAY_EXIT_TIMEOUT_MS = 12_000;
+
+/** Every child process started by any cluster, killed for sure when the bench exits. */
+const allChildren = new Set();
+process.on('exit', () => {
+  for (const child of allChildren) {
+    if (child.exitCode === null && child.signalCode === null) child.kill('SIGKILL');
+  }
+});
+
+export const defaultDatabaseUrl = () =>
+  process.env.DATABASE_URL ?? 'postgres://postgres@127.0.0.1:5432/postgres';
+export const defaultRedisUrl = () => process.env.REDIS_URL ?? 'redis://127.0.0.1:6379';
+
+/** A TCP port on the loopback interface that was free a moment ago. */
+export function freePort() {
+  return new Promise((resolve, reject) => {
+    const server = createServer();
+    server.unref();
+    server.on('error', reject);
+    server.listen(0, '127.0.0.1', () => {
+      const address = server.address();
+      server.close(() => resolve(typeof address === 'object' && address ? address.port : 0));
+    });
+  });
+}
+
+export const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
+
+function databaseUrlFor(baseUrl, database) {
+  const url = new URL(baseUrl);
+  url.pathname = `/${database}`;
+  return url.toString();
+}
+
+/** One gateway or worker process. */
+class ServiceProcess {
+  constructor(role, name, port, env) {
+    this.role = role;
+    this.name = name;
+    this.port = port;
+    this.url = `http://127.0.0.1:${port}`;
+    this.output = '';
+    this.expectedExit = false;
+    this.child = spawn(process.execPath, [`dist/apps/${role}/src/main.js`], {
+      cwd: ROOT,
+      env: { ...process.env, ...env },
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
+    allChildren.add(this.child);
+    this.pid = this.child.pid;
+    const keep = (chunk) => {
+      this.output += chunk.toString();
+      if (this.output.length > OUTPUT_KEPT_BYTES)
+        this.output = this.output.slice(-OUTPUT_KEPT_BYTES);
+    };
+    this.child.stdout.on('data', keep);
+    this.child.stderr.on('data', keep);
+    this.exited = new Promise((resolve) => {
+      this.child.on('exit', (code, signal) => {
+        allChildren.delete(this.child);
+        resolve({ code, signal, at: performance.now() });
+      });
+    });
+    this.exitInfo = null;
+    void this.exited.then((info) => {
+      this.exitInfo = info;
+      if (!this.expectedExit) {
+        process.stderr.write(
+          `\n[bench] ${this.name} exited unexpectedly (${info.code ?? info.signal}):\n${this.tail()}\n`,
+        );
+      }
+    });
+  }
+
+  get alive() {
+    return this.exitInfo === null;
+  }
+
+  tail(lines = 30) {
+    return this.output.split('\n').slice(-lines).join('\n');
+  }
+
+  signal(signal) {
+    this.expectedExit = true;
+    if (this.alive) this.child.kill(signal);
+  }
+
+  async waitHealthy(path, timeoutMs = HEALTH_TIMEOUT_MS) {
+    const deadline = Date.now() + timeoutMs;
+    while (Date.now() < deadline) {
+      if (!this.alive)
+        throw new Error(`${this.name} exited before it was healthy:\n${this.tail()}`);
+      try {
+        const response = await fetch(this.url + path, { signal: AbortSignal.timeout(2000) });
+        if (response.ok) return;
+      } catch {
+        // not listening yet
+      }
+      await sleep(100);
+    }
+    this.signal('SIGKILL');
+    throw new Error(`${this.name} was not healthy within ${timeoutMs} ms:\n${this.tail()}`);
+  }
+
+  /** Sends `signal`, then SIGKILL after `timeoutMs`; resolves with the exit info. */
+  async stop(signal = 'SIGTERM', timeoutMs = GATEWAY_EXIT_TIMEOUT_MS) {
+    if (!this.alive) return this.exitInfo;
+    this.signal(signal);
+    const timer = setTimeout(() => this.signal('SIGKILL'), timeoutMs);
+    const info = await this.exited;
+    clearTimeout(timer);
+    return info;
+  }
+}
+
+export class Cluster {
+  /**
+   * @param {{ gateways: number, workers: number, leaseTtlMs: number,
+   *   workerConcurrency: number, log: (line: string) => void }} options
+   */
+  constructor(options) {
+    this.options = options;
+    this.stamp = `${new Date().toISOString().slice(0, 10).replaceAll('-', '')}_${randomBytes(4).toString('hex')}`;
+    this.databaseName = `bench_${this.stamp}`;
+    this.keyPrefix = `bench-${this.stamp}`;
+    this.adminUrl = defaultDatabaseUrl();
+    this.databaseUrl = databaseUrlFor(this.adminUrl, this.databaseName);
+    this.redisUrl = defaultRedisUrl();
+    this.secret = randomBytes(32).toString('hex');
+    this.gateways = [];
+    this.workers = [];
+    this.retired = [];
+    this.databaseCreated = false;
+    this.workerSerial = 0;
+    /** A pool on the bench database for direct reads (and the building blocks' scratch table). */
+    this.db = null;
+  }
+
+  get env() {
+    return {
+      DATABASE_URL: this.databaseUrl,
+      REDIS_URL: this.redisUrl,
+      KEY_PREFIX: this.keyPrefix,
+      AUTH_JWT_SECRET: this.secret,
+      AUTH_DEV_TOKENS: 'true',
+      LEASE_TTL_MS: String(this.options.leaseTtlMs),
+      MAX_CONCURRENT_CONVERSATIONS: '10000', // the configuration's maximum
+      WORKER_CONCURRENCY: String(this.options.workerConcurrency),
+      RATE_LIMIT_PER_MINUTE: '0',
+      LOG_LEVEL: 'warn',
+      HOST: '127.0.0.1',
+    };
+  }
+
+  async createDatabase() {
+    const admin = new pg.Client({ connectionString: this.adminUrl });
+    await admin.connect();
+    try {
+      await admin.query(`CREATE DATABASE "${this.databaseName}"`);
+      this.databaseCreated = true;
+    } finally {
+      await admin.end();
+    }
+    this.db = new pg.Pool({ connectionString: this.databaseUrl, max: 4 });
+    this.db.on('error', () => undefined);
+  }
+
+  async start() {
+    const { gateways, workers } = this.options;
+    this.options.log(
+      `database ${this.databaseName}, key prefix ${this.keyPrefix}: starting ${gateways} gateway(s) and ${workers} worker(s)`,
+    );
+    await this.createDatabase();
+    // The first gateway applies the migrations; the rest start together.
+    const first = await this.startGateway();
+    await Promise.all([
+      ...Array.from({ length: gateways - 1 }, () => this.startGateway()),
+      ...Array.from({ length: workers }, () => this.startWorker()),
+    ]);
+    return first;
+  }
+
+  async startGateway() {
+    const port = await freePort();
+    const proc = new ServiceProcess('gateway', `gateway-${this.gateways.length + 1}`, port, {
+      ...this.env,
+      PORT: String(port),
+    });
+    this.gateways.push(proc);
+    await proc.waitHealthy('/readyz');
+    return proc;
+  }
+
+  async startWorker() {
+    const port = await freePort();
+    this.workerSerial += 1;
+    const name = `worker-${this.workerSerial}`;
+    const proc = new ServiceProcess('worker', name, port, {
+      ...this.env,
+      WORKER_HTTP_PORT: String(port),
+      WORKER_ID: `${this.keyPrefix}-${name}`,
+      PORT: String(await freePort()),
+    });
+    this.workers.push(proc);
+    await proc.waitHealthy('/readyz');
+    return proc;
+  }
+
+  /** Stops a worker (SIGTERM: hand-off; SIGKILL: crash) and drops it from the live set. */
+  async stopWorker(worker, signal) {
+    this.workers = this.workers.filter((w) => w !== worker);
+    this.retired.push(worker);
+    if (signal === 'SIGKILL') {
+      worker.signal('SIGKILL');
+      return worker.exited;
+    }
+    return worker.stop(signal, WORKER_EXIT_TIMEOUT_MS);
+  }
+
+  /** Live service processes, for CPU and memory meters. */
+  processes() {
+    return [...this.gateways, ...this.workers].filter((p) => p.alive);
+  }
+
+  /**
+   * What the CPU meter watches: the service processes by name, this run's
+   * Postgres backends (their process title names the database) as
+   * `postgres`, and the Redis server as `redis` (shared with other users).
+   */
+  meterTargets() {
+    const targets = this.processes().map((p) => ({ name: p.name, pid: p.pid }));
+    for (const row of processTable()) {
+      if (row.cmdline.startsWith('postgres: ') && row.cmdline.includes(` ${this.databaseName} `)) {
+        targets.push({ name: 'postgres', pid: row.pid });
+      } else if (row.comm === 'redis-server') {
+        targets.push({ name: 'redis', pid: row.pid });
+      }
+    }
+    return targets;
+  }
+
+  /** Worker name → ids of the conversations it hosts (its `/healthz`). */
+  async holdings() {
+    const result = new Map();
+    await Promise.all(
+      this.workers.map(async (worker) => {
+        try {
+          const response = await fetch(`${worker.url}/healthz`, {
+            signal: AbortSignal.timeout(5000),
+          });
+          const body = await response.json();
+          result.set(worker, new Set(body.conversations ?? []));
+        } catch {
+          result.set(worker, new Set());
+        }
+      }),
+    );
+    return result;
+  }
+
+  /** Stops every process, drops the database (unless `keep`) and the Redis keys. */
+  async destroy({ keep = false } = {}) {
+    const live = [...this.gateways, ...this.workers, ...this.retired].filter((p) => p.alive);
+    await Promise.all(
+      live.map((p) =>
+        p.stop('SIGTERM', p.role === 'worker' ? WORKER_EXIT_TIMEOUT_MS : GATEWAY_EXIT_TIMEOUT_MS),
+      ),
+    );
+    await this.db?.end().catch(() => undefined);
+    this.db = null;
+    if (keep) {
+      this.options.log(`kept database ${this.databaseName} and Redis keys ${this.keyPrefix}:*`);
+      return;
+    }
+    if (this.databaseCreated) {
+      const admin = new pg.Client({ connectionString: this.adminUrl });
+      try {
+        await admin.connect();
+        await admin.query(`DROP DATABASE IF EXISTS "${this.databaseName}" WITH (FORCE)`);
+        this.databaseCreated = false;
+      } catch (error) {
+        this.options.log(`could not drop ${this.databaseName}: ${String(error)}`);
+      } finally {
+        await admin.end().catch(() => undefined);
+      }
+    }
+    await deleteKeys(this.redisUrl, `${this.keyPrefix}:*`).catch((error) =>
+      this.options.log(`could not delete Redis keys ${this.keyPrefix}:*: ${String(error)}`),
+    );
+  }
+}
+
+/** Deletes this run's keys (its own prefix only), bounded in time. */
+async function deleteKeys(redisUrl, pattern) {
+  const redis = new Redis(redisUrl, { lazyConnect: true, maxRetriesPerRequest: 1 });
+  await redis.connect();
+  const deadline = Date.now() + 30_000;
+  try {
+    let cursor = '0';
+    do {
+      const [next, keys] = await redis.scan(cursor, 'MATCH', pattern, 'COUNT', 1000);
+      cursor = next;
+      if (keys.length > 0) await redis.unlink(...keys);
+    } while (cursor !== '0' && Date.now() < deadline);
+  } finally {
+    redis.disconnect();
+  }
+}

@@ -1,0 +1,354 @@
+// Results on disk: bench/results/<date>.json (merged per scenario over the
+// day's full-size runs), BENCHMARKS.md at the repository root, and an SVG of
+// latency percentiles against load.
+import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { cpus, release, totalmem } from 'node:os';
+import { join } from 'node:path';
+import pg from 'pg';
+import { Redis } from 'ioredis';
+import { ROOT } from './cluster.mjs';
+import { roundTripBudget } from '../scenarios/building-blocks.mjs';
+import { round } from './stats.mjs';
+import { latencyChartSvg } from './chart.mjs';
+
+const RESULTS_DIR = join(ROOT, 'bench', 'results');
+
+async function serverVersions(cluster) {
+  const versions = { postgres: null, redis: null };
+  const client = new pg.Client({ connectionString: cluster.adminUrl });
+  try {
+    await client.connect();
+    versions.postgres = (await client.query('SHOW server_version')).rows[0].server_version;
+  } catch {
+    // unknown
+  } finally {
+    await client.end().catch(() => undefined);
+  }
+  const redis = new Redis(cluster.redisUrl, { lazyConnect: true, maxRetriesPerRequest: 1 });
+  try {
+    await redis.connect();
+    versions.redis = /redis_version:(\S+)/.exec(await redis.info('server'))?.[1] ?? null;
+  } catch {
+    // unknown
+  } finally {
+    redis.disconnect();
+  }
+  return versions;
+}
+
+async function machine(cluster) {
+  const cpuList = cpus();
+  return {
+    cpu: cpuList[0]?.model ?? 'unknown',
+    cores: cpuList.length,
+    memoryGiB: round(totalmem() / 1024 ** 3),
+    kernel: release(),
+    node: process.version,
+    ...(await serverVersions(cluster)),
+  };
+}
+
+export async function writeReports({ options, startedAt, elapsedS, results, failures, cluster }) {
+  mkdirSync(RESULTS_DIR, { recursive: true });
+  const date = startedAt.toISOString().slice(0, 10);
+  const run = {
+    startedAt: startedAt.toISOString(),
+    elapsedS,
+    quick: options.quick,
+    cluster: {
+      gateways: options.gateways,
+      workers: options.workers,
+      leaseTtlMs: options.leaseTtlMs,
+      workerConcurrency: options.workerConcurrency,
+    },
+    options,
+  };
+  const file = join(RESULTS_DIR, options.quick ? `${date}-quick.json` : `${date}.json`);
+  const previous = existsSync(file) ? JSON.parse(readFileSync(file, 'utf8')) : null;
+  const merged = {
+    date,
+    machine: await machine(cluster),
+    runs: [...(previous?.runs ?? []), { ...run, scenarios: Object.keys(results), failures }],
+    scenarios: { ...(previous?.scenarios ?? {}) },
+    failures: { ...(previous?.failures ?? {}) },
+  };
+  for (const [name, result] of Object.entries(results)) {
+    merged.scenarios[name] = { ...result, run: run.startedAt, cluster: run.cluster };
+    delete merged.failures[name];
+  }
+  for (const [name, message] of Object.entries(failures)) {
+    if (!results[name]) merged.failures[name] = { message, run: run.startedAt };
+  }
+  writeFileSync(file, `${JSON.stringify(merged, null, 2)}\n`);
+  const written = [file];
+  if (!options.quick) {
+    const levels = merged.scenarios.sustained?.levels;
+    let chart = null;
+    if (levels?.length) {
+      chart = `bench/results/${date}-sustained.svg`;
+      writeFileSync(join(ROOT, chart), latencyChartSvg(levels));
+      written.push(join(ROOT, chart));
+    }
+    const markdown = join(ROOT, 'BENCHMARKS.md');
+    writeFileSync(markdown, renderMarkdown(merged, chart));
+    written.push(markdown);
+  }
+  return written;
+}
+
+const ms = (value) => (value === null || value === undefined ? '–' : `${value} ms`);
+const ratio = (value, budget) =>
+  value === null || value === undefined || !budget ? '–' : `×${(value / budget).toFixed(1)}`;
+
+function row(cells) {
+  return `| ${cells.map((c) => String(c ?? '–').replaceAll('|', '\\|')).join(' | ')} |`;
+}
+
+function latencyRow(scenario, measure, summary, throughput = '–', versus = '–', note = '') {
+  return row([
+    scenario,
+    measure,
+    ms(summary?.p50),
+    ms(summary?.p95),
+    ms(summary?.p99),
+    throughput,
+    versus,
+    note,
+  ]);
+}
+
+const CPU_COLUMNS = [
+  'gateways',
+  'workers',
+  'Postgres (this database)',
+  'Redis',
+  'load generator',
+  'other',
+  'machine',
+];
+
+function cpuCells(cpu) {
+  if (!cpu) return CPU_COLUMNS.map(() => '–');
+  const sum = (prefix) =>
+    Object.entries(cpu.processes)
+      .filter(([name]) => name.startsWith(prefix))
+      .reduce((total, [, value]) => total + (value ?? 0), 0);
+  const parts = [sum('gateway'), sum('worker'), sum('postgres'), sum('redis'), cpu.bench ?? 0];
+  const other = Math.max(0, cpu.machine - parts.reduce((a, b) => a + b, 0));
+  return [...parts, other, cpu.machine].map((value) => `${round(value)}%`);
+}
+
+export function renderMarkdown(data, chart) {
+  const s = data.scenarios;
+  const m = data.machine;
+  const blocks = s['building-blocks']?.blocks ?? null;
+  const lines = [];
+  lines.push('# Benchmarks', '');
+  lines.push(
+    `Measured on ${data.date} by \`npm run bench\` (bench/run.mjs) on one machine: ${m.cores} × ${m.cpu},` +
+      ` ${m.memoryGiB} GiB RAM, Linux ${m.kernel}, Node ${m.node}, Postgres ${m.postgres ?? '?'},` +
+      ` Redis ${m.redis ?? '?'}. Everything shares the ${m.cores} cores: Postgres, Redis, the gateways,` +
+      ' the workers and the load generator itself. Raw numbers: ' +
+      `[bench/results/${data.date}.json](bench/results/${data.date}.json).`,
+    '',
+  );
+  const clusters = [...new Set(Object.values(s).map((r) => JSON.stringify(r.cluster)))].map((c) =>
+    JSON.parse(c),
+  );
+  for (const c of clusters) {
+    lines.push(
+      `Cluster: ${c.gateways} gateway(s), ${c.workers} worker(s), \`LEASE_TTL_MS=${c.leaseTtlMs}\`,` +
+        ` \`WORKER_CONCURRENCY=${c.workerConcurrency}\`, \`MAX_CONCURRENT_CONVERSATIONS=10000\`,` +
+        ' `RATE_LIMIT_PER_MINUTE=0`, echo agent, a fresh database and Redis key prefix per run.',
+    );
+  }
+  lines.push('');
+  lines.push('## Results', '');
+  lines.push(
+    row(['Scenario', 'Measure', 'p50', 'p95', 'p99', 'Throughput', 'vs building blocks', 'Notes']),
+  );
+  lines.push(row(['---', '---', '---:', '---:', '---:', '---:', '---:', '---']));
+  if (blocks) {
+    for (const block of Object.values(blocks)) {
+      lines.push(latencyRow('Building block', block.label, block, '–', '–', `n=${block.n}`));
+    }
+  }
+  const budget50 = blocks ? roundTripBudget(blocks, 'p50') : null;
+  const budget99 = blocks ? roundTripBudget(blocks, 'p99') : null;
+  if (blocks) {
+    lines.push(
+      latencyRow(
+        'Building blocks',
+        'sum on the round trip path: ack + 2 × INSERT + Redis hop + emitter hop',
+        {
+          p50: round(budget50),
+          p95: round(roundTripBudget(blocks, 'p95')),
+          p99: round(budget99),
+        },
+      ),
+    );
+  }
+  const rt = s['round-trip'];
+  if (rt) {
+    lines.push(
+      latencyRow(
+        'Round trip',
+        'message → echo answer (one conversation, sequential)',
+        rt.latency,
+        `${rt.throughput.value} msg/s`,
+        `p50 ${ratio(rt.latency.p50, budget50)}, p99 ${ratio(rt.latency.p99, budget99)}`,
+        `n=${rt.latency.n}, errors ${rt.errors}`,
+      ),
+    );
+    lines.push(latencyRow('Round trip', 'message → ack (stored)', rt.ack, '–', '–', ''));
+  }
+  const cold = s['cold-start'];
+  if (cold) {
+    lines.push(
+      latencyRow(
+        'Cold start',
+        'connect to a stopped conversation → awaiting_user_input',
+        cold.latency,
+        '–',
+        blocks
+          ? `p50 ${ratio(cold.latency.p50, blocks.bullmq_pickup?.p50)} of a BullMQ pickup`
+          : '–',
+        `n=${cold.latency.n}, errors ${cold.errors}; handshake alone p50 ${ms(cold.connect.p50)}`,
+      ),
+    );
+  }
+  const replay = s.replay;
+  if (replay) {
+    lines.push(
+      latencyRow(
+        'Reconnect replay',
+        `connect with latest_event_id=-1 → last of ${replay.events} events`,
+        replay.latency,
+        `${replay.throughput.value} events/s`,
+        '–',
+        `n=${replay.latency.n}; first event p50 ${ms(replay.first.p50)}; out of order ${replay.outOfOrder}`,
+      ),
+    );
+  }
+  for (const name of ['failover', 'handoff']) {
+    const f = s[name];
+    if (!f) continue;
+    const kill = f.signal === 'SIGKILL';
+    lines.push(
+      latencyRow(
+        kill ? 'Failover (kill -9)' : 'Hand-off (SIGTERM)',
+        kill
+          ? `kill → answer stored, per conversation (${f.conversations} without clients)`
+          : `message sent after SIGTERM → answer stored (${f.conversations} without clients)`,
+        kill ? f.latency : f.afterSend,
+        '–',
+        `max ${ms(kill ? f.latency.max : f.afterSend.max)} vs bound ${ms(f.boundMs)}`,
+        `${f.withinBound}/${f.conversations} within the bound, ${f.unanswered} unanswered;` +
+          ` worker exited after ${ms(f.workerExitMs)}`,
+      ),
+    );
+  }
+  const sustained = s.sustained;
+  if (sustained) {
+    for (const level of sustained.levels) {
+      lines.push(
+        latencyRow(
+          'Sustained load',
+          `${level.clients} clients (send, wait for the echo, repeat; ${sustained.durationS} s)`,
+          level.latency,
+          `${level.throughput.value} msg/s`,
+          '–',
+          `errors ${level.errors}; load generator CPU ${level.cpu?.bench ?? '?'}% of a core`,
+        ),
+      );
+    }
+  }
+  const memory = s.memory;
+  if (memory) {
+    lines.push(
+      row([
+        'Memory',
+        `gateway RSS per idle socket (${memory.gateway.sockets} sockets)`,
+        '–',
+        '–',
+        '–',
+        '–',
+        '–',
+        `${memory.gateway.perSocketKiB} KiB per socket (RSS ${memory.gateway.rssBeforeMiB} → ${memory.gateway.rssAfterMiB} MiB)`,
+      ]),
+    );
+    lines.push(
+      row([
+        'Memory',
+        `worker RSS per idle hosted conversation (${memory.worker.conversations})`,
+        '–',
+        '–',
+        '–',
+        '–',
+        '–',
+        `${memory.worker.perConversationKiB} KiB per conversation; idle worker CPU ${memory.worker.idleWorkerCpuPercentBefore}% → ${memory.worker.idleWorkerCpuPercent}%`,
+      ]),
+    );
+  }
+  lines.push('');
+  if (chart) lines.push(`![Latency percentiles against load](${chart})`, '');
+
+  const withCpu = Object.entries(s).filter(([, r]) => r.cpu);
+  if (withCpu.length > 0) {
+    lines.push('### CPU during the measurements', '');
+    lines.push(
+      `Share of one core (100% = one core busy; the machine has ${m.cores} cores, so at most` +
+        ` ${100 * m.cores}%), from /proc. Postgres counts this run's backends only; Redis is the` +
+        ' whole (shared) server; "other" is everything else on the machine, including other' +
+        " users' work and Postgres' shared background processes.",
+      '',
+    );
+    lines.push(row(['Scenario', ...CPU_COLUMNS, 'load average']));
+    lines.push(row(['---', ...CPU_COLUMNS.map(() => '---:'), '---:']));
+    const load = (cpu) => cpu?.loadAverage?.join(' → ') ?? '–';
+    for (const [name, r] of withCpu) {
+      if (name !== 'sustained') lines.push(row([name, ...cpuCells(r.cpu), load(r.cpu)]));
+    }
+    for (const level of sustained?.levels ?? []) {
+      if (level.cpu) {
+        lines.push(
+          row([`sustained, ${level.clients} clients`, ...cpuCells(level.cpu), load(level.cpu)]),
+        );
+      }
+    }
+    lines.push('');
+  }
+
+  const failed = Object.entries(data.failures ?? {});
+  if (failed.length > 0) {
+    lines.push('### Scenarios that did not complete', '');
+    for (const [name, f] of failed) lines.push(`- ${name}: ${f.message}`);
+    lines.push('');
+  }
+
+  lines.push('## How to run', '');
+  lines.push(
+    'Needs Postgres (trust authentication) and Redis on loopback (`DATABASE_URL`, `REDIS_URL`;' +
+      ' defaults `postgres://postgres@127.0.0.1:5432/postgres` and `redis://127.0.0.1:6379`).' +
+      ' The harness builds `dist/` if needed, creates a database `bench_<stamp>` and a key prefix' +
+      ' `bench-<stamp>`, starts the cluster, runs the scenarios and removes everything again' +
+      ' (`--keep` keeps the database and keys). The default run takes about 5 minutes.',
+    '',
+    '```sh',
+    'npm run bench                                   # every scenario but memory, 2 gateways + 2 workers',
+    'npm run bench -- --quick                        # short run; results in bench/results/<date>-quick.json',
+    "npm run bench -- --only round-trip,cold-start   # some scenarios (merged into the day's results)",
+    'npm run bench -- --only memory                  # RSS per idle socket and per hosted conversation',
+    'npm run bench -- --sustained-conversations 1000 --duration 20 --gateways 2 --workers 2',
+    'npm run bench -- --help',
+    '```',
+    '',
+    'The round trip\'s "vs building blocks" ratio divides its percentile by the sum of the same' +
+      ' percentile of the building blocks on its path (Socket.IO ack, two durable Postgres' +
+      ' INSERTs, a Redis PUBLISH hop for the wake-up and an emitter → adapter hop for the answer),' +
+      " all measured in the same run. Failover and hand-off times come from the stored answer's" +
+      ' timestamp in Postgres; no client is connected to those conversations.',
+    '',
+  );
+  return lines.join('\n');
+}

@@ -1,0 +1,214 @@
+#!/usr/bin/env node
+// `npm run bench`: starts a throwaway local cluster (fresh database, fresh
+// Redis key prefix, gateways and workers from dist/), runs the scenarios,
+// prints p50 / p95 / p99, writes bench/results/<date>.json and BENCHMARKS.md,
+// and tears everything down, also on errors and Ctrl-C.
+//
+//   npm run bench -- --quick
+//   npm run bench -- --only round-trip,cold-start
+//   npm run bench -- --only memory
+//   npm run bench -- --gateways 3 --workers 3 --sustained-conversations 1000 --duration 20
+import { parseArgs } from 'node:util';
+import { Cluster } from './lib/cluster.mjs';
+import { devToken } from './lib/client.mjs';
+import { writeReports } from './lib/report.mjs';
+import { runBuildingBlocks } from './scenarios/building-blocks.mjs';
+import { runColdStart, runReplay, runRoundTrip } from './scenarios/conversation-latency.mjs';
+import { runFailover } from './scenarios/failover.mjs';
+import { runMemory } from './scenarios/memory.mjs';
+import { runSustained } from './scenarios/sustained.mjs';
+
+const SCENARIOS = [
+  { name: 'building-blocks', title: 'Building blocks', run: runBuildingBlocks },
+  { name: 'round-trip', title: 'Round trip (message → echo)', run: runRoundTrip },
+  { name: 'cold-start', title: 'Cold start', run: runColdStart },
+  { name: 'replay', title: 'Reconnect replay', run: runReplay },
+  { name: 'failover', title: 'Failover (kill -9)', run: (ctx) => runFailover(ctx, 'SIGKILL') },
+  { name: 'handoff', title: 'Hand-off (SIGTERM)', run: (ctx) => runFailover(ctx, 'SIGTERM') },
+  { name: 'sustained', title: 'Sustained load', run: runSustained },
+  { name: 'memory', title: 'Memory', run: runMemory, optIn: true },
+];
+
+const USAGE = `usage: npm run bench -- [options]
+  --only a,b,…                   scenarios: ${SCENARIOS.map((s) => s.name).join(', ')}
+                                 (memory runs only when named)
+  --quick                        short run (fewer iterations; results go to <date>-quick.json)
+  --gateways N, --workers M      cluster size (default 2 and 2)
+  --lease-ttl-ms MS              LEASE_TTL_MS of the cluster (default 5000)
+  --round-trips N                round trip iterations (default 500)
+  --failover-conversations N     conversations on the killed worker (default 100)
+  --sustained-conversations N    clients of the sustained load (default 1000)
+  --sustained-levels a,b,…       lower load levels measured first (default 10,100)
+  --duration S                   seconds per sustained level (default 20)
+  --memory-sockets N             idle sockets for the gateway memory probe (default 5000)
+  --memory-conversations N       idle conversations for the worker memory probe (default 2000)
+  --keep                         keep the database and the Redis keys
+  --no-write                     print only; write neither results nor BENCHMARKS.md`;
+
+function parseOptions(argv) {
+  const { values } = parseArgs({
+    args: argv,
+    options: {
+      only: { type: 'string' },
+      quick: { type: 'boolean', default: false },
+      gateways: { type: 'string', default: '2' },
+      workers: { type: 'string', default: '2' },
+      'lease-ttl-ms': { type: 'string', default: '5000' },
+      'round-trips': { type: 'string', default: '500' },
+      'cold-starts': { type: 'string', default: '50' },
+      replays: { type: 'string', default: '10' },
+      'replay-events': { type: 'string', default: '10000' },
+      'failover-conversations': { type: 'string', default: '100' },
+      'sustained-conversations': { type: 'string', default: '1000' },
+      'sustained-levels': { type: 'string', default: '10,100' },
+      duration: { type: 'string', default: '20' },
+      'memory-sockets': { type: 'string', default: '5000' },
+      'memory-conversations': { type: 'string', default: '2000' },
+      'worker-concurrency': { type: 'string', default: '10000' },
+      keep: { type: 'boolean', default: false },
+      'no-write': { type: 'boolean', default: false },
+      help: { type: 'boolean', default: false },
+    },
+    strict: true,
+  });
+  const int = (name, min, max) => {
+    const value = Number(values[name]);
+    if (!Number.isInteger(value) || value < min || value > max) {
+      throw new Error(`--${name} must be an integer in ${min}..${max} (got ${values[name]})`);
+    }
+    return value;
+  };
+  const only = values.only
+    ? values.only
+        .split(',')
+        .map((s) => s.trim())
+        .filter(Boolean)
+    : null;
+  for (const name of only ?? []) {
+    if (!SCENARIOS.some((s) => s.name === name)) throw new Error(`unknown scenario ${name}`);
+  }
+  return {
+    help: values.help,
+    only,
+    quick: values.quick,
+    keep: values.keep,
+    write: !values['no-write'],
+    gateways: int('gateways', 1, 8),
+    workers: int('workers', 1, 8),
+    leaseTtlMs: int('lease-ttl-ms', 1000, 60_000),
+    roundTrips: int('round-trips', 1, 100_000),
+    coldStarts: int('cold-starts', 1, 1000),
+    replays: int('replays', 1, 100),
+    replayEvents: int('replay-events', 1, 10_000),
+    failoverConversations: int('failover-conversations', 1, 2000),
+    sustainedConversations: int('sustained-conversations', 1, 5000),
+    sustainedLevels: values['sustained-levels']
+      .split(',')
+      .filter(Boolean)
+      .map((s) => Number(s))
+      .filter((n) => Number.isInteger(n) && n > 0),
+    durationS: int('duration', 2, 300),
+    memorySockets: int('memory-sockets', 10, 15_000),
+    memoryConversations: int('memory-conversations', 10, 9_000),
+    workerConcurrency: int('worker-concurrency', 1, 100_000),
+  };
+}
+
+const log = (line) => process.stdout.write(`${line}\n`);
+
+async function main() {
+  let options;
+  try {
+    options = parseOptions(process.argv.slice(2));
+  } catch (error) {
+    process.stderr.write(`${error.message}\n${USAGE}\n`);
+    process.exit(2);
+  }
+  if (options.help) {
+    log(USAGE);
+    return;
+  }
+  const selected = SCENARIOS.filter((s) =>
+    options.only ? options.only.includes(s.name) : !s.optIn,
+  );
+  const cluster = new Cluster({
+    gateways: options.gateways,
+    workers: options.workers,
+    leaseTtlMs: options.leaseTtlMs,
+    workerConcurrency: options.workerConcurrency,
+    log,
+  });
+
+  let stopping = false;
+  const onSignal = (signal) => {
+    if (stopping) return;
+    stopping = true;
+    log(`\n${signal}: stopping the cluster …`);
+    cluster.destroy({ keep: options.keep }).finally(() => process.exit(130));
+  };
+  process.on('SIGINT', onSignal);
+  process.on('SIGTERM', onSignal);
+
+  const startedAt = new Date();
+  const results = {};
+  const failures = {};
+  const runStarted = performance.now();
+  try {
+    const bootStarted = performance.now();
+    await cluster.start();
+    log(`cluster healthy in ${Math.round(performance.now() - bootStarted)} ms`);
+    const tokens = new Map();
+    const ctx = {
+      cluster,
+      options,
+      log,
+      results,
+      upcoming: [],
+      /** A development token for a user of the bench tenant (cached). */
+      async token(userId) {
+        if (!tokens.has(userId))
+          tokens.set(userId, await devToken(cluster.gateways[0].url, userId, 'bench'));
+        return tokens.get(userId);
+      },
+    };
+    for (const [index, scenario] of selected.entries()) {
+      if (stopping) break;
+      ctx.upcoming = selected.slice(index + 1).map((s) => s.name);
+      log(`\n▶ ${scenario.title}`);
+      const started = performance.now();
+      try {
+        results[scenario.name] = await scenario.run(ctx);
+        results[scenario.name].elapsedS = Math.round((performance.now() - started) / 100) / 10;
+      } catch (error) {
+        failures[scenario.name] = error instanceof Error ? error.message : String(error);
+        log(`  ✗ ${scenario.name} failed: ${failures[scenario.name]}`);
+      }
+      log(`  (${Math.round((performance.now() - started) / 1000)} s)`);
+    }
+  } catch (error) {
+    failures.cluster = error instanceof Error ? error.message : String(error);
+    log(`✗ ${failures.cluster}`);
+  } finally {
+    if (!stopping) {
+      stopping = true;
+      log('\nstopping the cluster …');
+      await cluster.destroy({ keep: options.keep });
+    }
+  }
+  const elapsedS = Math.round((performance.now() - runStarted) / 1000);
+  log(`done in ${elapsedS} s`);
+  if (options.write) {
+    const written = await writeReports({
+      options,
+      startedAt,
+      elapsedS,
+      results,
+      failures,
+      cluster,
+    });
+    for (const path of written) log(`wrote ${path}`);
+  }
+  process.exitCode = Object.keys(failures).length > 0 ? 1 : 0;
+}
+
+await main();

@@ -1,0 +1,163 @@
+// Memory per idle unit: a gateway's RSS per connected socket (sockets that
+// attach without starting the agent) and a worker's RSS per hosted
+// conversation (started through REST, no client), from /proc/<pid>/status
+// before and after. Also the CPU the idle conversations cost their workers
+// and the machine (each hosted session polls the store every second).
+import {
+  ConversationSocket,
+  api,
+  createConversation,
+  mapLimit,
+  stopConversation,
+} from '../lib/client.mjs';
+import { sleep } from '../lib/cluster.mjs';
+import { processRssKiB, startCpuMeter } from '../lib/proc.mjs';
+import { round } from '../lib/stats.mjs';
+import { cpus } from 'node:os';
+
+const SETTLE_MS = 3000;
+const IDLE_CPU_WINDOW_MS = 5000;
+const SOCKETS_PER_CONVERSATION = 10;
+
+const sumRss = (processes) => processes.reduce((sum, p) => sum + (processRssKiB(p.pid) ?? 0), 0);
+
+async function gatewaySockets(ctx) {
+  const { cluster, options, log } = ctx;
+  const gateway = cluster.gateways[0];
+  const count = options.quick ? Math.min(500, options.memorySockets) : options.memorySockets;
+  const token = await ctx.token('memory-sockets');
+  const conversations = await mapLimit(
+    Array.from({ length: Math.ceil(count / SOCKETS_PER_CONVERSATION) }, (_, i) => i),
+    10,
+    (i) => createConversation(gateway.url, token, { title: `memory sockets ${i}` }),
+  );
+  await sleep(SETTLE_MS);
+  const before = processRssKiB(gateway.pid);
+  const benchBefore = process.memoryUsage().rss / 1024;
+  const sockets = [];
+  let failed = 0;
+  const started = performance.now();
+  try {
+    await mapLimit(
+      Array.from({ length: count }, (_, i) => i),
+      50,
+      async (i) => {
+        const socket = new ConversationSocket(
+          gateway.url,
+          token,
+          conversations[i % conversations.length],
+          { latestEventId: -1, start: false },
+        );
+        sockets.push(socket);
+        try {
+          await socket.connected;
+        } catch {
+          failed += 1;
+        }
+      },
+    );
+    const connectS = round((performance.now() - started) / 1000);
+    await sleep(SETTLE_MS);
+    const after = processRssKiB(gateway.pid);
+    const benchAfter = process.memoryUsage().rss / 1024;
+    const connected = sockets.filter((s) => s.socket.connected).length;
+    const meter = startCpuMeter([gateway]);
+    await sleep(IDLE_CPU_WINDOW_MS);
+    const idleCpu = meter.stop();
+    const perSocketKiB = connected > 0 ? round((after - before) / connected) : null;
+    log(
+      `  ${gateway.name}: ${connected} idle sockets (${failed} failed, connected in ${connectS} s):` +
+        ` RSS ${Math.round(before / 1024)} → ${Math.round(after / 1024)} MiB, ${perSocketKiB} KiB per socket;` +
+        ` idle CPU ${idleCpu.processes[gateway.name]}%`,
+    );
+    return {
+      sockets: connected,
+      failed,
+      rssBeforeMiB: round(before / 1024),
+      rssAfterMiB: round(after / 1024),
+      perSocketKiB,
+      clientPerSocketKiB: connected > 0 ? round((benchAfter - benchBefore) / connected) : null,
+      idleCpuPercent: idleCpu.processes[gateway.name],
+      connectS,
+    };
+  } finally {
+    for (const socket of sockets) socket.close();
+  }
+}
+
+async function workerConversations(ctx) {
+  const { cluster, options, log } = ctx;
+  const count = options.quick
+    ? Math.min(300, options.memoryConversations)
+    : options.memoryConversations;
+  const gateways = cluster.gateways;
+  const token = await ctx.token('memory-conversations');
+  const workers = cluster.workers;
+  await sleep(SETTLE_MS);
+  const idleBefore = startCpuMeter(workers);
+  await sleep(IDLE_CPU_WINDOW_MS);
+  const cpuBefore = idleBefore.stop();
+  const before = sumRss(workers);
+  const ids = [];
+  const started = performance.now();
+  try {
+    await mapLimit(
+      Array.from({ length: count }, (_, i) => i),
+      20,
+      async (i) => {
+        const url = gateways[i % gateways.length].url;
+        const id = await createConversation(url, token, { title: `memory conversations ${i}` });
+        ids.push(id);
+        await api(url, token, 'POST', `/api/conversations/${id}/start`, {});
+      },
+    );
+    const wanted = new Set(ids);
+    let hosted = 0;
+    const deadline = Date.now() + 120_000;
+    while (Date.now() < deadline) {
+      const holdings = await cluster.holdings();
+      hosted = 0;
+      for (const held of holdings.values()) for (const id of held) if (wanted.has(id)) hosted += 1;
+      if (hosted >= ids.length) break;
+      await sleep(500);
+    }
+    const startS = round((performance.now() - started) / 1000);
+    await sleep(SETTLE_MS);
+    const after = sumRss(workers);
+    const meter = startCpuMeter(workers);
+    await sleep(IDLE_CPU_WINDOW_MS);
+    const idleCpu = meter.stop();
+    const workerCpu = (cpu) =>
+      round(workers.reduce((sum, w) => sum + (cpu.processes[w.name] ?? 0), 0));
+    const perConversationKiB = hosted > 0 ? round((after - before) / hosted) : null;
+    log(
+      `  ${workers.length} worker(s): ${hosted} idle conversations hosted (started in ${startS} s):` +
+        ` RSS ${Math.round(before / 1024)} → ${Math.round(after / 1024)} MiB, ${perConversationKiB} KiB per conversation`,
+    );
+    log(
+      `  idle CPU of the workers: ${workerCpu(cpuBefore)}% with none → ${workerCpu(idleCpu)}% with ${hosted};` +
+        ` machine ${cpuBefore.machine}% → ${idleCpu.machine}% (of ${100 * cpus().length}%)`,
+    );
+    return {
+      conversations: hosted,
+      rssBeforeMiB: round(before / 1024),
+      rssAfterMiB: round(after / 1024),
+      perConversationKiB,
+      idleWorkerCpuPercentBefore: workerCpu(cpuBefore),
+      idleWorkerCpuPercent: workerCpu(idleCpu),
+      idleMachineCpuPercentBefore: cpuBefore.machine,
+      idleMachineCpuPercent: idleCpu.machine,
+      startS,
+    };
+  } finally {
+    await mapLimit(ids, 20, (id) =>
+      stopConversation(gateways[0].url, token, id).catch(() => undefined),
+    );
+  }
+}
+
+export async function runMemory(ctx) {
+  const gateway = await gatewaySockets(ctx);
+  const worker = await workerConversations(ctx);
+  return { gateway, worker };
+}
