@@ -484,7 +484,11 @@ describe('cluster of gateways and workers', () => {
     }
   });
 
-  it('keeps a connected client whole across a Redis restart', async () => {
+  it.each([
+    { outage: 'a quick restart', downMs: 0 },
+    // Long enough for every job lock to lapse: leases move while Redis is away.
+    { outage: 'an outage longer than the lease', downMs: LEASE_TTL_MS + 1000 },
+  ])('keeps a connected client whole across a Redis restart ($outage)', async ({ downMs }) => {
     redis = await startPrivateRedis();
     const c = await cluster_({ gateways: 2, workers: 2, redisUrl: redis.url });
     const [g1, g2] = c.gateways as [AppProcess, AppProcess];
@@ -500,7 +504,7 @@ describe('cluster of gateways and workers', () => {
         await client.waitForReply(ack.ok ? ack.event_id : -1);
       }
 
-      await redis.restart();
+      await redis.restart(downMs);
       // Back when every process reaches Redis again.
       await until(
         async () => {
@@ -519,7 +523,6 @@ describe('cluster of gateways and workers', () => {
         100,
       );
       expect(client.socket.connected).toBe(true);
-
       for (let n = 0; n < 5; n += 1) {
         const ack = await client.message(`after socket ${n}`);
         expect(ack.ok).toBe(true);
@@ -534,6 +537,11 @@ describe('cluster of gateways and workers', () => {
       await sleep(200);
       expect(ids(client.events)).toEqual(stored.map((e) => e.id));
       expect(client.stored).toEqual(stored);
+
+      // The queue works again too: a new conversation starts and answers.
+      const fresh = await createConversation(g2.url, token);
+      await sendMessage(g2.url, token, fresh, 'a new conversation');
+      expectExactlyOnce(await waitForAnswers(g2.url, token, fresh), ['a new conversation']);
     } finally {
       client.close();
     }

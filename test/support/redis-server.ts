@@ -12,8 +12,11 @@ export interface PrivateRedis {
   url: string;
   port: number;
   dir: string;
-  /** SIGTERM (Redis writes its append-only file and exits), wait for the exit, start again. */
-  restart(): Promise<void>;
+  /**
+   * SIGTERM (Redis writes its append-only file and exits), wait for the exit,
+   * stay down for `downMs`, start again.
+   */
+  restart(downMs?: number): Promise<void>;
   /** Stops the server and removes its folder. */
   stop(): Promise<void>;
 }
@@ -26,8 +29,9 @@ export async function startPrivateRedis(): Promise<PrivateRedis> {
     url: `redis://127.0.0.1:${port}`,
     port,
     dir,
-    async restart() {
+    async restart(downMs = 0) {
       await terminate(child);
+      await new Promise((resolve) => setTimeout(resolve, downMs));
       child = await launch(port, dir);
     },
     async stop() {
