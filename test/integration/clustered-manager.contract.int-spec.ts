@@ -1,0 +1,289 @@
+// The ConversationManager contract against the ClusteredConversationManager:
+// real Redis (a key prefix of its own), real BullMQ, a Postgres scratch
+// database, and two ConversationHosts (workers) in this process with a short
+// lease TTL. Each manager is a gateway with its own connection registry.
+// Published traffic is observed as a gateway receives it: a Socket.IO server
+// (no port) on the Redis adapter with the deployment's key, listening to the
+// inter-server events that the Redis emitter sends.
+import { randomUUID } from 'node:crypto';
+import { createAdapter } from '@socket.io/redis-adapter';
+import type { Redis } from 'ioredis';
+import { Server } from 'socket.io';
+import { vi } from 'vitest';
+import { AgentRegistry } from '@cs/agents';
+import {
+  ClusterKeys,
+  ClusteredConversationManager,
+  ConnectionRegistry,
+  ConversationHost,
+  ConversationInbox,
+  ConversationJobs,
+  EmitterBroadcaster,
+  UserConcurrencyLimiter,
+  conversationJobId,
+  leaseTiming,
+  openRedis,
+} from '@cs/cluster';
+import type { ConversationManager } from '@cs/core';
+import {
+  InterServerEvent,
+  type InterServerEvents,
+  type StatusUpdate,
+  type StoredEvent,
+} from '@cs/protocol';
+import { openStore, type OpenedStore } from '@cs/store';
+import {
+  createScratchDatabase,
+  testRedisUrl,
+  uniqueName,
+  type ScratchDatabase,
+} from '../support/services.js';
+import {
+  conversationManagerContract,
+  type ConversationManagerFixture,
+} from './conversation-manager.contract.js';
+
+const LEASE_TTL_MS = 2_000;
+const GATEWAY_LIVENESS_MS = 15_000;
+const WORKER_COUNT = 2;
+
+/** Everything opened, closed in reverse order at teardown whatever failed. */
+class Resources {
+  private readonly closers: Array<() => Promise<unknown> | void> = [];
+
+  add(close: () => Promise<unknown> | void): void {
+    this.closers.push(close);
+  }
+
+  redis(name: string): Redis {
+    const connection = openRedis(testRedisUrl(), name);
+    this.add(() => connection.disconnect());
+    return connection;
+  }
+
+  async closeAll(): Promise<void> {
+    const failures: unknown[] = [];
+    for (const close of this.closers.splice(0).reverse()) {
+      try {
+        await close();
+      } catch (error) {
+        failures.push(error);
+      }
+    }
+    if (failures.length > 0) throw new AggregateError(failures, 'teardown failed');
+  }
+}
+
+/** Resolves with `promise`, or gives up after `ms` (a stuck close must not hang the suite). */
+async function within<T>(promise: Promise<T>, ms: number, what: string): Promise<void> {
+  let timer: NodeJS.Timeout | undefined;
+  const timeout = new Promise<never>((_, reject) => {
+    timer = setTimeout(() => reject(new Error(`${what} did not finish within ${ms} ms`)), ms);
+  });
+  try {
+    await Promise.race([promise, timeout]);
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
+/** Deletes every key of this test's prefix (the Redis is shared: only ours). */
+async function deleteKeys(redis: Redis, prefix: string): Promise<void> {
+  let cursor = '0';
+  do {
+    const [next, keys] = await redis.scan(cursor, 'MATCH', `${prefix}:*`, 'COUNT', 500);
+    cursor = next;
+    if (keys.length > 0) await redis.del(...keys);
+  } while (cursor !== '0');
+}
+
+async function clusterFixture(): Promise<ConversationManagerFixture> {
+  const resources = new Resources();
+  const prefix = uniqueName('cs_contract');
+  const keys = new ClusterKeys(prefix);
+  const timing = leaseTiming(LEASE_TTL_MS);
+  const agents = new AgentRegistry();
+  const hostLog: string[] = [];
+  let scratch: ScratchDatabase | undefined;
+
+  try {
+    scratch = await createScratchDatabase('cs_contract_cl');
+    const dropScratch = scratch;
+    resources.add(() => dropScratch.drop());
+    // Keys go last (closed first is the reverse): a connection of its own.
+    const janitor = resources.redis(`${prefix}:janitor`);
+    resources.add(() => deleteKeys(janitor, prefix));
+
+    const openDatabase = async (): Promise<OpenedStore> => {
+      const opened = await openStore({ databaseUrl: dropScratch.url, dataDir: '', migrate: true });
+      resources.add(() => opened.close());
+      return opened;
+    };
+    const gatewayStore = (await openDatabase()).store;
+
+    // --- the observer: a gateway's Socket.IO server, without a port
+    const received = {
+      events: new Map<string, StoredEvent[]>(),
+      statuses: new Map<string, StatusUpdate[]>(),
+    };
+    const io = new Server<Record<string, never>, Record<string, never>, InterServerEvents>();
+    io.adapter(
+      createAdapter(resources.redis(`${prefix}:io-pub`), resources.redis(`${prefix}:io-sub`), {
+        key: keys.socketIo,
+      }),
+    );
+    io.on(InterServerEvent.Events, (id, events) => {
+      received.events.set(id, [...(received.events.get(id) ?? []), ...events]);
+    });
+    io.on(InterServerEvent.Status, (id, status) => {
+      received.statuses.set(id, [...(received.statuses.get(id) ?? []), status]);
+    });
+    // The adapter subscribes asynchronously: wait until a probe goes through.
+    const probeRedis = resources.redis(`${prefix}:probe`);
+    const probe = new EmitterBroadcaster(probeRedis, keys.socketIo);
+    const probeId = `probe-${randomUUID()}`;
+    await vi.waitFor(
+      () => {
+        probe.publishStatus(probeId, {
+          status_update: true,
+          type: 'info',
+          id: 'STATUS$READY',
+          message: 'probe',
+        });
+        if (!received.statuses.has(probeId)) throw new Error('the observer is not subscribed yet');
+      },
+      { timeout: 10_000, interval: 100 },
+    );
+
+    // --- the workers
+    const hosts: ConversationHost[] = [];
+    const workerIds: string[] = [];
+    for (let n = 1; n <= WORKER_COUNT; n += 1) {
+      const workerId = `${prefix}-worker-${n}`;
+      const redis = resources.redis(`${workerId}:commands`);
+      const host = new ConversationHost({
+        store: (await openDatabase()).store,
+        agents,
+        broadcaster: new EmitterBroadcaster(redis, keys.socketIo),
+        inbox: new ConversationInbox(redis, resources.redis(`${workerId}:inbox`), keys),
+        limiter: new UserConcurrencyLimiter(redis, keys, {
+          limit: 2,
+          policy: 'evict_oldest',
+          slotTtlMs: timing.slotTtlMs,
+        }),
+        connections: new ConnectionRegistry(redis, keys, workerId, timing.slotTtlMs),
+        redis,
+        keys,
+        bullConnection: resources.redis(`${workerId}:queue`),
+        options: {
+          workerId,
+          concurrency: 50,
+          timing,
+          idleTimeoutMs: 3_600_000,
+          maxIterations: 10,
+          maxFailovers: 5,
+          failoverWindowMs: 600_000,
+        },
+        log: (level, text) => {
+          hostLog.push(`${workerId} ${level}: ${text}`);
+        },
+      });
+      hosts.push(host);
+      workerIds.push(workerId);
+    }
+    // Drained together (before the connections close), so that no host takes
+    // over what another hands back.
+    resources.add(() =>
+      within(Promise.all(hosts.map((host) => host.drain())), 20_000, 'draining the workers').catch(
+        async (error: unknown) => {
+          await Promise.all(hosts.map((host) => host.kill()));
+          throw error;
+        },
+      ),
+    );
+    for (const host of hosts) host.start();
+
+    // --- the gateways: one per manager, sharing the queue's connection
+    const gatewayRedis = resources.redis(`${prefix}:gateway`);
+    const jobs = new ConversationJobs(gatewayRedis, keys);
+    resources.add(() => jobs.close());
+    const broadcaster = new EmitterBroadcaster(gatewayRedis, keys.socketIo);
+    const inbox = new ConversationInbox(gatewayRedis, null, keys);
+    const managers: ConversationManager[] = [];
+    resources.add(() => Promise.all(managers.map((manager) => manager.shutdown())));
+
+    return {
+      agentHosts: workerIds,
+
+      async untilUnheld(ref) {
+        await vi.waitFor(
+          async () => {
+            const job = await jobs.queue.getJob(conversationJobId(ref.conversationId));
+            if (job) {
+              const state = await job.getState();
+              throw new Error(`the lease job of ${ref.conversationId} is still ${state}`);
+            }
+          },
+          { timeout: 10_000, interval: 25 },
+        );
+      },
+
+      async createManager(options) {
+        const gatewayId = `${prefix}-gateway-${managers.length + 1}`;
+        const connections = new ConnectionRegistry(
+          gatewayRedis,
+          keys,
+          gatewayId,
+          GATEWAY_LIVENESS_MS,
+        );
+        await connections.start();
+        const manager = new ClusteredConversationManager({
+          store: gatewayStore,
+          broadcaster,
+          jobs,
+          inbox,
+          limiter: new UserConcurrencyLimiter(gatewayRedis, keys, {
+            limit: options.maxConcurrentConversations,
+            policy: options.concurrencyPolicy,
+            slotTtlMs: timing.slotTtlMs,
+          }),
+          connections,
+          limit: options.maxConcurrentConversations,
+        });
+        managers.push(manager);
+        return manager;
+      },
+
+      async createConversation(owner) {
+        const { conversation } = await gatewayStore.createConversation({
+          id: randomUUID(),
+          tenantId: owner.tenantId,
+          userId: owner.userId,
+          appName: 'contract',
+          title: 'a contract conversation',
+          metadata: {},
+          agent: { name: 'echo', config: {} },
+          instructions: null,
+        });
+        return { tenantId: owner.tenantId, userId: owner.userId, conversationId: conversation.id };
+      },
+
+      storedEvents: (ref) =>
+        gatewayStore.readEvents(ref.tenantId, ref.conversationId, { fromId: 0, limit: 10_000 }),
+      storedConversation: (ref) => gatewayStore.getConversation(ref.tenantId, ref.conversationId),
+      publishedEvents: (id) => [...(received.events.get(id) ?? [])],
+      publishedStatuses: (id) => [...(received.statuses.get(id) ?? [])],
+
+      async teardown() {
+        const errors = hostLog.filter((line) => / error: /.test(line));
+        await resources.closeAll();
+        if (errors.length > 0) throw new Error(`the workers logged errors:\n${errors.join('\n')}`);
+      },
+    };
+  } catch (error) {
+    await resources.closeAll().catch(() => undefined);
+    throw error;
+  }
+}
+
+conversationManagerContract('ClusteredConversationManager', clusterFixture);

@@ -1,0 +1,96 @@
+// The ConversationManager contract against the StandaloneConversationManager,
+// on a real Postgres (a scratch database) and on the embedded PGlite, the two
+// stores the standalone app runs on. Published traffic is recorded in-process.
+import { randomUUID } from 'node:crypto';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { AgentRegistry } from '@cs/agents';
+import { StandaloneConversationManager } from '@cs/core';
+import { openStore, type OpenedStore } from '@cs/store';
+import { RecordingBroadcaster } from '../../libs/core/src/testing/recording-broadcaster.js';
+import { createScratchDatabase } from '../support/services.js';
+import {
+  conversationManagerContract,
+  type ConversationManagerFixture,
+} from './conversation-manager.contract.js';
+
+const OWNER_ID = 'standalone-contract';
+
+async function standaloneFixture(
+  opened: OpenedStore,
+  release: () => Promise<void>,
+): Promise<ConversationManagerFixture> {
+  const { store } = opened;
+  const broadcaster = new RecordingBroadcaster();
+  const agents = new AgentRegistry();
+  const managers: StandaloneConversationManager[] = [];
+  const errors: string[] = [];
+
+  return Promise.resolve({
+    agentHosts: [OWNER_ID],
+    // stop() resolves once the session is gone; nothing runs in the background.
+    untilUnheld: () => Promise.resolve(),
+
+    createManager(options) {
+      const manager = new StandaloneConversationManager({
+        store,
+        broadcaster,
+        agents,
+        options: {
+          ...options,
+          idleTimeoutMs: 3_600_000,
+          maxIterations: 10,
+          ownerId: OWNER_ID,
+          cleanupIntervalMs: 60_000,
+          catchUpIntervalMs: 250,
+        },
+        reportError: (text, error) => errors.push(`${text}: ${String(error)}`),
+      });
+      managers.push(manager);
+      return Promise.resolve(manager);
+    },
+
+    async createConversation(owner) {
+      const { conversation } = await store.createConversation({
+        id: randomUUID(),
+        tenantId: owner.tenantId,
+        userId: owner.userId,
+        appName: 'contract',
+        title: 'a contract conversation',
+        metadata: {},
+        agent: { name: 'echo', config: {} },
+        instructions: null,
+      });
+      return { tenantId: owner.tenantId, userId: owner.userId, conversationId: conversation.id };
+    },
+
+    storedEvents: (ref) =>
+      store.readEvents(ref.tenantId, ref.conversationId, { fromId: 0, limit: 10_000 }),
+    storedConversation: (ref) => store.getConversation(ref.tenantId, ref.conversationId),
+    publishedEvents: (id) => broadcaster.eventsOf(id),
+    publishedStatuses: (id) => broadcaster.statusesOf(id),
+
+    async teardown() {
+      await Promise.all(managers.map((manager) => manager.shutdown()));
+      await opened.close();
+      await release();
+      if (errors.length > 0) throw new Error(`unawaited failures:\n${errors.join('\n')}`);
+    },
+  });
+}
+
+conversationManagerContract('StandaloneConversationManager on Postgres', async () => {
+  const scratch = await createScratchDatabase('cs_contract_sa');
+  const opened = await openStore({ databaseUrl: scratch.url, dataDir: '', migrate: true });
+  return standaloneFixture(opened, () => scratch.drop());
+});
+
+conversationManagerContract('StandaloneConversationManager on PGlite', async () => {
+  const dataDir = mkdtempSync(join(tmpdir(), 'cs-contract-'));
+  const opened = await openStore({ dataDir, migrate: true });
+  return standaloneFixture(opened, () => {
+    rmSync(dataDir, { recursive: true, force: true });
+    return Promise.resolve();
+  });
+});
