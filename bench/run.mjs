@@ -8,6 +8,7 @@
 //   npm run bench -- --only round-trip,cold-start
 //   npm run bench -- --only memory
 //   npm run bench -- --gateways 3 --workers 3 --sustained-conversations 1000 --duration 20
+import { loadavg } from 'node:os';
 import { parseArgs } from 'node:util';
 import { Cluster } from './lib/cluster.mjs';
 import { devToken } from './lib/client.mjs';
@@ -141,7 +142,11 @@ async function main() {
 
   let stopping = false;
   const onSignal = (signal) => {
-    if (stopping) return;
+    if (stopping) {
+      // A second signal, or one during the final clean-up: leave now (children are killed on exit).
+      log(`\n${signal} again: exiting`);
+      process.exit(130);
+    }
     stopping = true;
     log(`\n${signal}: stopping the cluster …`);
     cluster.destroy({ keep: options.keep }).finally(() => process.exit(130));
@@ -150,6 +155,8 @@ async function main() {
   process.on('SIGTERM', onSignal);
 
   const startedAt = new Date();
+  const loadAtStart = Math.round(loadavg()[0] * 100) / 100;
+  log(`1-minute load average before the run: ${loadAtStart}`);
   const results = {};
   const failures = {};
   const runStarted = performance.now();
@@ -202,13 +209,15 @@ async function main() {
       options,
       startedAt,
       elapsedS,
+      loadAtStart,
       results,
       failures,
       cluster,
     });
     for (const path of written) log(`wrote ${path}`);
   }
-  process.exitCode = Object.keys(failures).length > 0 ? 1 : 0;
+  // Exit explicitly: a client library's idle handle must not keep the harness alive.
+  process.exit(Object.keys(failures).length > 0 ? 1 : 0);
 }
 
 await main();

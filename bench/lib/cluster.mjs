@@ -51,14 +51,14 @@ function databaseUrlFor(baseUrl, database) {
 
 /** One gateway or worker process. */
 class ServiceProcess {
-  constructor(role, name, port, env) {
+  constructor(role, name, port, env, nodeArgs = []) {
     this.role = role;
     this.name = name;
     this.port = port;
     this.url = `http://127.0.0.1:${port}`;
     this.output = '';
     this.expectedExit = false;
-    this.child = spawn(process.execPath, [`dist/apps/${role}/src/main.js`], {
+    this.child = spawn(process.execPath, [...nodeArgs, `dist/apps/${role}/src/main.js`], {
       cwd: ROOT,
       env: { ...process.env, ...env },
       stdio: ['ignore', 'pipe', 'pipe'],
@@ -133,7 +133,8 @@ class ServiceProcess {
 export class Cluster {
   /**
    * @param {{ gateways: number, workers: number, leaseTtlMs: number,
-   *   workerConcurrency: number, log: (line: string) => void }} options
+   *   workerConcurrency: number, log: (line: string) => void, nodeArgs?: string[] }} options
+   *   `nodeArgs`: extra flags for the service processes (e.g. `--cpu-prof`)
    */
   constructor(options) {
     this.options = options;
@@ -199,10 +200,13 @@ export class Cluster {
 
   async startGateway() {
     const port = await freePort();
-    const proc = new ServiceProcess('gateway', `gateway-${this.gateways.length + 1}`, port, {
-      ...this.env,
-      PORT: String(port),
-    });
+    const proc = new ServiceProcess(
+      'gateway',
+      `gateway-${this.gateways.length + 1}`,
+      port,
+      { ...this.env, PORT: String(port) },
+      this.options.nodeArgs,
+    );
     this.gateways.push(proc);
     await proc.waitHealthy('/readyz');
     return proc;
@@ -212,12 +216,18 @@ export class Cluster {
     const port = await freePort();
     this.workerSerial += 1;
     const name = `worker-${this.workerSerial}`;
-    const proc = new ServiceProcess('worker', name, port, {
-      ...this.env,
-      WORKER_HTTP_PORT: String(port),
-      WORKER_ID: `${this.keyPrefix}-${name}`,
-      PORT: String(await freePort()),
-    });
+    const proc = new ServiceProcess(
+      'worker',
+      name,
+      port,
+      {
+        ...this.env,
+        WORKER_HTTP_PORT: String(port),
+        WORKER_ID: `${this.keyPrefix}-${name}`,
+        PORT: String(await freePort()),
+      },
+      this.options.nodeArgs,
+    );
     this.workers.push(proc);
     await proc.waitHealthy('/readyz');
     return proc;

@@ -52,6 +52,25 @@ export function processTable() {
   return table;
 }
 
+/** pid → CPU ms and a short label (command name, or the script a node process runs). */
+function everyProcessCpu() {
+  const result = new Map();
+  for (const row of processTable()) {
+    const ms = processCpuMs(row.pid);
+    if (ms === null) continue;
+    const args = row.cmdline.split(' ');
+    let label = row.comm;
+    if (row.comm === 'node' || row.comm.startsWith('node')) {
+      const script = args.slice(1).find((a) => !a.startsWith('-'));
+      label = `node ${script ? script.split('/').slice(-2).join('/') : ''}`.trim();
+    } else if (row.cmdline.startsWith('postgres: ')) {
+      label = 'postgres (other databases, background)';
+    }
+    result.set(row.pid, { ms, label });
+  }
+  return result;
+}
+
 /** Busy and total jiffies of all CPUs since boot. */
 function systemTicks() {
   try {
@@ -77,6 +96,7 @@ export function startCpuMeter(targets) {
   const list = typeof targets === 'function' ? targets : () => targets;
   const startedAt = performance.now();
   const before = new Map(list().map((t) => [t.pid, processCpuMs(t.pid)]));
+  const everyBefore = everyProcessCpu();
   const selfBefore = process.cpuUsage();
   const systemBefore = systemTicks();
   const loadBefore = loadavg()[0];
@@ -93,6 +113,19 @@ export function startCpuMeter(targets) {
       }
       const perProcess = {};
       for (const [name, ms] of usedMs) perProcess[name] = percent(ms);
+      // Who else used the machine meanwhile (other users' work, shared daemons).
+      const mine = new Set([process.pid, ...list().map((t) => t.pid)]);
+      const others = new Map();
+      for (const [pid, entry] of everyProcessCpu()) {
+        if (mine.has(pid)) continue;
+        const used = entry.ms - (everyBefore.get(pid)?.ms ?? 0);
+        if (used > 0) others.set(entry.label, (others.get(entry.label) ?? 0) + used);
+      }
+      const otherTop = [...others]
+        .sort((a, b) => b[1] - a[1])
+        .slice(0, 3)
+        .map(([label, ms]) => ({ label, percent: percent(ms) }))
+        .filter((o) => o.percent >= 1);
       const self = process.cpuUsage(selfBefore);
       const systemAfter = systemTicks();
       const totalTicks = systemAfter.total - systemBefore.total;
@@ -103,6 +136,7 @@ export function startCpuMeter(targets) {
         bench: percent((self.user + self.system) / 1000),
         machine: Math.round(busyShare * 1000 * cpuCount()) / 10,
         loadAverage: [Math.round(loadBefore * 100) / 100, Math.round(loadavg()[0] * 100) / 100],
+        otherTop,
       };
     },
   };
@@ -146,6 +180,9 @@ export function formatCpu(cpu) {
   return (
     `CPU (% of one core): gateways ${r.gateways}, workers ${r.workers}, postgres ${r.postgres},` +
     ` redis ${r.redis}, load generator ${r.bench}; machine ${r.machine} of ${100 * cpuCount()}` +
-    ` (load average ${cpu.loadAverage.join(' → ')})`
+    ` (load average ${cpu.loadAverage.join(' → ')})` +
+    (cpu.otherTop?.length
+      ? `; others: ${cpu.otherTop.map((o) => `${o.label} ${Math.round(o.percent)}`).join(', ')}`
+      : '')
   );
 }

@@ -48,12 +48,21 @@ async function machine(cluster) {
   };
 }
 
-export async function writeReports({ options, startedAt, elapsedS, results, failures, cluster }) {
+export async function writeReports({
+  options,
+  startedAt,
+  elapsedS,
+  loadAtStart,
+  results,
+  failures,
+  cluster,
+}) {
   mkdirSync(RESULTS_DIR, { recursive: true });
   const date = startedAt.toISOString().slice(0, 10);
   const run = {
     startedAt: startedAt.toISOString(),
     elapsedS,
+    loadAtStart,
     quick: options.quick,
     cluster: {
       gateways: options.gateways,
@@ -163,6 +172,15 @@ export function renderMarkdown(data, chart) {
     );
   }
   lines.push('');
+  const loads = (data.runs ?? []).map((r) => r.loadAtStart).filter((l) => typeof l === 'number');
+  if (loads.length > 0) {
+    lines.push(
+      `The machine was not idle: its 1-minute load average was ${loads.join(', ')} when the` +
+        ` run(s) started (other work on the same ${m.cores} cores), so absolute numbers are` +
+        ' pessimistic and noisy; the CPU table below shows who used the cores.',
+      '',
+    );
+  }
   lines.push('## Results', '');
   lines.push(
     row(['Scenario', 'Measure', 'p50', 'p95', 'p99', 'Throughput', 'vs building blocks', 'Notes']),
@@ -197,7 +215,7 @@ export function renderMarkdown(data, chart) {
         rt.latency,
         `${rt.throughput.value} msg/s`,
         `p50 ${ratio(rt.latency.p50, budget50)}, p99 ${ratio(rt.latency.p99, budget99)}`,
-        `n=${rt.latency.n}, errors ${rt.errors}`,
+        `n=${rt.latency.n}, errors ${rt.errors}; ${rt.appends?.user?.perMessage ?? '?'} + ${rt.appends?.agent?.perMessage ?? '?'} appends per answer`,
       ),
     );
     lines.push(latencyRow('Round trip', 'message → ack (stored)', rt.ack, '–', '–', ''));
@@ -244,7 +262,9 @@ export function renderMarkdown(data, chart) {
         '–',
         `max ${ms(kill ? f.latency.max : f.afterSend.max)} vs bound ${ms(f.boundMs)}`,
         `${f.withinBound}/${f.conversations} within the bound, ${f.unanswered} unanswered;` +
-          ` worker exited after ${ms(f.workerExitMs)}`,
+          ` new holder's first write p50 ${ms(f.takeover?.p50)} after the signal, then the answer` +
+          ` p50 ${ms(f.restoreAndAnswer?.p50)} later; REST send p50 ${ms(f.send?.p50)};` +
+          ` ${f.heldByVictim} conversations on the stopped worker, which exited after ${ms(f.workerExitMs)}`,
       ),
     );
   }
@@ -265,33 +285,69 @@ export function renderMarkdown(data, chart) {
   }
   const memory = s.memory;
   if (memory) {
+    const g = memory.gateway;
+    const w = memory.worker;
+    const blank = ['–', '–', '–', '–', '–'];
     lines.push(
       row([
         'Memory',
-        `gateway RSS per idle socket (${memory.gateway.sockets} sockets)`,
-        '–',
-        '–',
-        '–',
-        '–',
-        '–',
-        `${memory.gateway.perSocketKiB} KiB per socket (RSS ${memory.gateway.rssBeforeMiB} → ${memory.gateway.rssAfterMiB} MiB)`,
+        `gateway RSS per idle socket (${g.sockets} sockets)`,
+        ...blank,
+        `${g.perSocketKiB} KiB per socket (RSS ${g.rssBeforeMiB} → ${g.rssAfterMiB} MiB);` +
+          ` the client side used ${g.clientPerSocketKiB} KiB per socket`,
       ]),
     );
     lines.push(
       row([
         'Memory',
-        `worker RSS per idle hosted conversation (${memory.worker.conversations})`,
-        '–',
-        '–',
-        '–',
-        '–',
-        '–',
-        `${memory.worker.perConversationKiB} KiB per conversation; idle worker CPU ${memory.worker.idleWorkerCpuPercentBefore}% → ${memory.worker.idleWorkerCpuPercent}%`,
+        `worker RSS per idle hosted conversation (${w.conversations} conversations)`,
+        ...blank,
+        `${w.perConversationKiB} KiB per conversation (RSS of the workers ${w.rssBeforeMiB} →` +
+          ` ${w.rssAfterMiB} MiB); idle, they cost ${w.idleCpuPerThousand}% of a core per 1,000` +
+          ` (workers ${w.idleCpuBefore.workers}% → ${w.idleCpu.workers}%, Postgres` +
+          ` ${w.idleCpuBefore.postgres}% → ${w.idleCpu.postgres}%)`,
       ]),
     );
   }
   lines.push('');
   if (chart) lines.push(`![Latency percentiles against load](${chart})`, '');
+
+  const breakdowns = [];
+  if (rt?.breakdown) breakdowns.push(['round trip', rt.breakdown, rt.appends]);
+  for (const level of sustained?.levels ?? []) {
+    if (level.breakdown)
+      breakdowns.push([`${level.clients} clients`, level.breakdown, level.appends]);
+  }
+  if (breakdowns.length > 0) {
+    lines.push("### Where a round trip's time goes", '');
+    lines.push(
+      "From the timestamps the service stores with each event (taken inside the append's" +
+        ' transaction, same clock as the client). Cells are p50 / p99.',
+      '',
+    );
+    lines.push(row(['Segment', ...breakdowns.map(([name]) => name)]));
+    lines.push(row(['---', ...breakdowns.map(() => '---:')]));
+    for (const key of Object.keys(breakdowns[0][1])) {
+      lines.push(
+        row([
+          breakdowns[0][1][key].label,
+          ...breakdowns.map(([, b]) => (b[key] ? `${ms(b[key].p50)} / ${ms(b[key].p99)}` : '–')),
+        ]),
+      );
+    }
+    for (const writer of ['user', 'agent']) {
+      lines.push(
+        row([
+          `appends by ${writer === 'user' ? 'the gateway (user events)' : 'the worker (agent events)'}` +
+            ' per answer, and their mean time inside the service',
+          ...breakdowns.map(([, , a]) =>
+            a?.[writer] ? `${a[writer].perMessage} × ${ms(a[writer].meanMs)}` : '–',
+          ),
+        ]),
+      );
+    }
+    lines.push('');
+  }
 
   const withCpu = Object.entries(s).filter(([, r]) => r.cpu);
   if (withCpu.length > 0) {
@@ -303,16 +359,19 @@ export function renderMarkdown(data, chart) {
         " users' work and Postgres' shared background processes.",
       '',
     );
-    lines.push(row(['Scenario', ...CPU_COLUMNS, 'load average']));
-    lines.push(row(['---', ...CPU_COLUMNS.map(() => '---:'), '---:']));
-    const load = (cpu) => cpu?.loadAverage?.join(' → ') ?? '–';
+    lines.push(row(['Scenario', ...CPU_COLUMNS, 'load average', 'largest "other"']));
+    lines.push(row(['---', ...CPU_COLUMNS.map(() => '---:'), '---:', '---']));
+    const load = (cpu) => [
+      cpu?.loadAverage?.join(' → ') ?? '–',
+      cpu?.otherTop?.map((o) => `${o.label} ${round(o.percent)}%`).join(', ') || '–',
+    ];
     for (const [name, r] of withCpu) {
-      if (name !== 'sustained') lines.push(row([name, ...cpuCells(r.cpu), load(r.cpu)]));
+      if (name !== 'sustained') lines.push(row([name, ...cpuCells(r.cpu), ...load(r.cpu)]));
     }
     for (const level of sustained?.levels ?? []) {
       if (level.cpu) {
         lines.push(
-          row([`sustained, ${level.clients} clients`, ...cpuCells(level.cpu), load(level.cpu)]),
+          row([`sustained, ${level.clients} clients`, ...cpuCells(level.cpu), ...load(level.cpu)]),
         );
       }
     }

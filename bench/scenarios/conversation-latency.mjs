@@ -11,6 +11,7 @@ import {
 import { formatCpu, startCpuMeter } from '../lib/proc.mjs';
 import { formatSummary, round, summarize } from '../lib/stats.mjs';
 import { formatBreakdown, roundTripBreakdown } from '../lib/breakdown.mjs';
+import { appendTotals, appendsPerMessage, formatAppends } from '../lib/metrics.mjs';
 
 const READY_TIMEOUT_MS = 20_000;
 
@@ -30,6 +31,7 @@ export async function runRoundTrip(ctx) {
     const acks = [];
     const trips = [];
     let errors = 0;
+    const appendsBefore = await appendTotals(cluster);
     const meter = startCpuMeter(() => cluster.meterTargets());
     const started = performance.now();
     for (let i = 0; i < iterations; i += 1) {
@@ -45,11 +47,13 @@ export async function runRoundTrip(ctx) {
     }
     const seconds = (performance.now() - started) / 1000;
     const cpu = meter.stop();
+    const appends = appendsPerMessage(appendsBefore, await appendTotals(cluster), totals.length);
     const latency = summarize(totals);
     const ack = summarize(acks);
     log(`  message → echo   ${formatSummary(latency)}`);
     log(`  message → ack    ${formatSummary(ack)}`);
     log(`  ${formatCpu(cpu)}`);
+    log(`  ${formatAppends(appends)}`);
     const breakdown = await roundTripBreakdown(
       cluster,
       trips.map((trip) => ({ ...trip, conversationId: id })),
@@ -59,6 +63,7 @@ export async function runRoundTrip(ctx) {
       latency,
       ack,
       breakdown,
+      appends,
       throughput: { value: round(totals.length / seconds), unit: 'msg/s (one client, sequential)' },
       errors,
       cpu,

@@ -17,6 +17,15 @@ const ANSWERS_SQL = `
     JOIN events e ON e.conversation_id = t.cid AND e.cause = t.uid
    WHERE e.source = 'agent' AND e.type = 'message'`;
 
+// The new holder's first write is its session's `loading` state change.
+const TAKEOVERS_SQL = `
+  SELECT conversation_id::text AS id, (extract(epoch FROM min(created_at)) * 1000)::float8 AS at
+    FROM events
+   WHERE conversation_id = ANY($1::uuid[]) AND type = 'agent_state_changed'
+     AND payload->'extras'->>'agent_state' = 'loading'
+     AND created_at >= to_timestamp($2::float8 / 1000)
+   GROUP BY conversation_id`;
+
 /** Conversations of the pool that are running and idle (answered, awaiting input). */
 async function settledCount(cluster, ids) {
   const { rows } = await cluster.db.query(
@@ -103,34 +112,45 @@ export async function runFailover(ctx, signal) {
   const stoppedPerf = performance.now();
   const stopping = cluster.stopWorker(victim, signal);
   const sent = await mapLimit(ids, 50, async (id, i) => {
-    const eventId = await postMessage(
-      gateways[i % gateways.length].url,
-      token,
-      id,
-      `after ${signal} ${i}`,
-    );
-    return { id, eventId, sentAt: Date.now() };
+    const sendStarted = Date.now();
+    const url = gateways[i % gateways.length].url;
+    const eventId = await postMessage(url, token, id, `after ${signal} ${i}`);
+    const sentAt = Date.now();
+    return { id, eventId, sentAt, sendMs: sentAt - sendStarted };
   });
   const sentWithinMs = Math.max(...sent.map((s) => s.sentAt)) - stoppedAt;
   const bound = signal === 'SIGKILL' ? options.leaseTtlMs + 2000 : HANDOFF_BOUND_MS;
   const answers = await waitForAnswers(cluster, sent, stoppedAt + bound + 20_000);
   const exit = await stopping;
   const exitMs = exit ? Math.round(exit.at - stoppedPerf) : null;
+  const { rows } = await cluster.db.query(TAKEOVERS_SQL, [ids, stoppedAt]);
+  const takenOverAt = new Map(rows.map((row) => [row.id, row.at]));
 
   const fromStop = [];
   const fromSend = [];
+  const takeovers = [];
+  const takeoverToAnswer = [];
   for (const s of sent) {
     const at = answers.get(s.id);
+    const takenAt = takenOverAt.get(s.id);
+    if (takenAt !== undefined) takeovers.push(takenAt - stoppedAt);
     if (at === undefined) continue;
     fromStop.push(at - stoppedAt);
     fromSend.push(at - s.sentAt);
+    if (takenAt !== undefined) takeoverToAnswer.push(at - Math.max(takenAt, s.sentAt));
   }
   const latency = summarize(fromStop);
   const afterSend = summarize(fromSend);
+  const send = summarize(sent.map((s) => s.sendMs));
+  const takeover = summarize(takeovers);
+  const restoreAndAnswer = summarize(takeoverToAnswer);
   const measured = signal === 'SIGKILL' ? fromStop : fromSend;
   const withinBound = measured.filter((ms) => ms <= bound).length;
-  log(`  ${signal} → answer stored   ${formatSummary(latency)}`);
-  log(`  message sent → answer   ${formatSummary(afterSend)}`);
+  log(`  ${signal} → answer stored          ${formatSummary(latency)}`);
+  log(`  message sent → answer stored   ${formatSummary(afterSend)}`);
+  log(`  ${signal} → new holder's loading   ${formatSummary(takeover)}`);
+  log(`  loading (or send) → answer     ${formatSummary(restoreAndAnswer)}`);
+  log(`  REST send of the message       ${formatSummary(send)}`);
   log(
     `  ${answers.size}/${sent.length} answered; ${withinBound} within ${bound} ms` +
       ` (${signal === 'SIGKILL' ? 'LEASE_TTL_MS + 2 s, from the kill' : '2 s, from the send'});` +
@@ -154,6 +174,9 @@ export async function runFailover(ctx, signal) {
     heldByVictim,
     latency,
     afterSend,
+    takeover,
+    restoreAndAnswer,
+    send,
     max: latency.max,
     boundMs: bound,
     withinBound,

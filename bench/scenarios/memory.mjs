@@ -11,7 +11,7 @@ import {
   stopConversation,
 } from '../lib/client.mjs';
 import { sleep } from '../lib/cluster.mjs';
-import { processRssKiB, startCpuMeter } from '../lib/proc.mjs';
+import { cpuByRole, processRssKiB, startCpuMeter } from '../lib/proc.mjs';
 import { round } from '../lib/stats.mjs';
 import { cpus } from 'node:os';
 
@@ -94,7 +94,7 @@ async function workerConversations(ctx) {
   const token = await ctx.token('memory-conversations');
   const workers = cluster.workers;
   await sleep(SETTLE_MS);
-  const idleBefore = startCpuMeter(workers);
+  const idleBefore = startCpuMeter(() => cluster.meterTargets());
   await sleep(IDLE_CPU_WINDOW_MS);
   const cpuBefore = idleBefore.stop();
   const before = sumRss(workers);
@@ -124,29 +124,30 @@ async function workerConversations(ctx) {
     const startS = round((performance.now() - started) / 1000);
     await sleep(SETTLE_MS);
     const after = sumRss(workers);
-    const meter = startCpuMeter(workers);
+    const meter = startCpuMeter(() => cluster.meterTargets());
     await sleep(IDLE_CPU_WINDOW_MS);
     const idleCpu = meter.stop();
-    const workerCpu = (cpu) =>
-      round(workers.reduce((sum, w) => sum + (cpu.processes[w.name] ?? 0), 0));
     const perConversationKiB = hosted > 0 ? round((after - before) / hosted) : null;
+    const idle = cpuByRole(idleCpu);
+    const idleBase = cpuByRole(cpuBefore);
+    const pollCost = idle.workers + idle.postgres - idleBase.workers - idleBase.postgres;
     log(
       `  ${workers.length} worker(s): ${hosted} idle conversations hosted (started in ${startS} s):` +
         ` RSS ${Math.round(before / 1024)} → ${Math.round(after / 1024)} MiB, ${perConversationKiB} KiB per conversation`,
     );
     log(
-      `  idle CPU of the workers: ${workerCpu(cpuBefore)}% with none → ${workerCpu(idleCpu)}% with ${hosted};` +
-        ` machine ${cpuBefore.machine}% → ${idleCpu.machine}% (of ${100 * cpus().length}%)`,
+      `  idle CPU (% of one core) with none → with ${hosted}: workers ${idleBase.workers} → ${idle.workers},` +
+        ` postgres ${idleBase.postgres} → ${idle.postgres}, redis ${idleBase.redis} → ${idle.redis};` +
+        ` machine ${cpuBefore.machine} → ${idleCpu.machine} of ${100 * cpus().length}`,
     );
     return {
       conversations: hosted,
       rssBeforeMiB: round(before / 1024),
       rssAfterMiB: round(after / 1024),
       perConversationKiB,
-      idleWorkerCpuPercentBefore: workerCpu(cpuBefore),
-      idleWorkerCpuPercent: workerCpu(idleCpu),
-      idleMachineCpuPercentBefore: cpuBefore.machine,
-      idleMachineCpuPercent: idleCpu.machine,
+      idleCpuBefore: idleBase,
+      idleCpu: idle,
+      idleCpuPerThousand: hosted > 0 ? round((pollCost / hosted) * 1000) : null,
       startS,
     };
   } finally {

@@ -9,8 +9,10 @@ import {
   stopConversation,
 } from '../lib/client.mjs';
 import { formatCpu, startCpuMeter } from '../lib/proc.mjs';
+import { sleep } from '../lib/cluster.mjs';
 import { formatSummary, round, summarize } from '../lib/stats.mjs';
 import { formatBreakdown, roundTripBreakdown } from '../lib/breakdown.mjs';
+import { appendTotals, appendsPerMessage, formatAppends } from '../lib/metrics.mjs';
 
 const USERS = 10;
 const READY_TIMEOUT_MS = 60_000;
@@ -47,22 +49,31 @@ async function openConversations(ctx, clients, from, to) {
   return failed;
 }
 
-/** Every client loops (send, wait for the echo) until `durationMs` is over. */
+/**
+ * Every client loops (send, wait for the echo) until `durationMs` is over.
+ * The first part of the time is a warm-up; in the measured window, latency
+ * counts messages sent in it, throughput the answers that arrived in it.
+ */
 async function drive(ctx, clients, durationMs) {
+  const { cluster } = ctx;
   const warmupMs = Math.min(3000, durationMs * 0.2);
   const started = performance.now();
   const measureFrom = started + warmupMs;
   const end = started + durationMs;
   const samples = [];
   const trips = [];
-  let completed = 0;
+  let answeredInWindow = 0;
   let errors = 0;
   let firstError = null;
-  let meter = null;
-  const meterTimer = setTimeout(
-    () => (meter = startCpuMeter(() => ctx.cluster.meterTargets())),
-    warmupMs,
-  );
+  const windowOpened = sleep(warmupMs).then(async () => ({
+    meter: startCpuMeter(() => cluster.meterTargets()),
+    appends: await appendTotals(cluster),
+  }));
+  const windowClosed = windowOpened.then(async (opened) => {
+    await sleep(Math.max(0, end - performance.now()));
+    const cpu = opened.meter.stop();
+    return { cpu, appendsBefore: opened.appends, appendsAfter: await appendTotals(cluster) };
+  });
   await Promise.all(
     clients.map(async (client, c) => {
       for (let i = 0; performance.now() < end; i += 1) {
@@ -70,10 +81,10 @@ async function drive(ctx, clients, durationMs) {
         try {
           const trip = await client.roundTrip(`load ${c}.${i}`, MESSAGE_TIMEOUT_MS);
           const doneAt = sentAt + trip.total;
-          if (sentAt >= measureFrom && doneAt <= end) {
+          if (doneAt >= measureFrom && doneAt <= end) answeredInWindow += 1;
+          if (sentAt >= measureFrom) {
             samples.push(trip.total);
             trips.push({ ...trip, conversationId: client.conversationId });
-            completed += 1;
           }
         } catch (error) {
           errors += 1;
@@ -82,10 +93,17 @@ async function drive(ctx, clients, durationMs) {
       }
     }),
   );
-  clearTimeout(meterTimer);
-  const cpu = meter?.stop() ?? null;
+  const window = await windowClosed;
   const windowS = (end - measureFrom) / 1000;
-  return { samples, trips, completed, errors, firstError, windowS, cpu };
+  return {
+    samples,
+    trips,
+    throughput: round(answeredInWindow / windowS),
+    appends: appendsPerMessage(window.appendsBefore, window.appendsAfter, answeredInWindow),
+    errors,
+    firstError,
+    cpu: window.cpu,
+  };
 }
 
 export async function runSustained(ctx) {
@@ -107,13 +125,14 @@ export async function runSustained(ctx) {
       const ready = clients.filter((c) => c.readyAt !== null && c.socket.connected);
       const run = await drive(ctx, ready.slice(0, level), durationS * 1000);
       const latency = summarize(run.samples);
-      const throughput = round(run.completed / run.windowS);
+      const throughput = run.throughput;
       const benchCpu = run.cpu?.bench ?? null;
       log(
         `  ${String(level).padStart(5)} clients: ${String(throughput).padStart(7)} msg/s  ${formatSummary(latency)}` +
           `  errors ${run.errors}  (opened in ${openS} s)`,
       );
       log(`    ${formatCpu(run.cpu)}`);
+      log(`    ${formatAppends(run.appends)}`);
       const breakdown = await roundTripBreakdown(ctx.cluster, run.trips);
       for (const line of formatBreakdown(breakdown, '    ')) log(line);
       if (run.firstError) log(`    first error: ${run.firstError}`);
@@ -128,6 +147,7 @@ export async function runSustained(ctx) {
         openS,
         failedToOpen,
         breakdown,
+        appends: run.appends,
         cpu: run.cpu,
       });
     }
