@@ -249,6 +249,7 @@ async function clusterFixture(): Promise<ConversationManagerFixture> {
           }),
           connections,
           limit: options.maxConcurrentConversations,
+          stopTimeoutMs: LEASE_TTL_MS + 2_000,
         });
         managers.push(manager);
         return manager;

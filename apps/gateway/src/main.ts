@@ -77,6 +77,7 @@ async function main(): Promise<void> {
     limiter,
     connections,
     limit: config.limits.maxConcurrentConversations,
+    stopTimeoutMs: config.cluster.leaseTtlMs + 2_000,
   });
   const readiness: ReadinessCheck[] = [
     { name: 'database', check: async () => void (await opened.database.query('select 1')) },

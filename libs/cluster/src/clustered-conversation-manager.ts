@@ -16,6 +16,11 @@ import type { ConversationInbox } from './leases/conversation-inbox.js';
 import type { UserConcurrencyLimiter } from './limits/user-concurrency.limiter.js';
 import type { ConnectionRegistry } from './realtime/connection-registry.js';
 
+/** How long a start waits for the conversation's finishing run to go. */
+const FINISHING_RUN_WAIT_MS = 2_000;
+const POLL_MS = 20;
+const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
+
 export const TOO_MANY_CONVERSATIONS_NOTICE = {
   status_update: true as const,
   type: 'error' as const,
@@ -40,6 +45,8 @@ export class ClusteredConversationManager implements ConversationManager {
       limiter: UserConcurrencyLimiter;
       connections: ConnectionRegistry;
       limit: number;
+      /** How long `stop` waits for the holder to stop (about the lease TTL). */
+      stopTimeoutMs: number;
     },
   ) {}
 
@@ -66,9 +73,36 @@ export class ClusteredConversationManager implements ConversationManager {
       'ERROR',
     ]);
     await this.deps.jobs.start(ref);
+    await this.startAfterFinishingRun(ref);
     const record = await this.deps.store.getConversation(ref.tenantId, ref.conversationId);
     if (!record) throw new NotFoundError();
     return record.status === 'RUNNING' ? 'RUNNING' : 'STARTING';
+  }
+
+  /**
+   * Adding a job while the conversation's previous run is finishing (its
+   * session ended, its job not yet removed) adds nothing, and that run then
+   * frees the slot: the start would be lost. An active job whose holder no
+   * longer listens is such a run: wait for it to go, then start again.
+   */
+  private async startAfterFinishingRun(ref: ConversationRef): Promise<void> {
+    const { jobs, inbox, limiter, store } = this.deps;
+    const deadline = Date.now() + FINISHING_RUN_WAIT_MS;
+    while (Date.now() < deadline) {
+      const state = await jobs.state(ref.conversationId);
+      if (state !== null && state !== 'active') return; // queued: a worker will take it
+      if (state === 'active' && (await inbox.holders(ref.conversationId)) > 0) return; // held
+      if (state === null) {
+        const slot = await limiter.acquire(ref.tenantId, ref.userId, ref.conversationId);
+        if (!slot.granted) throw new ConcurrencyLimitError(this.deps.limit);
+        if (slot.evicted) await this.evict({ ...ref, conversationId: slot.evicted });
+        await store.setStatus(ref.tenantId, ref.conversationId, 'STARTING', ['STOPPED', 'ERROR']);
+        await jobs.start(ref);
+        return;
+      }
+      // Active with no listener: a worker just taking it (it subscribes first) or a run finishing.
+      await sleep(POLL_MS);
+    }
   }
 
   async sendUserAction(
@@ -94,15 +128,25 @@ export class ClusteredConversationManager implements ConversationManager {
     return appended;
   }
 
+  /**
+   * Stops the conversation and resolves once it has stopped: its job is gone,
+   * so that a message sent next starts it again. A worker that is just taking
+   * the job does not listen yet: the stop is sent again until it does.
+   */
   async stop(ref: ConversationRef): Promise<ConversationStatus> {
-    const holders = await this.deps.inbox.send(ref.conversationId, { type: 'stop' });
-    if (holders === 0) await this.settleUnheld(ref);
-    const record = await this.deps.store.getConversation(ref.tenantId, ref.conversationId);
-    return record?.status === 'ERROR'
-      ? 'ERROR'
-      : holders > 0
-        ? (record?.status ?? 'STOPPED')
-        : 'STOPPED';
+    const { inbox, jobs } = this.deps;
+    const deadline = Date.now() + this.deps.stopTimeoutMs;
+    for (;;) {
+      const holders = await inbox.send(ref.conversationId, { type: 'stop' });
+      const state = await jobs.state(ref.conversationId);
+      if (state === null || (holders === 0 && state !== 'active')) {
+        if (holders === 0) await this.settleUnheld(ref);
+        break;
+      }
+      if (Date.now() > deadline) break;
+      await sleep(POLL_MS);
+    }
+    return this.status(ref);
   }
 
   async status(ref: ConversationRef): Promise<ConversationStatus> {

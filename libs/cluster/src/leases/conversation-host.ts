@@ -1,4 +1,4 @@
-import { WaitingError, Worker, type ConnectionOptions, type Job } from 'bullmq';
+import { WaitingError, type ConnectionOptions, type Job } from 'bullmq';
 import {
   AgentSession,
   LeaseLostError,
@@ -22,6 +22,7 @@ import {
   type ConversationJobData,
 } from './conversation-jobs.js';
 import type { LeaseTiming } from './lease-timing.js';
+import { ConversationWorker } from './conversation-worker.js';
 
 export interface ConversationHostOptions {
   workerId: string;
@@ -74,7 +75,7 @@ export const TOO_MANY_FAILOVERS = 'too_many_failovers';
  */
 export class ConversationHost {
   private readonly hosted = new Map<string, HostedConversation>();
-  private worker: Worker<ConversationJobData> | undefined;
+  private worker: ConversationWorker | undefined;
   private heartbeat: NodeJS.Timeout | undefined;
   private draining = false;
 
@@ -93,7 +94,7 @@ export class ConversationHost {
 
   start(): void {
     const { timing, concurrency } = this.deps.options;
-    this.worker = new Worker<ConversationJobData>(
+    this.worker = new ConversationWorker(
       CONVERSATION_QUEUE,
       (job, token) => this.process(job, token),
       {

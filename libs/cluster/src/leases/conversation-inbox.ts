@@ -50,6 +50,15 @@ export class ConversationInbox {
     return this.publisher.publish(this.keys.conversationChannel(conversationId), raw);
   }
 
+  /** How many holders listen to the conversation right now. */
+  async holders(conversationId: string): Promise<number> {
+    const reply = (await this.publisher.pubsub(
+      'NUMSUB',
+      this.keys.conversationChannel(conversationId),
+    )) as [string, number | string];
+    return Number(reply[1] ?? 0);
+  }
+
   async listen(conversationId: string, handler: (message: InboxMessage) => void): Promise<void> {
     if (!this.subscriber) throw new Error('this inbox has no subscriber connection');
     const channel = this.keys.conversationChannel(conversationId);

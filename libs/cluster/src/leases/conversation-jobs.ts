@@ -36,6 +36,12 @@ export class ConversationJobs {
     );
   }
 
+  /** The state of the conversation's job (`active`: a worker holds it), or null when there is none. */
+  async state(conversationId: string): Promise<string | null> {
+    const state = await this.queue.getJobState(conversationJobId(conversationId));
+    return state === 'unknown' ? null : state;
+  }
+
   /** Removes the conversation's job unless a worker holds it; true when removed. */
   async cancelQueued(conversationId: string): Promise<boolean> {
     const job = await this.queue.getJob(conversationJobId(conversationId));
