@@ -62,7 +62,7 @@ function everyProcessCpu() {
     let label = row.comm;
     if (row.comm === 'node' || row.comm.startsWith('node')) {
       const script = args.slice(1).find((a) => !a.startsWith('-'));
-      label = `node ${script ? script.split('/').slice(-2).join('/') : ''}`.trim();
+      label = `node ${script ? script.split('/').slice(-4).join('/') : ''}`.trim();
     } else if (row.cmdline.startsWith('postgres: ')) {
       label = 'postgres (other databases, background)';
     }

@@ -305,7 +305,8 @@ export function renderMarkdown(data, chart) {
         `${w.perConversationKiB} KiB per conversation (RSS of the workers ${w.rssBeforeMiB} →` +
           ` ${w.rssAfterMiB} MiB); idle, they cost ${w.idleCpuPerThousand}% of a core per 1,000` +
           ` (workers ${w.idleCpuBefore.workers}% → ${w.idleCpu.workers}%, Postgres` +
-          ` ${w.idleCpuBefore.postgres}% → ${w.idleCpu.postgres}%)`,
+          ` ${w.idleCpuBefore.postgres}% → ${w.idleCpu.postgres}%, Postgres transactions/s` +
+          ` ${w.idleTransactionsPerSecondBefore} → ${w.idleTransactionsPerSecond})`,
       ]),
     );
   }
@@ -313,25 +314,29 @@ export function renderMarkdown(data, chart) {
   if (chart) lines.push(`![Latency percentiles against load](${chart})`, '');
 
   const breakdowns = [];
-  if (rt?.breakdown) breakdowns.push(['round trip', rt.breakdown, rt.appends]);
+  if (rt?.breakdown) breakdowns.push(['round trip', rt]);
   for (const level of sustained?.levels ?? []) {
-    if (level.breakdown)
-      breakdowns.push([`${level.clients} clients`, level.breakdown, level.appends]);
+    if (level.breakdown) breakdowns.push([`${level.clients} clients`, level]);
   }
   if (breakdowns.length > 0) {
     lines.push("### Where a round trip's time goes", '');
     lines.push(
       "From the timestamps the service stores with each event (taken inside the append's" +
-        ' transaction, same clock as the client). Cells are p50 / p99.',
+        " transaction, same clock as the client), the services' own metrics (`/metrics`) and" +
+        ' samples of `pg_stat_activity`. Cells are p50 / p99 unless said otherwise.',
       '',
     );
     lines.push(row(['Segment', ...breakdowns.map(([name]) => name)]));
     lines.push(row(['---', ...breakdowns.map(() => '---:')]));
-    for (const key of Object.keys(breakdowns[0][1])) {
+    const first = breakdowns[0][1].breakdown;
+    for (const key of Object.keys(first)) {
       lines.push(
         row([
-          breakdowns[0][1][key].label,
-          ...breakdowns.map(([, b]) => (b[key] ? `${ms(b[key].p50)} / ${ms(b[key].p99)}` : '–')),
+          first[key].label,
+          ...breakdowns.map(([, r]) => {
+            const part = r.breakdown[key];
+            return part ? `${ms(part.p50)} / ${ms(part.p99)}` : '–';
+          }),
         ]),
       );
     }
@@ -339,13 +344,44 @@ export function renderMarkdown(data, chart) {
       lines.push(
         row([
           `appends by ${writer === 'user' ? 'the gateway (user events)' : 'the worker (agent events)'}` +
-            ' per answer, and their mean time inside the service',
-          ...breakdowns.map(([, , a]) =>
-            a?.[writer] ? `${a[writer].perMessage} × ${ms(a[writer].meanMs)}` : '–',
+            ' per answer × their mean time inside the service',
+          ...breakdowns.map(([, r]) => {
+            const a = r.appends?.[writer];
+            return a ? `${a.perMessage} × ${ms(a.meanMs)}` : '–';
+          }),
+        ]),
+      );
+    }
+    const worst = (eventLoop, prefix, key) => {
+      const values = Object.entries(eventLoop ?? {})
+        .filter(([name]) => name.startsWith(prefix))
+        .map(([, lag]) => lag[key]);
+      return values.length ? ms(Math.max(...values)) : '–';
+    };
+    for (const prefix of ['gateway', 'worker']) {
+      lines.push(
+        row([
+          `event-loop delay of the ${prefix}s, mean / p99 (worst process; includes prom-client's 10 ms sampling interval)`,
+          ...breakdowns.map(
+            ([, r]) =>
+              `${worst(r.eventLoop, prefix, 'meanMs')} / ${worst(r.eventLoop, prefix, 'p99Ms')}`,
           ),
         ]),
       );
     }
+    lines.push(
+      row([
+        "services' Postgres connections (average): active / idle in transaction / idle",
+        ...breakdowns.map(([, r]) => {
+          const average = r.postgres?.average;
+          if (!average) return '–';
+          const active = Object.entries(average)
+            .filter(([key]) => key.startsWith('active'))
+            .reduce((sum, [, n]) => sum + n, 0);
+          return `${round(active)} / ${average['idle in transaction'] ?? 0} / ${average.idle ?? 0}`;
+        }),
+      ]),
+    );
     lines.push('');
   }
 

@@ -11,7 +11,13 @@ import {
 import { formatCpu, startCpuMeter } from '../lib/proc.mjs';
 import { formatSummary, round, summarize } from '../lib/stats.mjs';
 import { formatBreakdown, roundTripBreakdown } from '../lib/breakdown.mjs';
-import { appendTotals, appendsPerMessage, formatAppends } from '../lib/metrics.mjs';
+import {
+  appendsPerMessage,
+  formatAppends,
+  formatEventLoop,
+  serviceSnapshot,
+} from '../lib/metrics.mjs';
+import { formatActivity, startActivitySampler } from '../lib/pg-activity.mjs';
 
 const READY_TIMEOUT_MS = 20_000;
 
@@ -31,7 +37,8 @@ export async function runRoundTrip(ctx) {
     const acks = [];
     const trips = [];
     let errors = 0;
-    const appendsBefore = await appendTotals(cluster);
+    const snapshotBefore = await serviceSnapshot(cluster);
+    const activity = startActivitySampler(cluster);
     const meter = startCpuMeter(() => cluster.meterTargets());
     const started = performance.now();
     for (let i = 0; i < iterations; i += 1) {
@@ -47,13 +54,17 @@ export async function runRoundTrip(ctx) {
     }
     const seconds = (performance.now() - started) / 1000;
     const cpu = meter.stop();
-    const appends = appendsPerMessage(appendsBefore, await appendTotals(cluster), totals.length);
+    const snapshotAfter = await serviceSnapshot(cluster);
+    const postgres = await activity.stop();
+    const appends = appendsPerMessage(snapshotBefore, snapshotAfter, totals.length);
     const latency = summarize(totals);
     const ack = summarize(acks);
     log(`  message → echo   ${formatSummary(latency)}`);
     log(`  message → ack    ${formatSummary(ack)}`);
     log(`  ${formatCpu(cpu)}`);
     log(`  ${formatAppends(appends)}`);
+    log(`  ${formatEventLoop(snapshotAfter.eventLoop)}`);
+    log(`  ${formatActivity(postgres)}`);
     const breakdown = await roundTripBreakdown(
       cluster,
       trips.map((trip) => ({ ...trip, conversationId: id })),
@@ -64,6 +75,8 @@ export async function runRoundTrip(ctx) {
       ack,
       breakdown,
       appends,
+      eventLoop: snapshotAfter.eventLoop,
+      postgres,
       throughput: { value: round(totals.length / seconds), unit: 'msg/s (one client, sequential)' },
       errors,
       cpu,

@@ -103,6 +103,15 @@ export async function runFailover(ctx, signal) {
   ctx.failoverPool ??= [];
   const pool = ctx.failoverPool;
   const { victim, ids, token } = await gatherOnOneWorker(ctx, pool, n);
+  // Only the measured conversations stay on the worker to be stopped.
+  const selected = new Set(ids);
+  const extra = [...((await cluster.holdings()).get(victim) ?? [])].filter(
+    (id) => !selected.has(id) && pool.includes(id),
+  );
+  await mapLimit(extra, 20, (id) =>
+    stopConversation(cluster.gateways[0].url, token, id).catch(() => undefined),
+  );
+  for (const id of extra) pool.splice(pool.indexOf(id), 1);
   const heldByVictim = (await cluster.holdings()).get(victim)?.size ?? 0;
   log(`  ${victim.name} holds ${heldByVictim} conversations; measuring ${ids.length} of them`);
   await sleep(300);

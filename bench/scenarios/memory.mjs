@@ -11,12 +11,20 @@ import {
   stopConversation,
 } from '../lib/client.mjs';
 import { sleep } from '../lib/cluster.mjs';
-import { cpuByRole, processRssKiB, startCpuMeter } from '../lib/proc.mjs';
+import { cpuByRole, formatCpu, processRssKiB, startCpuMeter } from '../lib/proc.mjs';
 import { round } from '../lib/stats.mjs';
 import { cpus } from 'node:os';
 
 const SETTLE_MS = 3000;
-const IDLE_CPU_WINDOW_MS = 5000;
+const IDLE_CPU_WINDOW_MS = 10_000;
+
+/** Transactions of this database so far (statistics lag by up to a second). */
+async function transactions(cluster) {
+  const { rows } = await cluster.db.query(
+    'SELECT (xact_commit + xact_rollback)::float8 AS n FROM pg_stat_database WHERE datname = current_database()',
+  );
+  return rows[0]?.n ?? 0;
+}
 const SOCKETS_PER_CONVERSATION = 10;
 
 const sumRss = (processes) => processes.reduce((sum, p) => sum + (processRssKiB(p.pid) ?? 0), 0);
@@ -95,7 +103,9 @@ async function workerConversations(ctx) {
   const workers = cluster.workers;
   await sleep(SETTLE_MS);
   const idleBefore = startCpuMeter(() => cluster.meterTargets());
+  const txBefore0 = await transactions(cluster);
   await sleep(IDLE_CPU_WINDOW_MS);
+  const txRateBefore = ((await transactions(cluster)) - txBefore0) / (IDLE_CPU_WINDOW_MS / 1000);
   const cpuBefore = idleBefore.stop();
   const before = sumRss(workers);
   const ids = [];
@@ -125,7 +135,9 @@ async function workerConversations(ctx) {
     await sleep(SETTLE_MS);
     const after = sumRss(workers);
     const meter = startCpuMeter(() => cluster.meterTargets());
+    const tx0 = await transactions(cluster);
     await sleep(IDLE_CPU_WINDOW_MS);
+    const txRate = ((await transactions(cluster)) - tx0) / (IDLE_CPU_WINDOW_MS / 1000);
     const idleCpu = meter.stop();
     const perConversationKiB = hosted > 0 ? round((after - before) / hosted) : null;
     const idle = cpuByRole(idleCpu);
@@ -140,6 +152,10 @@ async function workerConversations(ctx) {
         ` postgres ${idleBase.postgres} → ${idle.postgres}, redis ${idleBase.redis} → ${idle.redis};` +
         ` machine ${cpuBefore.machine} → ${idleCpu.machine} of ${100 * cpus().length}`,
     );
+    log(
+      `  Postgres transactions/s of this database while idle: ${Math.round(txRateBefore)} → ${Math.round(txRate)}`,
+    );
+    log(`  ${formatCpu(idleCpu)}`);
     return {
       conversations: hosted,
       rssBeforeMiB: round(before / 1024),
@@ -147,6 +163,8 @@ async function workerConversations(ctx) {
       perConversationKiB,
       idleCpuBefore: idleBase,
       idleCpu: idle,
+      idleTransactionsPerSecondBefore: Math.round(txRateBefore),
+      idleTransactionsPerSecond: Math.round(txRate),
       idleCpuPerThousand: hosted > 0 ? round((pollCost / hosted) * 1000) : null,
       startS,
     };

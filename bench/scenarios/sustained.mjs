@@ -12,7 +12,13 @@ import { formatCpu, startCpuMeter } from '../lib/proc.mjs';
 import { sleep } from '../lib/cluster.mjs';
 import { formatSummary, round, summarize } from '../lib/stats.mjs';
 import { formatBreakdown, roundTripBreakdown } from '../lib/breakdown.mjs';
-import { appendTotals, appendsPerMessage, formatAppends } from '../lib/metrics.mjs';
+import {
+  appendsPerMessage,
+  formatAppends,
+  formatEventLoop,
+  serviceSnapshot,
+} from '../lib/metrics.mjs';
+import { formatActivity, startActivitySampler } from '../lib/pg-activity.mjs';
 
 const USERS = 10;
 const READY_TIMEOUT_MS = 60_000;
@@ -67,12 +73,18 @@ async function drive(ctx, clients, durationMs) {
   let firstError = null;
   const windowOpened = sleep(warmupMs).then(async () => ({
     meter: startCpuMeter(() => cluster.meterTargets()),
-    appends: await appendTotals(cluster),
+    snapshot: await serviceSnapshot(cluster),
+    activity: startActivitySampler(cluster),
   }));
   const windowClosed = windowOpened.then(async (opened) => {
     await sleep(Math.max(0, end - performance.now()));
     const cpu = opened.meter.stop();
-    return { cpu, appendsBefore: opened.appends, appendsAfter: await appendTotals(cluster) };
+    return {
+      cpu,
+      before: opened.snapshot,
+      after: await serviceSnapshot(cluster),
+      postgres: await opened.activity.stop(),
+    };
   });
   await Promise.all(
     clients.map(async (client, c) => {
@@ -99,7 +111,9 @@ async function drive(ctx, clients, durationMs) {
     samples,
     trips,
     throughput: round(answeredInWindow / windowS),
-    appends: appendsPerMessage(window.appendsBefore, window.appendsAfter, answeredInWindow),
+    appends: appendsPerMessage(window.before, window.after, answeredInWindow),
+    eventLoop: window.after.eventLoop,
+    postgres: window.postgres,
     errors,
     firstError,
     cpu: window.cpu,
@@ -133,6 +147,8 @@ export async function runSustained(ctx) {
       );
       log(`    ${formatCpu(run.cpu)}`);
       log(`    ${formatAppends(run.appends)}`);
+      log(`    ${formatEventLoop(run.eventLoop)}`);
+      log(`    ${formatActivity(run.postgres)}`);
       const breakdown = await roundTripBreakdown(ctx.cluster, run.trips);
       for (const line of formatBreakdown(breakdown, '    ')) log(line);
       if (run.firstError) log(`    first error: ${run.firstError}`);
@@ -148,6 +164,8 @@ export async function runSustained(ctx) {
         failedToOpen,
         breakdown,
         appends: run.appends,
+        eventLoop: run.eventLoop,
+        postgres: run.postgres,
         cpu: run.cpu,
       });
     }
