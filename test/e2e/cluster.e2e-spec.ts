@@ -120,6 +120,32 @@ function expectExactlyOnce(events: readonly StoredEvent[], sentContents: readonl
   expect(agentMessages.length).toBe(users.length);
 }
 
+/**
+ * The client has received every stored event of the conversation exactly once
+ * and in id order (events stored meanwhile included: it keeps up with the store).
+ */
+async function expectEveryEventOnce(
+  client: ConversationClient,
+  baseUrl: string,
+  token: string,
+  conversationId: string,
+): Promise<void> {
+  let stored: StoredEvent[] = [];
+  await until(
+    async () => {
+      stored = await readAllEvents(baseUrl, token, conversationId);
+      return ids(client.events).includes(stored[stored.length - 1]!.id);
+    },
+    () => `the client to receive event ${stored[stored.length - 1]?.id}`,
+    15_000,
+    100,
+  );
+  await sleep(200); // anything sent twice would arrive by now
+  const received = client.stored;
+  expect(ids(received)).toEqual(received.map((_, index) => index));
+  expect(received.slice(0, stored.length)).toEqual(stored);
+}
+
 function isReady(events: readonly unknown[]): boolean {
   return events.some(
     (e) =>
@@ -199,15 +225,8 @@ describe('cluster of gateways and workers', () => {
       const sent = Array.from({ length: 20 }, (_, n) => `from ${n % 2 ? 'a' : 'b'} ${n}`);
       const acks = await Promise.all(sent.map((text, n) => (n % 2 ? a : b).message(text)));
       expect(acks.every((ack) => ack.ok)).toBe(true);
-      const stored = await waitForAnswers(g1.url, token, id);
-      expectExactlyOnce(stored, sent);
-      const last = stored[stored.length - 1]!.id;
-      for (const client of [a, b]) {
-        await client.waitFor((events) => ids(events).includes(last), 10_000, `event ${last}`);
-        await sleep(200); // anything sent twice would arrive by now
-        expect(ids(client.events)).toEqual(stored.map((e) => e.id));
-        expect(client.stored).toEqual(stored);
-      }
+      expectExactlyOnce(await waitForAnswers(g1.url, token, id), sent);
+      for (const client of [a, b]) await expectEveryEventOnce(client, g2.url, token, id);
     } finally {
       a.close();
       b.close();
@@ -357,16 +376,36 @@ describe('cluster of gateways and workers', () => {
         expectExactlyOnce(stored, sent);
         expect(await holderOf([other], id)).toBe(other);
         expect((await leaseOf(c, id)).owner).toBe(await workerIdOf(other));
-        if (client) {
-          const last = stored[stored.length - 1]!.id;
-          await client.waitFor((events) => ids(events).includes(last), 10_000, `event ${last}`);
-          expect(ids(client.events)).toEqual(stored.map((e) => e.id));
-        }
+        if (client) await expectEveryEventOnce(client, gateway.url, token, id);
       } finally {
         client?.close();
       }
     },
   );
+
+  it("resumes a killed holder's conversation on a worker that starts after its slot lapsed", async () => {
+    const c = await cluster_({ gateways: 1, workers: 1 });
+    const gateway = c.gateways[0]!;
+    const token = await c.token('heidi');
+    const id = await createConversation(gateway.url, token);
+    await sendMessage(gateway.url, token, id, 'before the crash');
+    await waitForAnswers(gateway.url, token, id);
+    c.workers[0]!.signal('SIGKILL');
+    await c.workers[0]!.exited;
+    await sendMessage(gateway.url, token, id, 'while no worker runs');
+    // No worker renews the slot: it lapses (2 × LEASE_TTL_MS), and the next
+    // start of the same user sweeps it away.
+    await sleep(2 * LEASE_TTL_MS + 500);
+    const other = await createConversation(gateway.url, token);
+    expect(
+      (await api(gateway.url, 'POST', `/api/conversations/${other}/start`, { token })).status,
+    ).toBe(200);
+
+    const worker = await c.startWorker();
+    const stored = await waitForAnswers(gateway.url, token, id);
+    expectExactlyOnce(stored, ['before the crash', 'while no worker runs']);
+    expect(await holderOf([worker], id)).toBe(worker);
+  });
 
   it('fences out a holder paused past its lease (SIGSTOP, SIGCONT)', async () => {
     const c = await cluster_({ gateways: 1, workers: 2 });
@@ -485,67 +524,97 @@ describe('cluster of gateways and workers', () => {
   });
 
   it.each([
-    { outage: 'a quick restart', downMs: 0 },
-    // Long enough for every job lock to lapse: leases move while Redis is away.
-    { outage: 'an outage longer than the lease', downMs: LEASE_TTL_MS + 1000 },
-  ])('keeps a connected client whole across a Redis restart ($outage)', async ({ downMs }) => {
-    redis = await startPrivateRedis();
-    const c = await cluster_({ gateways: 2, workers: 2, redisUrl: redis.url });
-    const [g1, g2] = c.gateways as [AppProcess, AppProcess];
-    const token = await c.token('frank');
-    const id = await createConversation(g1.url, token);
-    const client = await ConversationClient.connect(g1.url, token, { conversation_id: id });
-    try {
-      await client.waitFor(isReady, 10_000, 'agent ready');
-      const sent: string[] = [];
-      for (let n = 0; n < 3; n += 1) {
-        const ack = await client.message(`before ${n}`);
-        sent.push(`before ${n}`);
-        await client.waitForReply(ack.ok ? ack.event_id : -1);
-      }
+    { outage: 'a quick restart', downMs: 0, workers: 2, leaseMoves: false },
+    // Long enough for the job's lock to lapse: BullMQ hands the job out again
+    // once Redis is back, here necessarily to the worker that held it.
+    {
+      outage: 'an outage longer than the lease',
+      downMs: LEASE_TTL_MS + 1000,
+      workers: 1,
+      leaseMoves: true,
+    },
+  ])(
+    'keeps a connected client whole across a Redis restart ($outage)',
+    async ({ downMs, workers, leaseMoves }) => {
+      redis = await startPrivateRedis();
+      const c = await cluster_({ gateways: 2, workers, redisUrl: redis.url });
+      const [g1, g2] = c.gateways as [AppProcess, AppProcess];
+      const token = await c.token('frank');
+      const id = await createConversation(g1.url, token);
+      const client = await ConversationClient.connect(g1.url, token, { conversation_id: id });
+      try {
+        await client.waitFor(isReady, 10_000, 'agent ready');
+        const sent: string[] = [];
+        for (let n = 0; n < 3; n += 1) {
+          const ack = await client.message(`before ${n}`);
+          sent.push(`before ${n}`);
+          await client.waitForReply(ack.ok ? ack.event_id : -1);
+        }
 
-      await redis.restart(downMs);
-      // Back when every process reaches Redis again.
-      await until(
-        async () => {
-          const ready = await Promise.all(
-            [...c.gateways, ...c.workers].map((p) =>
-              fetch(`${p.url}/readyz`).then(
-                (r) => r.ok,
-                () => false,
+        const epochBefore = (await leaseOf(c, id)).epoch;
+        await redis.restart(downMs);
+        // Back when every process reaches Redis again.
+        await until(
+          async () => {
+            const ready = await Promise.all(
+              [...c.gateways, ...c.workers].map((p) =>
+                fetch(`${p.url}/readyz`).then(
+                  (r) => r.ok,
+                  () => false,
+                ),
               ),
-            ),
+            );
+            return ready.every(Boolean);
+          },
+          'every process ready again',
+          20_000,
+          100,
+        );
+        expect(client.socket.connected).toBe(true);
+        for (let n = 0; n < 5; n += 1) {
+          const ack = await client.message(`after socket ${n}`);
+          expect(ack.ok).toBe(true);
+          sent.push(`after socket ${n}`);
+          await sendMessage(g2.url, token, id, `after rest ${n}`);
+          sent.push(`after rest ${n}`);
+        }
+        expectExactlyOnce(await waitForAnswers(g1.url, token, id, 20_000), sent);
+        if (leaseMoves) {
+          await until(
+            async () => (await leaseOf(c, id)).epoch > epochBefore,
+            'the lapsed lease to be taken again',
+            10_000,
           );
-          return ready.every(Boolean);
-        },
-        'every process ready again',
-        20_000,
-        100,
-      );
-      expect(client.socket.connected).toBe(true);
-      for (let n = 0; n < 5; n += 1) {
-        const ack = await client.message(`after socket ${n}`);
-        expect(ack.ok).toBe(true);
-        sent.push(`after socket ${n}`);
-        await sendMessage(g2.url, token, id, `after rest ${n}`);
-        sent.push(`after rest ${n}`);
-      }
-      const stored = await waitForAnswers(g1.url, token, id, 20_000);
-      expectExactlyOnce(stored, sent);
-      const last = stored[stored.length - 1]!.id;
-      await client.waitFor((events) => ids(events).includes(last), 15_000, `event ${last}`);
-      await sleep(200);
-      expect(ids(client.events)).toEqual(stored.map((e) => e.id));
-      expect(client.stored).toEqual(stored);
+        }
+        // Settled once the current holder has started (written under the current epoch).
+        await until(
+          async () => (await workerEpochs(c, id)).at(-1) === (await leaseOf(c, id)).epoch,
+          'the current holder to start',
+          10_000,
+        );
+        // It goes on, hosted by one worker under the lease Postgres records.
+        await sendMessage(g2.url, token, id, 'once settled');
+        sent.push('once settled');
+        await waitForAnswers(g1.url, token, id);
+        const holder = await holderOf(c.workers, id);
+        const lease = await leaseOf(c, id);
+        expect(lease.owner).toBe(await workerIdOf(holder));
+        // And it stays there: the job is not handed out again and again.
+        await sleep(LEASE_TTL_MS + 1000);
+        expect(await leaseOf(c, id)).toEqual(lease);
+        expect(await holderOf(c.workers, id)).toBe(holder);
+        await expectEveryEventOnce(client, g1.url, token, id);
+        expectExactlyOnce(await readAllEvents(g1.url, token, id), sent);
 
-      // The queue works again too: a new conversation starts and answers.
-      const fresh = await createConversation(g2.url, token);
-      await sendMessage(g2.url, token, fresh, 'a new conversation');
-      expectExactlyOnce(await waitForAnswers(g2.url, token, fresh), ['a new conversation']);
-    } finally {
-      client.close();
-    }
-  });
+        // The queue works again too: a new conversation starts and answers.
+        const fresh = await createConversation(g2.url, token);
+        await sendMessage(g2.url, token, fresh, 'a new conversation');
+        expectExactlyOnce(await waitForAnswers(g2.url, token, fresh), ['a new conversation']);
+      } finally {
+        client.close();
+      }
+    },
+  );
 
   it('drains a gateway on SIGTERM; its clients resume on the other with no gap', async () => {
     const c = await cluster_({ gateways: 2, workers: 1 });
