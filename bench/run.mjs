@@ -39,7 +39,7 @@ const USAGE = `usage: npm run bench -- [options]
   --round-trips N                round trip iterations (default 500)
   --failover-conversations N     conversations on the killed worker (default 100)
   --sustained-conversations N    clients of the sustained load (default 1000)
-  --sustained-levels a,b,…       lower load levels measured first (default 10,100)
+  --sustained-levels a,b,…       lower load levels measured first (default 1,10,100)
   --duration S                   seconds per sustained level (default 20)
   --memory-sockets N             idle sockets for the gateway memory probe (default 5000)
   --memory-conversations N       idle conversations for the worker memory probe (default 2000)
@@ -61,7 +61,7 @@ function parseOptions(argv) {
       'replay-events': { type: 'string', default: '10000' },
       'failover-conversations': { type: 'string', default: '100' },
       'sustained-conversations': { type: 'string', default: '1000' },
-      'sustained-levels': { type: 'string', default: '10,100' },
+      'sustained-levels': { type: 'string', default: '1,10,100' },
       duration: { type: 'string', default: '20' },
       'memory-sockets': { type: 'string', default: '5000' },
       'memory-conversations': { type: 'string', default: '2000' },

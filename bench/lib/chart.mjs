@@ -4,7 +4,7 @@
 
 const WIDTH = 720;
 const HEIGHT = 420;
-const MARGIN = { top: 40, right: 30, bottom: 60, left: 70 };
+const MARGIN = { top: 40, right: 60, bottom: 60, left: 80 };
 const SERIES = [
   { key: 'p50', color: '#2f7ed8' },
   { key: 'p95', color: '#f28f43' },
@@ -14,13 +14,6 @@ const SERIES = [
 const escape = (text) =>
   String(text).replaceAll('&', '&amp;').replaceAll('<', '&lt;').replaceAll('>', '&gt;');
 
-function niceMax(value) {
-  if (!(value > 0)) return 1;
-  const magnitude = 10 ** Math.floor(Math.log10(value));
-  for (const step of [1, 2, 2.5, 5, 10]) if (step * magnitude >= value) return step * magnitude;
-  return 10 * magnitude;
-}
-
 /** @param {{ clients: number, latency: { p50, p95, p99 }, throughput: { value } }[]} levels */
 export function latencyChartSvg(levels) {
   const plotW = WIDTH - MARGIN.left - MARGIN.right;
@@ -29,24 +22,33 @@ export function latencyChartSvg(levels) {
   const xMin = Math.min(...xs);
   const xMax = Math.max(...xs);
   const xSpan = xMax - xMin || 1;
-  const yMax = niceMax(Math.max(...levels.map((l) => l.latency?.p99 ?? 0)));
+  const values = levels.flatMap((l) =>
+    SERIES.map((series) => l.latency?.[series.key]).filter((v) => typeof v === 'number' && v > 0),
+  );
+  // Log scale on both axes: latencies span milliseconds to seconds.
+  const yMinExp = Math.floor(Math.log10(Math.min(...values, 10)));
+  const yMaxExp = Math.max(yMinExp + 1, Math.ceil(Math.log10(Math.max(...values, 10))));
   const x = (clients) =>
     MARGIN.left +
     (levels.length === 1 ? plotW / 2 : ((Math.log10(clients) - xMin) / xSpan) * plotW);
-  const y = (value) => MARGIN.top + plotH - (value / yMax) * plotH;
+  const y = (value) =>
+    MARGIN.top + plotH - ((Math.log10(value) - yMinExp) / (yMaxExp - yMinExp)) * plotH;
   const parts = [];
   parts.push(
     `<svg xmlns="http://www.w3.org/2000/svg" width="${WIDTH}" height="${HEIGHT}" viewBox="0 0 ${WIDTH} ${HEIGHT}" font-family="sans-serif" font-size="12">`,
     `<rect width="${WIDTH}" height="${HEIGHT}" fill="white"/>`,
     `<text x="${WIDTH / 2}" y="22" text-anchor="middle" font-size="14">Sustained load: message → echo latency against concurrent clients</text>`,
   );
-  for (let i = 0; i <= 5; i += 1) {
-    const value = (yMax / 5) * i;
-    const yy = y(value);
-    parts.push(
-      `<line x1="${MARGIN.left}" x2="${WIDTH - MARGIN.right}" y1="${yy}" y2="${yy}" stroke="#e5e5e5"/>`,
-      `<text x="${MARGIN.left - 8}" y="${yy + 4}" text-anchor="end">${escape(Math.round(value * 10) / 10)} ms</text>`,
-    );
+  for (let exp = yMinExp; exp <= yMaxExp; exp += 1) {
+    for (const factor of exp < yMaxExp ? [1, 2, 5] : [1]) {
+      const value = factor * 10 ** exp;
+      const yy = y(value);
+      const label = value >= 1000 ? `${value / 1000} s` : `${value} ms`;
+      parts.push(
+        `<line x1="${MARGIN.left}" x2="${WIDTH - MARGIN.right}" y1="${yy}" y2="${yy}" stroke="${factor === 1 ? '#d0d0d0' : '#eeeeee'}"/>`,
+        `<text x="${MARGIN.left - 8}" y="${yy + 4}" text-anchor="end" fill="${factor === 1 ? '#000' : '#888'}">${escape(label)}</text>`,
+      );
+    }
   }
   for (const level of levels) {
     const xx = x(level.clients);
@@ -57,7 +59,7 @@ export function latencyChartSvg(levels) {
     );
   }
   parts.push(
-    `<text x="${MARGIN.left + plotW / 2}" y="${HEIGHT - 8}" text-anchor="middle">clients (log scale); throughput below each level</text>`,
+    `<text x="${MARGIN.left + plotW / 2}" y="${HEIGHT - 8}" text-anchor="middle">clients (log scale); throughput below each level; latency on a log scale</text>`,
   );
   SERIES.forEach((series, index) => {
     const points = levels

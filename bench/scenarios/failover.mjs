@@ -6,6 +6,8 @@
 import { createConversation, mapLimit, postMessage, stopConversation } from '../lib/client.mjs';
 import { sleep } from '../lib/cluster.mjs';
 import { formatSummary, round, summarize } from '../lib/stats.mjs';
+import { formatCpu, startCpuMeter } from '../lib/proc.mjs';
+import { formatEventLoop, serviceSnapshot } from '../lib/metrics.mjs';
 
 const SETTLE_TIMEOUT_MS = 60_000;
 const HANDOFF_BOUND_MS = 2_000;
@@ -112,11 +114,17 @@ export async function runFailover(ctx, signal) {
     stopConversation(cluster.gateways[0].url, token, id).catch(() => undefined),
   );
   for (const id of extra) pool.splice(pool.indexOf(id), 1);
-  const heldByVictim = (await cluster.holdings()).get(victim)?.size ?? 0;
+  let heldByVictim = 0;
+  for (const deadline = Date.now() + 15_000; Date.now() < deadline; await sleep(200)) {
+    heldByVictim = (await cluster.holdings()).get(victim)?.size ?? 0;
+    if (heldByVictim <= ids.length) break;
+  }
   log(`  ${victim.name} holds ${heldByVictim} conversations; measuring ${ids.length} of them`);
   await sleep(300);
 
   const gateways = cluster.gateways;
+  await serviceSnapshot(cluster); // resets the event-loop histograms
+  const meter = startCpuMeter(() => cluster.meterTargets());
   const stoppedAt = Date.now();
   const stoppedPerf = performance.now();
   const stopping = cluster.stopWorker(victim, signal);
@@ -130,6 +138,8 @@ export async function runFailover(ctx, signal) {
   const sentWithinMs = Math.max(...sent.map((s) => s.sentAt)) - stoppedAt;
   const bound = signal === 'SIGKILL' ? options.leaseTtlMs + 2000 : HANDOFF_BOUND_MS;
   const answers = await waitForAnswers(cluster, sent, stoppedAt + bound + 20_000);
+  const cpu = meter.stop();
+  const { eventLoop } = await serviceSnapshot(cluster);
   const exit = await stopping;
   const exitMs = exit ? Math.round(exit.at - stoppedPerf) : null;
   const { rows } = await cluster.db.query(TAKEOVERS_SQL, [ids, stoppedAt]);
@@ -160,6 +170,8 @@ export async function runFailover(ctx, signal) {
   log(`  ${signal} → new holder's loading   ${formatSummary(takeover)}`);
   log(`  loading (or send) → answer     ${formatSummary(restoreAndAnswer)}`);
   log(`  REST send of the message       ${formatSummary(send)}`);
+  log(`  until the last answer: ${formatCpu(cpu)}`);
+  log(`  ${formatEventLoop(eventLoop)}`);
   log(
     `  ${answers.size}/${sent.length} answered; ${withinBound} within ${bound} ms` +
       ` (${signal === 'SIGKILL' ? 'LEASE_TTL_MS + 2 s, from the kill' : '2 s, from the send'});` +
@@ -186,6 +198,8 @@ export async function runFailover(ctx, signal) {
     takeover,
     restoreAndAnswer,
     send,
+    cpu,
+    eventLoop,
     max: latency.max,
     boundMs: bound,
     withinBound,
