@@ -80,12 +80,15 @@ export async function startCluster(options: ClusterOptions = {}): Promise<TestCl
     gateways.push(gateway);
     return gateway;
   };
+  const sql = new pg.Pool({ connectionString: db.url, max: 4 });
+  // Dropping the database (WITH FORCE) ends idle connections still closing: expected.
+  sql.on('error', () => undefined);
   const cluster: TestCluster = {
     prefix,
     tenant,
     env,
     db,
-    sql: new pg.Pool({ connectionString: db.url, max: 4 }),
+    sql,
     gateways,
     workers,
     token: (userId) => devToken(gateways[0]!.url, { user_id: userId, tenant_id: tenant }),
