@@ -10,6 +10,7 @@ import { ROOT } from './cluster.mjs';
 import { roundTripBudget } from '../scenarios/building-blocks.mjs';
 import { round } from './stats.mjs';
 import { latencyChartSvg } from './chart.mjs';
+import { activitySummary } from './pg-activity.mjs';
 
 const RESULTS_DIR = join(ROOT, 'bench', 'results');
 
@@ -369,19 +370,17 @@ export function renderMarkdown(data, chart) {
         ]),
       );
     }
-    lines.push(
-      row([
-        "services' Postgres connections (average): active / idle in transaction / idle",
-        ...breakdowns.map(([, r]) => {
-          const average = r.postgres?.average;
-          if (!average) return '–';
-          const active = Object.entries(average)
-            .filter(([key]) => key.startsWith('active'))
-            .reduce((sum, [, n]) => sum + n, 0);
-          return `${round(active)} / ${average['idle in transaction'] ?? 0} / ${average.idle ?? 0}`;
-        }),
-      ]),
-    );
+    for (const role of ['gateways', 'workers']) {
+      lines.push(
+        row([
+          `Postgres connections of the ${role} (average): active / idle in transaction / idle`,
+          ...breakdowns.map(([, r]) => {
+            const a = activitySummary(r.postgres, role);
+            return a ? `${a.active} / ${a.idleInTransaction} / ${a.idle}` : '–';
+          }),
+        ]),
+      );
+    }
     lines.push('');
   }
 
