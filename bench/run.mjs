@@ -8,10 +8,13 @@
 //   npm run bench -- --only round-trip,cold-start
 //   npm run bench -- --only memory
 //   npm run bench -- --gateways 3 --workers 3 --sustained-conversations 1000 --duration 20
-import { loadavg } from 'node:os';
+import { mkdtempSync } from 'node:fs';
+import { loadavg, tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { parseArgs } from 'node:util';
 import { Cluster } from './lib/cluster.mjs';
 import { devToken } from './lib/client.mjs';
+import { formatProfile, summarizeProfiles } from './lib/profile.mjs';
 import { writeReports } from './lib/report.mjs';
 import { runBuildingBlocks } from './scenarios/building-blocks.mjs';
 import { runColdStart, runReplay, runRoundTrip } from './scenarios/conversation-latency.mjs';
@@ -43,6 +46,7 @@ const USAGE = `usage: npm run bench -- [options]
   --duration S                   seconds per sustained level (default 20)
   --memory-sockets N             idle sockets for the gateway memory probe (default 5000)
   --memory-conversations N       idle conversations for the worker memory probe (default 2000)
+  --profile                      run the services with --cpu-prof and print where their CPU went
   --keep                         keep the database and the Redis keys
   --no-write                     print only; write neither results nor BENCHMARKS.md`;
 
@@ -67,6 +71,7 @@ function parseOptions(argv) {
       'memory-conversations': { type: 'string', default: '2000' },
       'worker-concurrency': { type: 'string', default: '10000' },
       keep: { type: 'boolean', default: false },
+      profile: { type: 'boolean', default: false },
       'no-write': { type: 'boolean', default: false },
       help: { type: 'boolean', default: false },
     },
@@ -93,6 +98,7 @@ function parseOptions(argv) {
     only,
     quick: values.quick,
     keep: values.keep,
+    profile: values.profile,
     write: !values['no-write'],
     gateways: int('gateways', 1, 8),
     workers: int('workers', 1, 8),
@@ -132,12 +138,14 @@ async function main() {
   const selected = SCENARIOS.filter((s) =>
     options.only ? options.only.includes(s.name) : !s.optIn,
   );
+  const profileDir = options.profile ? mkdtempSync(join(tmpdir(), 'bench-profiles-')) : null;
   const cluster = new Cluster({
     gateways: options.gateways,
     workers: options.workers,
     leaseTtlMs: options.leaseTtlMs,
     workerConcurrency: options.workerConcurrency,
     log,
+    nodeArgs: profileDir ? ['--cpu-prof', `--cpu-prof-dir=${profileDir}`] : [],
   });
 
   let stopping = false;
@@ -200,6 +208,16 @@ async function main() {
       stopping = true;
       log('\nstopping the cluster …');
       await cluster.destroy({ keep: options.keep });
+    }
+  }
+  if (profileDir) {
+    log(`\nCPU profiles of the services (open in Chrome DevTools): ${profileDir}`);
+    const names = new Map(
+      [...cluster.gateways, ...cluster.workers, ...cluster.retired].map((p) => [p.pid, p.name]),
+    );
+    for (const [file, summary] of Object.entries(summarizeProfiles(profileDir))) {
+      const pid = Number(file.split('.')[3]);
+      log(formatProfile(`${names.get(pid) ?? 'pid ' + pid} (${file})`, summary));
     }
   }
   const elapsedS = Math.round((performance.now() - runStarted) / 1000);
