@@ -266,3 +266,21 @@ export function roundTripBudget(blocks, percentileKey) {
   if (parts.some((value) => value === null || value === undefined)) return null;
   return parts.reduce((a, b) => a + b, 0);
 }
+
+/**
+ * The path as the service builds it: socket ack + 3 append-shaped
+ * transactions (user event, `running`, answer with `awaiting_user_input`) +
+ * Redis hop (wake-up) + emitter hop (the answer).
+ */
+export function builtPathBudget(blocks, percentileKey) {
+  const part = (key) => blocks[key]?.[percentileKey];
+  const parts = [
+    part('socketio_ack'),
+    3 * (part('pg_append_tx') ?? NaN),
+    part('redis_hop'),
+    part('emitter_hop'),
+  ];
+  if (parts.some((value) => value === null || value === undefined || Number.isNaN(value)))
+    return null;
+  return parts.reduce((a, b) => a + b, 0);
+}
