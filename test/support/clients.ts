@@ -44,7 +44,11 @@ export async function devToken(
 }
 
 /** A conversation socket as PROTOCOL.md asks clients to open one, without reconnection. */
-function openSocket(baseUrl: string, token: string | undefined, query: Record<string, string>): Socket {
+function openSocket(
+  baseUrl: string,
+  token: string | undefined,
+  query: Record<string, string>,
+): Socket {
   return io(baseUrl, {
     transports: ['websocket'],
     auth: token === undefined ? {} : { token },

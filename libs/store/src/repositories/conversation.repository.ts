@@ -216,7 +216,11 @@ export class ConversationRepository {
         WHERE status IN ('STARTING', 'RUNNING')
         RETURNING tenant_id, user_id, id`,
     );
-    return rows.map((row) => ({ tenantId: row.tenant_id, userId: row.user_id, conversationId: row.id }));
+    return rows.map((row) => ({
+      tenantId: row.tenant_id,
+      userId: row.user_id,
+      conversationId: row.id,
+    }));
   }
 
   /** The new epoch, or null when the conversation does not exist. */
