@@ -15,7 +15,7 @@ import { parseArgs } from 'node:util';
 import { Cluster } from './lib/cluster.mjs';
 import { devToken } from './lib/client.mjs';
 import { formatProfile, summarizeProfiles } from './lib/profile.mjs';
-import { writeReports } from './lib/report.mjs';
+import { latestResults, renderFromResults, writeReports } from './lib/report.mjs';
 import { runBuildingBlocks } from './scenarios/building-blocks.mjs';
 import { runColdStart, runReplay, runRoundTrip } from './scenarios/conversation-latency.mjs';
 import { runFailover } from './scenarios/failover.mjs';
@@ -47,6 +47,7 @@ const USAGE = `usage: npm run bench -- [options]
   --memory-sockets N             idle sockets for the gateway memory probe (default 5000)
   --memory-conversations N       idle conversations for the worker memory probe (default 2000)
   --profile                      run the services with --cpu-prof and print where their CPU went
+  --render                       only write BENCHMARKS.md (and the chart) again from the newest results
   --keep                         keep the database and the Redis keys
   --no-write                     print only; write neither results nor BENCHMARKS.md`;
 
@@ -71,6 +72,7 @@ function parseOptions(argv) {
       'memory-conversations': { type: 'string', default: '2000' },
       'worker-concurrency': { type: 'string', default: '10000' },
       keep: { type: 'boolean', default: false },
+      render: { type: 'boolean', default: false },
       profile: { type: 'boolean', default: false },
       'no-write': { type: 'boolean', default: false },
       help: { type: 'boolean', default: false },
@@ -98,6 +100,7 @@ function parseOptions(argv) {
     only,
     quick: values.quick,
     keep: values.keep,
+    render: values.render,
     profile: values.profile,
     write: !values['no-write'],
     gateways: int('gateways', 1, 8),
@@ -133,6 +136,12 @@ async function main() {
   }
   if (options.help) {
     log(USAGE);
+    return;
+  }
+  if (options.render) {
+    const file = latestResults();
+    if (!file) throw new Error('no results in bench/results/ yet: run the benchmark first');
+    for (const path of renderFromResults(file)) log(`wrote ${path}`);
     return;
   }
   const selected = SCENARIOS.filter((s) =>

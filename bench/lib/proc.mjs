@@ -77,10 +77,17 @@ function systemTicks() {
     const line = readFileSync('/proc/stat', 'utf8').split('\n')[0] ?? '';
     const values = line.trim().split(/\s+/).slice(1).map(Number);
     const idle = (values[3] ?? 0) + (values[4] ?? 0);
-    const total = values.reduce((a, b) => a + b, 0);
-    return { busy: total - idle, total };
+    // user nice system idle iowait irq softirq steal (guest time is already in user)
+    const total = values.slice(0, 8).reduce((a, b) => a + b, 0);
+    const steal = values[7] ?? 0;
+    return {
+      busy: total - idle - steal,
+      total,
+      irq: (values[5] ?? 0) + (values[6] ?? 0),
+      steal,
+    };
   } catch {
-    return { busy: 0, total: 0 };
+    return { busy: 0, total: 0, irq: 0, steal: 0 };
   }
 }
 
@@ -130,11 +137,16 @@ export function startCpuMeter(targets) {
       const systemAfter = systemTicks();
       const totalTicks = systemAfter.total - systemBefore.total;
       const busyShare = totalTicks > 0 ? (systemAfter.busy - systemBefore.busy) / totalTicks : 0;
+      const share = (ticks) =>
+        totalTicks > 0 ? Math.round((ticks / totalTicks) * 1000 * cpuCount()) / 10 : 0;
       return {
         seconds: Math.round(elapsedMs / 100) / 10,
         processes: perProcess,
         bench: percent((self.user + self.system) / 1000),
         machine: Math.round(busyShare * 1000 * cpuCount()) / 10,
+        // Interrupt work (loopback networking) and time the hypervisor kept: in "other".
+        irq: share(systemAfter.irq - systemBefore.irq),
+        steal: share(systemAfter.steal - systemBefore.steal),
         loadAverage: [Math.round(loadBefore * 100) / 100, Math.round(loadavg()[0] * 100) / 100],
         otherTop,
       };
@@ -180,6 +192,7 @@ export function formatCpu(cpu) {
   return (
     `CPU (% of one core): gateways ${r.gateways}, workers ${r.workers}, postgres ${r.postgres},` +
     ` redis ${r.redis}, load generator ${r.bench}; machine ${r.machine} of ${100 * cpuCount()}` +
+    ` (irq ${Math.round(cpu.irq ?? 0)}, steal ${Math.round(cpu.steal ?? 0)})` +
     ` (load average ${cpu.loadAverage.join(' → ')})` +
     (cpu.otherTop?.length
       ? `; others: ${cpu.otherTop.map((o) => `${o.label} ${Math.round(o.percent)}`).join(', ')}`

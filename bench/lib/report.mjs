@@ -1,7 +1,8 @@
 // Results on disk: bench/results/<date>.json (merged per scenario over the
 // day's full-size runs), BENCHMARKS.md at the repository root, and an SVG of
 // latency percentiles against load.
-import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { execFileSync } from 'node:child_process';
+import { existsSync, mkdirSync, readFileSync, readdirSync, writeFileSync } from 'node:fs';
 import { cpus, release, totalmem } from 'node:os';
 import { join } from 'node:path';
 import pg from 'pg';
@@ -37,6 +38,19 @@ async function serverVersions(cluster) {
   return versions;
 }
 
+/** The commit the services were built from, and whether apps/ or libs/ had local changes. */
+function sourceVersion() {
+  try {
+    const git = (...args) => execFileSync('git', args, { cwd: ROOT, encoding: 'utf8' }).trim();
+    return {
+      commit: git('rev-parse', '--short', 'HEAD'),
+      localChanges: git('status', '--porcelain', '--', 'apps', 'libs').length > 0,
+    };
+  } catch {
+    return null;
+  }
+}
+
 async function machine(cluster) {
   const cpuList = cpus();
   return {
@@ -47,6 +61,31 @@ async function machine(cluster) {
     node: process.version,
     ...(await serverVersions(cluster)),
   };
+}
+
+/** Writes BENCHMARKS.md and the chart again from a day's results file (no new measurement). */
+export function renderFromResults(file) {
+  const data = JSON.parse(readFileSync(file, 'utf8'));
+  const written = [];
+  let chart = null;
+  const levels = data.scenarios.sustained?.levels;
+  if (levels?.length) {
+    chart = `bench/results/${data.date}-sustained.svg`;
+    writeFileSync(join(ROOT, chart), latencyChartSvg(levels));
+    written.push(join(ROOT, chart));
+  }
+  writeFileSync(join(ROOT, 'BENCHMARKS.md'), renderMarkdown(data, chart));
+  written.push(join(ROOT, 'BENCHMARKS.md'));
+  return written;
+}
+
+/** The newest full-size results file (`<date>.json`), or null. */
+export function latestResults() {
+  if (!existsSync(RESULTS_DIR)) return null;
+  const files = readdirSync(RESULTS_DIR)
+    .filter((name) => /^\d{4}-\d{2}-\d{2}\.json$/.test(name))
+    .sort();
+  return files.length ? join(RESULTS_DIR, files[files.length - 1]) : null;
 }
 
 export async function writeReports({
@@ -64,6 +103,7 @@ export async function writeReports({
     startedAt: startedAt.toISOString(),
     elapsedS,
     loadAtStart,
+    source: sourceVersion(),
     quick: options.quick,
     cluster: {
       gateways: options.gateways,
@@ -106,6 +146,7 @@ export async function writeReports({
   return written;
 }
 
+const clients = (n) => `${n} client${n === 1 ? '' : 's'}`;
 const ms = (value) => (value === null || value === undefined ? '–' : `${value} ms`);
 const ratio = (value, budget) =>
   value === null || value === undefined || !budget ? '–' : `×${(value / budget).toFixed(1)}`;
@@ -134,7 +175,9 @@ const CPU_COLUMNS = [
   'Redis',
   'load generator',
   'other',
+  'of which interrupts',
   'machine',
+  'steal (hypervisor)',
 ];
 
 function cpuCells(cpu) {
@@ -145,7 +188,13 @@ function cpuCells(cpu) {
       .reduce((total, [, value]) => total + (value ?? 0), 0);
   const parts = [sum('gateway'), sum('worker'), sum('postgres'), sum('redis'), cpu.bench ?? 0];
   const other = Math.max(0, cpu.machine - parts.reduce((a, b) => a + b, 0));
-  return [...parts, other, cpu.machine].map((value) => `${round(value)}%`);
+  const optional = (value) => (typeof value === 'number' ? `${round(value)}%` : '–');
+  return [
+    ...[...parts, other].map((value) => `${round(value)}%`),
+    optional(cpu.irq),
+    `${round(cpu.machine)}%`,
+    optional(cpu.steal),
+  ];
 }
 
 export function renderMarkdown(data, chart) {
@@ -173,6 +222,14 @@ export function renderMarkdown(data, chart) {
     );
   }
   lines.push('');
+  const commits = [
+    ...new Set(
+      (data.runs ?? [])
+        .filter((r) => r.source)
+        .map((r) => `${r.source.commit}${r.source.localChanges ? ' (with local changes)' : ''}`),
+    ),
+  ];
+  if (commits.length > 0) lines.push(`Service built from commit ${commits.join(', ')}.`, '');
   const loads = (data.runs ?? []).map((r) => r.loadAtStart).filter((l) => typeof l === 'number');
   if (loads.length > 0) {
     lines.push(
@@ -289,7 +346,7 @@ export function renderMarkdown(data, chart) {
       lines.push(
         latencyRow(
           'Sustained load',
-          `${level.clients} clients (send, wait for the echo, repeat; ${sustained.durationS} s)`,
+          `${clients(level.clients)} (send, wait for the echo, repeat; ${sustained.durationS} s)`,
           level.latency,
           `${level.throughput.value} msg/s`,
           '–',
@@ -331,7 +388,7 @@ export function renderMarkdown(data, chart) {
   const breakdowns = [];
   if (rt?.breakdown) breakdowns.push(['round trip', rt]);
   for (const level of sustained?.levels ?? []) {
-    if (level.breakdown) breakdowns.push([`${level.clients} clients`, level]);
+    if (level.breakdown) breakdowns.push([clients(level.clients), level]);
   }
   if (breakdowns.length > 0) {
     lines.push("### Where a round trip's time goes", '');
@@ -420,7 +477,7 @@ export function renderMarkdown(data, chart) {
     for (const level of sustained?.levels ?? []) {
       if (level.cpu) {
         lines.push(
-          row([`sustained, ${level.clients} clients`, ...cpuCells(level.cpu), ...load(level.cpu)]),
+          row([`sustained, ${clients(level.clients)}`, ...cpuCells(level.cpu), ...load(level.cpu)]),
         );
       }
     }
@@ -448,6 +505,8 @@ export function renderMarkdown(data, chart) {
     "npm run bench -- --only round-trip,cold-start   # some scenarios (merged into the day's results)",
     'npm run bench -- --only memory                  # RSS per idle socket and per hosted conversation',
     'npm run bench -- --sustained-conversations 1000 --duration 20 --gateways 2 --workers 2',
+    'npm run bench -- --only sustained --profile     # V8 CPU profiles of the services, summarized',
+    'npm run bench -- --render                       # BENCHMARKS.md again from the newest results',
     'npm run bench -- --help',
     '```',
     '',
