@@ -17,7 +17,7 @@ import type { UserConcurrencyLimiter } from './limits/user-concurrency.limiter.j
 import type { ConnectionRegistry } from './realtime/connection-registry.js';
 
 /** How long a start waits for the conversation's finishing run to go. */
-const FINISHING_RUN_WAIT_MS = 2_000;
+const FINISHING_RUN_WAIT_MS = 750;
 const POLL_MS = 20;
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
@@ -88,10 +88,13 @@ export class ClusteredConversationManager implements ConversationManager {
   private async startAfterFinishingRun(ref: ConversationRef): Promise<void> {
     const { jobs, inbox, limiter, store } = this.deps;
     const deadline = Date.now() + FINISHING_RUN_WAIT_MS;
+    let sawUnheldRun = false;
     while (Date.now() < deadline) {
       const state = await jobs.state(ref.conversationId);
       if (state !== null && state !== 'active') return; // queued: a worker will take it
       if (state === 'active' && (await inbox.holders(ref.conversationId)) > 0) return; // held
+      // Gone without a finishing run seen: it ran and ended, or an eviction cancelled it.
+      if (state === null && !sawUnheldRun) return;
       if (state === null) {
         const slot = await limiter.acquire(ref.tenantId, ref.userId, ref.conversationId);
         if (!slot.granted) throw new ConcurrencyLimitError(this.deps.limit);
@@ -101,6 +104,7 @@ export class ClusteredConversationManager implements ConversationManager {
         return;
       }
       // Active with no listener: a worker just taking it (it subscribes first) or a run finishing.
+      sawUnheldRun = true;
       await sleep(POLL_MS);
     }
   }

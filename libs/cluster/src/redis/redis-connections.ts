@@ -6,7 +6,7 @@ import { Redis, type RedisOptions } from 'ioredis';
  * the Socket.IO adapter and BullMQ were written for.
  */
 export function openRedis(url: string, name: string, options: RedisOptions = {}): Redis {
-  return new Redis(url, {
+  const redis = new Redis(url, {
     connectionName: name,
     maxRetriesPerRequest: null,
     enableReadyCheck: true,
@@ -14,6 +14,18 @@ export function openRedis(url: string, name: string, options: RedisOptions = {})
     retryStrategy: (attempt) => Math.min(50 * 2 ** attempt, 2000),
     ...options,
   });
+  // ioredis reconnects by itself; say so once per outage rather than on every attempt.
+  let reported = false;
+  redis.on('error', (error: Error) => {
+    if (reported) return;
+    reported = true;
+    process.stderr.write(`redis (${name}): ${error.message}; reconnecting\n`);
+  });
+  redis.on('ready', () => {
+    if (reported) process.stderr.write(`redis (${name}): connected again\n`);
+    reported = false;
+  });
+  return redis;
 }
 
 /**

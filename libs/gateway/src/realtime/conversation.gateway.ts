@@ -106,7 +106,8 @@ export class ConversationGateway
 
   /** Closes every socket so that clients reconnect to another replica. */
   disconnectAll(): void {
-    this.server?.disconnectSockets(true);
+    // `local`: with the Redis adapter, a plain disconnectSockets reaches every gateway.
+    this.server?.local.disconnectSockets(true);
   }
 
   async handleConnection(socket: ConversationSocket): Promise<void> {
