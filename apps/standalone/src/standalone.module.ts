@@ -19,6 +19,7 @@ import type { OpenedStore } from '@cs/store';
 import { hostname } from 'node:os';
 
 const IDLE_CLEANUP_INTERVAL_MS = 30_000;
+const CATCH_UP_INTERVAL_MS = 10_000;
 
 /**
  * Wires the gateway edge to the in-process manager: the room hub is the
@@ -62,6 +63,8 @@ export const StandaloneModule = {
               maxIterations: config.limits.maxIterations,
               ownerId: `standalone@${hostname()}:${process.pid}`,
               cleanupIntervalMs: Math.min(IDLE_CLEANUP_INTERVAL_MS, config.limits.idleTimeoutMs),
+              // In one process a wake-up cannot be lost: the poll is only a safety net.
+              catchUpIntervalMs: CATCH_UP_INTERVAL_MS,
             },
             reportError: (message, error) => logger.warn(`${message}: ${String(error)}`),
           });

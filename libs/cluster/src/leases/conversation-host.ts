@@ -63,6 +63,7 @@ interface HostedConversation {
 }
 
 export const TOO_MANY_FAILOVERS = 'too_many_failovers';
+const CATCH_UP_INTERVAL_MS = 3_000;
 
 /**
  * A worker's conversations. Each active BullMQ job of the conversation queue
@@ -269,7 +270,9 @@ export class ConversationHost {
       ref: hosted.ref,
       leaseEpoch: hosted.epoch,
       agent: agents.create(agentSpec),
-      options: { maxIterations: options.maxIterations },
+      // Wake-ups come through Redis; the poll only covers one lost during an outage,
+      // and costs a query per hosted conversation each time, so it is slow.
+      options: { maxIterations: options.maxIterations, catchUpIntervalMs: CATCH_UP_INTERVAL_MS },
     });
     hosted.session = session;
     try {
