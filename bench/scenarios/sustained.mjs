@@ -142,7 +142,7 @@ export async function runSustained(ctx) {
       const throughput = run.throughput;
       const benchCpu = run.cpu?.bench ?? null;
       log(
-        `  ${String(level).padStart(5)} clients: ${String(throughput).padStart(7)} msg/s  ${formatSummary(latency)}` +
+        `  ${String(level).padStart(5)} client${level === 1 ? ' ' : 's'}: ${String(throughput).padStart(7)} msg/s  ${formatSummary(latency)}` +
           `  errors ${run.errors}  (opened in ${openS} s)`,
       );
       log(`    ${formatCpu(run.cpu)}`);
