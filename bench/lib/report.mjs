@@ -222,15 +222,19 @@ export function renderMarkdown(data, chart) {
     );
   }
   lines.push('');
+  // Only the runs whose results are shown (the newest run of each scenario).
+  const shownRuns = (data.runs ?? []).filter((r) =>
+    Object.values(s).some((scenario) => scenario.run === r.startedAt),
+  );
   const commits = [
     ...new Set(
-      (data.runs ?? [])
+      shownRuns
         .filter((r) => r.source)
         .map((r) => `${r.source.commit}${r.source.localChanges ? ' (with local changes)' : ''}`),
     ),
   ];
   if (commits.length > 0) lines.push(`Service built from commit ${commits.join(', ')}.`, '');
-  const loads = (data.runs ?? []).map((r) => r.loadAtStart).filter((l) => typeof l === 'number');
+  const loads = shownRuns.map((r) => r.loadAtStart).filter((l) => typeof l === 'number');
   if (loads.length > 0) {
     lines.push(
       `The machine was not idle: its 1-minute load average was ${loads.join(', ')} when the` +
