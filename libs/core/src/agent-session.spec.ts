@@ -507,7 +507,8 @@ describe(AgentSession.name, () => {
       await doomed.start();
       const messageId = await f.userSays('important', doomed);
       await doomedAgent.entered;
-      expect(f.states().at(-1)).toEqual(['running', messageId, undefined]);
+      // A turn that lasts shows `running` on its own, before any answer.
+      await vi.waitFor(() => expect(f.states().at(-1)).toEqual(['running', messageId, undefined]));
 
       // The holder is presumed dead; a new one takes the lease and restores.
       const successor = await f.newSession(echoTestAgent());
@@ -533,6 +534,27 @@ describe(AgentSession.name, () => {
           .map(([state]) => state),
       ).toEqual(['loading', 'awaiting_user_input']);
       await third.close();
+    });
+
+    it('stores a quick turn (running, answer, awaiting input) in one transaction', async () => {
+      const f = await fixture();
+      const session = await f.newSession(echoTestAgent());
+      await session.start();
+      const batches: string[][] = [];
+      f.store.beforeAppend = (_id, drafts) => {
+        batches.push(
+          drafts.map((d) =>
+            'extras' in d.body
+              ? String(d.body.extras['agent_state'])
+              : `${d.source}:${'action' in d.body ? d.body.action : ''}`,
+          ),
+        );
+      };
+      const messageId = await f.userSays('quick', session);
+      await vi.waitFor(() => expect(f.answers()).toEqual([['echo: quick', messageId]]));
+      expect(batches).toContainEqual(['running', 'agent:message', 'awaiting_user_input']);
+      expect(batches.filter((batch) => batch.includes('running'))).toHaveLength(1);
+      await session.close();
     });
 
     it('a final batch that failed to store leaves the turn to be run again, answered once', async () => {

@@ -82,7 +82,19 @@ const ABORTED: unique symbol = Symbol('aborted');
 interface Turn {
   trigger: StoredEvent;
   controller: AbortController;
+  /** `running` is stored with the turn's first write, or alone once the turn lasts. */
+  runningStored: boolean;
+  /** The turn's writes, in order (the deferred `running` may be one of them). */
+  writes: Promise<unknown>;
+  runningTimer: ReturnType<typeof setTimeout> | undefined;
 }
+
+/**
+ * A turn that answers within this time stores `running` in the same
+ * transaction as its answer: one durable write fewer per turn. A longer turn
+ * shows `running` after this delay.
+ */
+const RUNNING_DEFER_MS = 20;
 
 type TurnOutcome =
   | { kind: 'completed'; held: EventDraft | null }
@@ -361,28 +373,40 @@ export class AgentSession {
   // ---------------------------------------------------------------- one turn
 
   private async runTurn(trigger: StoredEvent): Promise<void> {
-    const turn: Turn = { trigger, controller: new AbortController() };
+    const turn: Turn = {
+      trigger,
+      controller: new AbortController(),
+      runningStored: false,
+      writes: Promise.resolve(),
+      runningTimer: undefined,
+    };
     this.turn = turn;
     // A wake-up that came while the loop was reading may carry a pause or stop.
     if (this.wakePending) void this.checkForInterruption();
+    turn.runningTimer = setTimeout(() => {
+      // Failures surface on the turn's next write (the chain keeps the rejection).
+      this.writeInTurn(turn, []).catch(() => undefined);
+    }, RUNNING_DEFER_MS);
     try {
-      await this.write([agentStateChangeDraft('running', { cause: trigger.id })]);
       const outcome = await this.driveAgent(turn);
       const cause = trigger.id;
       const held = outcome.kind === 'interrupted' ? [] : outcome.held ? [outcome.held] : [];
       switch (outcome.kind) {
         case 'completed':
-          await this.write([...held, agentStateChangeDraft('awaiting_user_input', { cause })]);
+          await this.writeInTurn(turn, [
+            ...held,
+            agentStateChangeDraft('awaiting_user_input', { cause }),
+          ]);
           break;
         case 'max_iterations':
-          await this.write([
+          await this.writeInTurn(turn, [
             ...held,
             agentStateChangeDraft('error', { cause, reason: MAX_ITERATIONS_REASON }),
           ]);
           break;
         case 'failed': {
           const detail = describeFailure(outcome.error);
-          await this.write([
+          await this.writeInTurn(turn, [
             ...held,
             agentStateChangeDraft('error', {
               cause,
@@ -405,9 +429,28 @@ export class AgentSession {
           break;
       }
     } finally {
+      clearTimeout(turn.runningTimer);
       turn.controller.abort();
+      // Nothing of this turn may land after the next one's writes.
+      await turn.writes.catch(() => undefined);
       if (this.turn === turn) this.turn = null;
     }
+  }
+
+  /**
+   * Appends a turn's events after its earlier writes, with `running` first if
+   * it was not stored yet.
+   */
+  private writeInTurn(turn: Turn, drafts: EventDraft[]): Promise<StoredEvent[]> {
+    const write = turn.writes.then(() => {
+      const batch = turn.runningStored
+        ? drafts
+        : [agentStateChangeDraft('running', { cause: turn.trigger.id }), ...drafts];
+      turn.runningStored = true;
+      return batch.length > 0 ? this.write(batch) : [];
+    });
+    turn.writes = write;
+    return write;
   }
 
   /** Runs the agent, appending all but its last event; returns how the turn ended. */
@@ -454,7 +497,7 @@ export class AgentSession {
         }
         yielded += 1;
         if (yielded > this.maxIterations) return { kind: 'max_iterations', held };
-        if (held) await this.write([held]);
+        if (held) await this.writeInTurn(turn, [held]);
         if (signal.aborted) return { kind: 'interrupted' };
         held = {
           source: 'agent',
