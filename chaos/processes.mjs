@@ -2,26 +2,11 @@
 // workers and a private redis-server, each restartable on the same port.
 import { spawn } from 'node:child_process';
 import { mkdtempSync, rmSync } from 'node:fs';
-import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { fileURLToPath } from 'node:url';
+import { ROOT, freePort, sleep } from '../bench/lib/cluster.mjs';
 
-export const ROOT = fileURLToPath(new URL('..', import.meta.url));
-
-export async function freePort() {
-  return new Promise((resolve, reject) => {
-    const server = createServer();
-    server.unref();
-    server.on('error', reject);
-    server.listen(0, '127.0.0.1', () => {
-      const { port } = server.address();
-      server.close(() => resolve(port));
-    });
-  });
-}
-
-export const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
+export { freePort, sleep };
 
 async function waitFor(check, timeoutMs, what) {
   const deadline = Date.now() + timeoutMs;
