@@ -24,6 +24,16 @@ describe(InMemoryUserActionRateLimiter.name, () => {
     expect(await limiter.reserve('t', 'a')).toBeNull();
   });
 
+  it('forgets users whose window is empty', async () => {
+    let now = 0;
+    const limiter = new InMemoryUserActionRateLimiter(5, () => now);
+    for (let n = 0; n < 999; n++) await limiter.reserve('t', `user-${n}`);
+    expect(limiter.trackedUsers).toBe(999);
+    now = 120_000;
+    await limiter.reserve('t', 'late');
+    expect(limiter.trackedUsers).toBe(1);
+  });
+
   it('is off at 0', async () => {
     const limiter = new InMemoryUserActionRateLimiter(0);
     for (let n = 0; n < 100; n++) expect(await limiter.reserve('t', 'a')).not.toBeNull();

@@ -18,6 +18,7 @@ export const RATE_LIMIT_WINDOW_MS = 60_000;
 /** The in-process limiter of the standalone mode: a sliding log per user. */
 export class InMemoryUserActionRateLimiter implements UserActionRateLimiter {
   private readonly windows = new Map<string, number[]>();
+  private reservations = 0;
 
   constructor(
     private readonly limitPerMinute: number,
@@ -28,6 +29,7 @@ export class InMemoryUserActionRateLimiter implements UserActionRateLimiter {
     if (this.limitPerMinute === 0) return Promise.resolve({ cancel: () => Promise.resolve() });
     const key = JSON.stringify([tenantId, userId]);
     const now = this.now();
+    if (++this.reservations % SWEEP_EVERY === 0) this.sweep(now);
     const log = (this.windows.get(key) ?? []).filter((t) => t > now - RATE_LIMIT_WINDOW_MS);
     if (log.length >= this.limitPerMinute) {
       this.windows.set(key, log);
@@ -44,4 +46,18 @@ export class InMemoryUserActionRateLimiter implements UserActionRateLimiter {
       },
     });
   }
+
+  /** Forgets users with nothing left in their window, so the map does not grow forever. */
+  private sweep(now: number): void {
+    for (const [key, log] of this.windows) {
+      if (log.every((t) => t <= now - RATE_LIMIT_WINDOW_MS)) this.windows.delete(key);
+    }
+  }
+
+  /** Users with actions in their current window (for tests and metrics). */
+  get trackedUsers(): number {
+    return this.windows.size;
+  }
 }
+
+const SWEEP_EVERY = 1000;
