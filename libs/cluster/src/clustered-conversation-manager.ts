@@ -96,6 +96,9 @@ export class ClusteredConversationManager implements ConversationManager {
       // Gone without a finishing run seen: it ran and ended, or an eviction cancelled it.
       if (state === null && !sawUnheldRun) return;
       if (state === null) {
+        // A run that ended in error (too many failovers, a failed start) ended on purpose.
+        const record = await store.getConversation(ref.tenantId, ref.conversationId);
+        if (!record || record.status === 'ERROR') return;
         const slot = await limiter.acquire(ref.tenantId, ref.userId, ref.conversationId);
         if (!slot.granted) throw new ConcurrencyLimitError(this.deps.limit);
         if (slot.evicted) await this.evict({ ...ref, conversationId: slot.evicted });

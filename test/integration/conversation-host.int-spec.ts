@@ -1,0 +1,162 @@
+// ConversationHost's failover accounting on real Redis, BullMQ and Postgres: a
+// conversation whose holders keep crashing is neither retried in a hot loop
+// nor failed for good: it ends in `error`, and the next message starts it.
+import { randomUUID } from 'node:crypto';
+import type { Redis } from 'ioredis';
+import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
+import { AgentRegistry } from '@cs/agents';
+import {
+  ClusterKeys,
+  ClusteredConversationManager,
+  ConnectionRegistry,
+  ConversationHost,
+  ConversationInbox,
+  ConversationJobs,
+  EmitterBroadcaster,
+  TOO_MANY_FAILOVERS,
+  UserConcurrencyLimiter,
+  leaseTiming,
+  openRedis,
+} from '@cs/cluster';
+import type { ConversationRef } from '@cs/core';
+import { openStore, type OpenedStore } from '@cs/store';
+import {
+  createScratchDatabase,
+  testRedisUrl,
+  uniqueName,
+  type ScratchDatabase,
+} from '../support/services.js';
+
+const LEASE_TTL_MS = 2_000;
+const MAX_FAILOVERS = 2;
+
+describe(ConversationHost.name, () => {
+  let scratch: ScratchDatabase;
+  let opened: OpenedStore;
+  let redis: Redis;
+  let subscriber: Redis;
+  let queueConnection: Redis;
+  let host: ConversationHost;
+  let jobs: ConversationJobs;
+  let manager: ClusteredConversationManager;
+  let keys: ClusterKeys;
+
+  beforeAll(async () => {
+    scratch = await createScratchDatabase('cs_host');
+    opened = await openStore({ databaseUrl: scratch.url, dataDir: '', migrate: true });
+    keys = new ClusterKeys(uniqueName('cs_host'));
+    redis = openRedis(testRedisUrl(), 'host-test');
+    subscriber = openRedis(testRedisUrl(), 'host-test-inbox');
+    queueConnection = openRedis(testRedisUrl(), 'host-test-queue');
+    const timing = leaseTiming(LEASE_TTL_MS);
+    const limiter = new UserConcurrencyLimiter(redis, keys, {
+      limit: 3,
+      policy: 'evict_oldest',
+      slotTtlMs: timing.slotTtlMs,
+    });
+    const broadcaster = new EmitterBroadcaster(redis, keys.socketIo);
+    const connections = new ConnectionRegistry(redis, keys, 'gateway-test', 15_000);
+    host = new ConversationHost({
+      store: opened.store,
+      agents: new AgentRegistry(),
+      broadcaster,
+      inbox: new ConversationInbox(redis, subscriber, keys),
+      limiter,
+      connections,
+      redis,
+      keys,
+      bullConnection: queueConnection,
+      options: {
+        workerId: 'host-test-worker',
+        concurrency: 10,
+        timing,
+        idleTimeoutMs: 3_600_000,
+        maxIterations: 10,
+        maxFailovers: MAX_FAILOVERS,
+        failoverWindowMs: 60_000,
+      },
+      log: () => undefined,
+    });
+    host.start();
+    jobs = new ConversationJobs(redis, keys);
+    manager = new ClusteredConversationManager({
+      store: opened.store,
+      broadcaster,
+      jobs,
+      inbox: new ConversationInbox(redis, null, keys),
+      limiter,
+      connections,
+      limit: 3,
+      stopTimeoutMs: LEASE_TTL_MS + 2_000,
+    });
+  });
+
+  afterAll(async () => {
+    await host?.drain();
+    await jobs?.close();
+    let cursor = '0';
+    do {
+      const [next, found] = await redis.scan(cursor, 'MATCH', `${keys.prefix}:*`, 'COUNT', 500);
+      cursor = next;
+      if (found.length > 0) await redis.del(...found);
+    } while (cursor !== '0');
+    for (const connection of [redis, subscriber, queueConnection]) connection?.disconnect();
+    await opened?.close();
+    await scratch?.drop();
+  });
+
+  it('ends a conversation in error after too many failovers, then starts it with the next message', async () => {
+    const ref: ConversationRef = {
+      tenantId: uniqueName('tenant'),
+      userId: 'user',
+      conversationId: randomUUID(),
+    };
+    await opened.store.createConversation({
+      id: ref.conversationId,
+      tenantId: ref.tenantId,
+      userId: ref.userId,
+      appName: 'test',
+      title: 'crashy',
+      metadata: {},
+      agent: { name: 'echo', config: {} },
+      instructions: null,
+    });
+    // Its recent holders crashed: MAX_FAILOVERS failovers counted, and the last
+    // holder left its lease behind without handing it back.
+    const failovers = keys.conversationFailovers(ref.conversationId);
+    for (let n = 0; n < MAX_FAILOVERS; n++) await redis.zadd(failovers, Date.now(), `crash-${n}`);
+    await opened.store.acquireLease(ref.tenantId, ref.conversationId, 'crashed-worker');
+
+    await manager.ensureRunning(ref);
+    await vi.waitFor(
+      async () =>
+        expect((await opened.store.getConversation(ref.tenantId, ref.conversationId))?.status).toBe(
+          'ERROR',
+        ),
+      { timeout: 10_000, interval: 50 },
+    );
+    const events = await opened.store.readEvents(ref.tenantId, ref.conversationId, { limit: 100 });
+    expect(events.map((e) => ('extras' in e ? e.extras : null))).toEqual([
+      { agent_state: 'error', reason: TOO_MANY_FAILOVERS },
+    ]);
+    await vi.waitFor(async () => expect(await jobs.state(ref.conversationId)).toBeNull());
+    expect(await manager.listRunning(ref.tenantId, ref.userId)).toEqual([]);
+    expect(host.conversations).not.toContain(ref.conversationId);
+
+    // Not failed for good: a message starts it again (a clean start, no failover).
+    const sent = await manager.sendUserAction(ref, {
+      action: 'message',
+      args: { content: 'are you back?', image_urls: [], file_urls: [] },
+    });
+    await vi.waitFor(
+      async () => {
+        const all = await opened.store.readEvents(ref.tenantId, ref.conversationId, { limit: 100 });
+        expect(all.some((e) => e.source === 'agent' && e.cause === sent.event.id)).toBe(true);
+      },
+      { timeout: 10_000, interval: 50 },
+    );
+    expect((await opened.store.getConversation(ref.tenantId, ref.conversationId))?.status).toBe(
+      'RUNNING',
+    );
+  });
+});
