@@ -33,7 +33,9 @@ import {
 } from '@cs/protocol';
 import { openStore, type OpenedStore } from '@cs/store';
 import {
+  createEchoConversation,
   createScratchDatabase,
+  deleteKeys,
   testRedisUrl,
   uniqueName,
   type ScratchDatabase,
@@ -85,16 +87,6 @@ async function within<T>(promise: Promise<T>, ms: number, what: string): Promise
   } finally {
     clearTimeout(timer);
   }
-}
-
-/** Deletes every key of this test's prefix (the Redis is shared: only ours). */
-async function deleteKeys(redis: Redis, prefix: string): Promise<void> {
-  let cursor = '0';
-  do {
-    const [next, keys] = await redis.scan(cursor, 'MATCH', `${prefix}:*`, 'COUNT', 500);
-    cursor = next;
-    if (keys.length > 0) await redis.del(...keys);
-  } while (cursor !== '0');
 }
 
 async function clusterFixture(): Promise<ConversationManagerFixture> {
@@ -255,19 +247,7 @@ async function clusterFixture(): Promise<ConversationManagerFixture> {
         return manager;
       },
 
-      async createConversation(owner) {
-        const { conversation } = await gatewayStore.createConversation({
-          id: randomUUID(),
-          tenantId: owner.tenantId,
-          userId: owner.userId,
-          appName: 'contract',
-          title: 'a contract conversation',
-          metadata: {},
-          agent: { name: 'echo', config: {} },
-          instructions: null,
-        });
-        return { tenantId: owner.tenantId, userId: owner.userId, conversationId: conversation.id };
-      },
+      createConversation: (owner) => createEchoConversation(gatewayStore, owner),
 
       storedEvents: (ref) =>
         gatewayStore.readEvents(ref.tenantId, ref.conversationId, { fromId: 0, limit: 10_000 }),

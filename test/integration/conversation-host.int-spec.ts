@@ -1,7 +1,6 @@
 // ConversationHost's failover accounting on real Redis, BullMQ and Postgres: a
 // conversation whose holders keep crashing is neither retried in a hot loop
 // nor failed for good: it ends in `error`, and the next message starts it.
-import { randomUUID } from 'node:crypto';
 import type { Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { AgentRegistry } from '@cs/agents';
@@ -18,10 +17,11 @@ import {
   leaseTiming,
   openRedis,
 } from '@cs/cluster';
-import type { ConversationRef } from '@cs/core';
 import { openStore, type OpenedStore } from '@cs/store';
 import {
+  createEchoConversation,
   createScratchDatabase,
+  deleteKeys,
   testRedisUrl,
   uniqueName,
   type ScratchDatabase,
@@ -94,33 +94,18 @@ describe(ConversationHost.name, () => {
   afterAll(async () => {
     await host?.drain();
     await jobs?.close();
-    let cursor = '0';
-    do {
-      const [next, found] = await redis.scan(cursor, 'MATCH', `${keys.prefix}:*`, 'COUNT', 500);
-      cursor = next;
-      if (found.length > 0) await redis.del(...found);
-    } while (cursor !== '0');
+    await deleteKeys(redis, keys.prefix);
     for (const connection of [redis, subscriber, queueConnection]) connection?.disconnect();
     await opened?.close();
     await scratch?.drop();
   });
 
   it('ends a conversation in error after too many failovers, then starts it with the next message', async () => {
-    const ref: ConversationRef = {
-      tenantId: uniqueName('tenant'),
-      userId: 'user',
-      conversationId: randomUUID(),
-    };
-    await opened.store.createConversation({
-      id: ref.conversationId,
-      tenantId: ref.tenantId,
-      userId: ref.userId,
-      appName: 'test',
-      title: 'crashy',
-      metadata: {},
-      agent: { name: 'echo', config: {} },
-      instructions: null,
-    });
+    const ref = await createEchoConversation(
+      opened.store,
+      { tenantId: uniqueName('tenant'), userId: 'user' },
+      'crashy',
+    );
     // Its recent holders crashed: MAX_FAILOVERS failovers counted, and the last
     // holder left its lease behind without handing it back.
     const failovers = keys.conversationFailovers(ref.conversationId);

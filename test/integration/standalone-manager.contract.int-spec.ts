@@ -1,7 +1,6 @@
 // The ConversationManager contract against the StandaloneConversationManager,
 // on a real Postgres (a scratch database) and on the embedded PGlite, the two
 // stores the standalone app runs on. Published traffic is recorded in-process.
-import { randomUUID } from 'node:crypto';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -9,7 +8,7 @@ import { AgentRegistry } from '@cs/agents';
 import { StandaloneConversationManager } from '@cs/core';
 import { openStore, type OpenedStore } from '@cs/store';
 import { RecordingBroadcaster } from '../../libs/core/src/testing/recording-broadcaster.js';
-import { createScratchDatabase } from '../support/services.js';
+import { createEchoConversation, createScratchDatabase } from '../support/services.js';
 import {
   conversationManagerContract,
   type ConversationManagerFixture,
@@ -51,19 +50,7 @@ async function standaloneFixture(
       return Promise.resolve(manager);
     },
 
-    async createConversation(owner) {
-      const { conversation } = await store.createConversation({
-        id: randomUUID(),
-        tenantId: owner.tenantId,
-        userId: owner.userId,
-        appName: 'contract',
-        title: 'a contract conversation',
-        metadata: {},
-        agent: { name: 'echo', config: {} },
-        instructions: null,
-      });
-      return { tenantId: owner.tenantId, userId: owner.userId, conversationId: conversation.id };
-    },
+    createConversation: (owner) => createEchoConversation(store, owner),
 
     storedEvents: (ref) =>
       store.readEvents(ref.tenantId, ref.conversationId, { fromId: 0, limit: 10_000 }),

@@ -8,6 +8,7 @@ import { api, devToken } from './clients.js';
 import { startApp, type AppProcess } from './processes.js';
 import {
   createScratchDatabase,
+  deleteKeys,
   testRedisUrl,
   uniqueName,
   type ScratchDatabase,
@@ -100,7 +101,7 @@ export async function startCluster(options: ClusterOptions = {}): Promise<TestCl
       await Promise.all(all.map((proc) => proc.exited));
       await cluster.sql.end();
       await db.drop();
-      if (!options.redisUrl) await deleteKeys(redisUrl, prefix);
+      if (!options.redisUrl) await deleteClusterKeys(redisUrl, prefix);
     },
   };
   try {
@@ -189,15 +190,10 @@ export async function readAllEvents(
 }
 
 /** Removes the cluster's keys from a shared Redis (tests leave nothing behind). */
-async function deleteKeys(redisUrl: string, prefix: string): Promise<void> {
+async function deleteClusterKeys(redisUrl: string, prefix: string): Promise<void> {
   const redis = new Redis(redisUrl, { maxRetriesPerRequest: 1 });
   try {
-    let cursor = '0';
-    do {
-      const [next, keys] = await redis.scan(cursor, 'MATCH', `${prefix}:*`, 'COUNT', 1000);
-      cursor = next;
-      if (keys.length > 0) await redis.unlink(...keys);
-    } while (cursor !== '0');
+    await deleteKeys(redis, prefix);
   } finally {
     redis.disconnect();
   }

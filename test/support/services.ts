@@ -1,6 +1,8 @@
 // Where the tests find Postgres and Redis: DATABASE_URL / REDIS_URL, with the
 // defaults of PROTOCOL.md. Each test file makes its own database.
-import { randomBytes } from 'node:crypto';
+import { randomBytes, randomUUID } from 'node:crypto';
+import type { ConversationRef, ConversationStore } from '@cs/core';
+import type { Redis } from 'ioredis';
 import pg from 'pg';
 
 export function testDatabaseUrl(): string {
@@ -48,4 +50,33 @@ export async function createScratchDatabase(prefix = 'cs_test'): Promise<Scratch
       }
     },
   };
+}
+
+/** Removes every key under `<prefix>:` from the shared Redis (tests leave nothing behind). */
+export async function deleteKeys(redis: Redis, prefix: string): Promise<void> {
+  let cursor = '0';
+  do {
+    const [next, keys] = await redis.scan(cursor, 'MATCH', `${prefix}:*`, 'COUNT', 1000);
+    cursor = next;
+    if (keys.length > 0) await redis.unlink(...keys);
+  } while (cursor !== '0');
+}
+
+/** A new conversation of `owner` run by the echo agent, straight in the store. */
+export async function createEchoConversation(
+  store: ConversationStore,
+  owner: { tenantId: string; userId: string },
+  title = 'a test conversation',
+): Promise<ConversationRef> {
+  const { conversation } = await store.createConversation({
+    id: randomUUID(),
+    tenantId: owner.tenantId,
+    userId: owner.userId,
+    appName: 'test',
+    title,
+    metadata: {},
+    agent: { name: 'echo', config: {} },
+    instructions: null,
+  });
+  return { tenantId: owner.tenantId, userId: owner.userId, conversationId: conversation.id };
 }
