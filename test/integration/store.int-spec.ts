@@ -95,6 +95,24 @@ async function countEvents(database: SqlDatabase, conversationId: string): Promi
   return rows[0]!.n;
 }
 
+/** The database with a count of the statements run outside transactions and of transactions. */
+function countingDatabase(database: SqlDatabase): {
+  database: SqlDatabase;
+  calls: { statements: number; transactions: number };
+} {
+  const calls = { statements: 0, transactions: 0 };
+  const counted = Object.create(database) as SqlDatabase;
+  counted.query = (...args) => {
+    calls.statements += 1;
+    return database.query(...args);
+  };
+  counted.transaction = (fn) => {
+    calls.transactions += 1;
+    return database.transaction(fn);
+  };
+  return { database: counted, calls };
+}
+
 describe.each(backends)('PostgresConversationStore on $name', (backend) => {
   let database: SqlDatabase;
   let store: ConversationStore;
@@ -286,6 +304,27 @@ describe.each(backends)('PostgresConversationStore on $name', (backend) => {
       const snapshot = await store.getSnapshot(conversation.tenantId, conversation.id);
       expect(snapshot?.conversation.lastEventId).toBe(0);
       expect(snapshot?.state).toEqual({ counter: 1 });
+    });
+
+    it('writes a plain append in one statement, and takes a transaction only when it must', async () => {
+      const conversation = await created();
+      const counted = countingDatabase(database);
+      const counting = new PostgresConversationStore(counted.database);
+      const { tenantId, id } = conversation;
+
+      await counting.append(tenantId, id, [message('plain', { clientEventId: 'k1' })]);
+      await counting.append(tenantId, id, [agentStateChanged('running'), message('two')], {});
+      expect(counted.calls).toEqual({ statements: 2, transactions: 0 });
+
+      // A stored key, a user: key and a stale epoch need the transaction's reads.
+      await counting.append(tenantId, id, [message('plain', { clientEventId: 'k1' })]);
+      await counting.append(tenantId, id, [message('x', { stateDelta: { 'user:tz': 'UTC' } })]);
+      await expect(
+        counting.append(tenantId, id, [message('late')], { leaseEpoch: 7 }),
+      ).rejects.toBeInstanceOf(LeaseLostError);
+      expect(counted.calls.transactions).toBe(3);
+      const events = await store.readEvents(tenantId, id, { limit: 10 });
+      expect(events.map((e) => e.id)).toEqual([0, 1, 2, 3]);
     });
 
     it('stores a key repeated within one batch once', async () => {

@@ -125,7 +125,7 @@ export class ClusteredConversationManager implements ConversationManager {
       this.deps.broadcaster.publishEvents(ref.conversationId, [appended.event]);
     const holders = appended.duplicate
       ? 0
-      : await this.deps.inbox.send(ref.conversationId, { type: 'wake' });
+      : await this.deps.inbox.send(ref.conversationId, { type: 'wake', events: [appended.event] });
     // Nobody holds it: a message starts it (a repeat too, in case the first start failed).
     if (holders === 0 && action.action === 'message') {
       const record = await this.deps.store.getConversation(ref.tenantId, ref.conversationId);

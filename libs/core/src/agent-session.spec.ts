@@ -156,6 +156,50 @@ describe(AgentSession.name, () => {
     await session.close();
   });
 
+  it('answers a message that comes with its wake-up without reading the store, and its history holds the earlier turns', async () => {
+    const f = await fixture();
+    const agent = echoTestAgent();
+    const session = await f.newSession(agent);
+    await session.start();
+    const reads = vi.spyOn(f.store, 'readEvents');
+    for (const text of ['one', 'two']) {
+      const [appended] = await f.store.append(f.ref.tenantId, f.ref.conversationId, [
+        { source: 'user', body: { action: 'message', args: { content: text }, message: text } },
+      ]);
+      session.wake([appended!.event]);
+      await vi.waitFor(() => expect(f.answers().at(-1)?.[0]).toBe(`echo: ${text}`));
+    }
+    expect(reads).not.toHaveBeenCalled();
+    // The second turn saw the first one's answer, which the session kept from its own write.
+    expect(agent.turns[1]?.history.map((e) => e.id)).toEqual(
+      f
+        .events()
+        .slice(0, 7)
+        .map((e) => e.id),
+    );
+    await session.close();
+  });
+
+  it('reads the store when a wake-up skips events it has not seen', async () => {
+    const f = await fixture();
+    const session = await f.newSession(echoTestAgent());
+    await session.start();
+    const first = await f.userSays('first');
+    const [second] = await f.store.append(f.ref.tenantId, f.ref.conversationId, [
+      {
+        source: 'user',
+        body: { action: 'message', args: { content: 'second' }, message: 'second' },
+      },
+    ]);
+    session.wake([second!.event]);
+    await vi.waitFor(() => expect(f.answers()).toHaveLength(2));
+    expect(f.answers()).toEqual([
+      ['echo: first', first],
+      ['echo: second', second!.event.id],
+    ]);
+    await session.close();
+  });
+
   it('answers messages stored before it started, and gives the agent history, state and instructions', async () => {
     const f = await fixture();
     const first = await f.userSays('first');

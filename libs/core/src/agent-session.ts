@@ -146,6 +146,8 @@ export class AgentSession {
   private startPromise: Promise<void> | null = null;
   private loopPromise: Promise<void> = Promise.resolve();
   private poll: { cancel(): void } | null = null;
+  /** The store may hold events this session has not seen: the loop reads before it acts. */
+  private unread = true;
   private wakePending = false;
   private wakeWaiter: (() => void) | null = null;
   private syncRun: Promise<void> | null = null;
@@ -219,9 +221,15 @@ export class AgentSession {
     return this.startPromise;
   }
 
-  /** A hint that new user events were stored. Cheap; safe to call at any time. */
-  wake(): void {
+  /**
+   * A hint that new user events were stored. Cheap; safe to call at any time.
+   * With the stored events themselves (as the writer got them back), the
+   * session reads nothing when they follow on from what it has; otherwise it
+   * reads after the last event it has.
+   */
+  wake(events?: readonly StoredEvent[]): void {
     if (this.closing) return;
+    if (!events || !this.accept(events)) this.unread = true;
     this.wakePending = true;
     this.releaseWaiter();
     if (this.turn) void this.checkForInterruption();
@@ -317,7 +325,7 @@ export class AgentSession {
     while (!this.closing) {
       this.wakePending = false;
       try {
-        await this.sync();
+        if (this.unread) await this.sync();
         if (this.closing) break;
         const work = this.nextWork();
         if (work?.kind === 'control') await this.applyControl(work.event, work.target);
@@ -533,7 +541,7 @@ export class AgentSession {
   /** Mid-turn: a pause or stop that arrived ends the turn at once. */
   private async checkForInterruption(): Promise<void> {
     try {
-      await this.sync();
+      if (this.unread) await this.sync();
     } catch {
       return; // the loop's next read retries
     }
@@ -572,6 +580,8 @@ export class AgentSession {
       if (change) this.currentState = change.agentState;
       this.noteSettled(event);
     }
+    // A user event stored in between, not seen yet, leaves a gap: read it first.
+    if (!this.accept(events)) this.unread = true;
     this.safely(() => this.broadcaster.publishEvents(this.ref.conversationId, events));
     return events;
   }
@@ -586,6 +596,7 @@ export class AgentSession {
       try {
         do {
           this.syncAgain = false;
+          this.unread = false;
           await this.readNewEvents();
         } while (this.syncAgain && !this.finished);
       } finally {
@@ -601,17 +612,27 @@ export class AgentSession {
         fromId: this.history.length,
         limit: this.pageSize,
       });
-      for (const event of page) {
-        if (event.id !== this.history.length) return; // ids are gap-free; never skip one
-        this.history.push(event);
-        this.noteSettled(event);
-        if (event.source === 'user') {
-          this.pending.push(event);
-          this.activityAt = this.clock.now();
-        }
-      }
-      if (page.length < this.pageSize) return;
+      if (!this.accept(page) || page.length < this.pageSize) return;
     }
+  }
+
+  /**
+   * Adds stored events to the history in id order: ones already there are
+   * skipped, and a gap stops it (false), since ids are gap-free and none may
+   * be skipped.
+   */
+  private accept(events: readonly StoredEvent[]): boolean {
+    for (const event of events) {
+      if (event.id < this.history.length) continue;
+      if (event.id > this.history.length) return false;
+      this.history.push(event);
+      this.noteSettled(event);
+      if (event.source === 'user') {
+        this.pending.push(event);
+        this.activityAt = this.clock.now();
+      }
+    }
+    return true;
   }
 
   private noteSettled(event: StoredEvent): void {

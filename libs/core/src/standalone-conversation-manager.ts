@@ -162,7 +162,7 @@ export class StandaloneConversationManager implements ConversationManager {
     const entry = this.live.get(ref.conversationId);
     if (entry && !entry.stopping) {
       // A starting session reads the event when its loop begins.
-      if (!appended.duplicate) entry.session?.wake();
+      if (!appended.duplicate) entry.session?.wake([appended.event]);
     } else if (action.action === 'message' && (!appended.duplicate || !entry)) {
       // A repeat starts the agent only if the first attempt's start did not.
       await this.ensureRunning(ref);

@@ -1,7 +1,13 @@
 import type { EventDraft } from '@cs/core';
 import { BadRequestError, ConflictError } from '@cs/core';
 import { describe, expect, it } from 'vitest';
-import { foldDeltas, jsonEqual, planAppend, prepareDraft } from './event-append.plan.js';
+import {
+  eventRowsJson,
+  foldDeltas,
+  jsonEqual,
+  planAppend,
+  prepareDraft,
+} from './event-append.plan.js';
 import type { StoredEventRow } from './repositories/event.repository.js';
 
 const message = (content: string, extra: Partial<EventDraft> = {}): EventDraft => ({
@@ -123,6 +129,35 @@ describe('planAppend', () => {
         0,
       ),
     ).toThrow(ConflictError);
+  });
+});
+
+describe('eventRowsJson', () => {
+  it('writes the rows of a plan as a JSON array, each payload serialized once', () => {
+    const key = 'quote " and \\ backslash';
+    const drafts = [
+      message('one "quoted" ünïcode', { clientEventId: key }),
+      { ...message('two'), source: 'agent' as const, cause: 0 },
+    ].map(prepareDraft);
+    const { fresh } = planAppend(drafts, new Map(), 4);
+    expect(JSON.parse(eventRowsJson(fresh))).toEqual([
+      {
+        id: 4,
+        source: 'user',
+        type: 'message',
+        payload: drafts[0]!.payload,
+        cause: null,
+        client_event_id: key,
+      },
+      {
+        id: 5,
+        source: 'agent',
+        type: 'message',
+        payload: drafts[1]!.payload,
+        cause: 0,
+        client_event_id: null,
+      },
+    ]);
   });
 });
 

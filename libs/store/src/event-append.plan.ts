@@ -22,6 +22,8 @@ export interface PreparedDraft {
   type: string;
   /** The body as it reads back from jsonb: JSON round-tripped, envelope keys removed. */
   payload: Record<string, unknown>;
+  /** `payload` as JSON text, serialized once. */
+  payloadJson: string;
   cause: number | null;
   clientEventId: string | null;
   /** The agent state an `agent_state_changed` observation moves to. */
@@ -55,7 +57,8 @@ export function prepareDraft(draft: EventDraft): PreparedDraft {
   }
   const stripped: Record<string, unknown> = { ...draft.body };
   for (const key of ENVELOPE_KEYS) delete stripped[key];
-  const payload = JSON.parse(JSON.stringify(stripped)) as Record<string, unknown>;
+  const payloadJson = JSON.stringify(stripped);
+  const payload = JSON.parse(payloadJson) as Record<string, unknown>;
 
   let agentState: AgentState | null = null;
   if (!isAction(draft.body) && draft.body.observation === 'agent_state_changed') {
@@ -68,6 +71,7 @@ export function prepareDraft(draft: EventDraft): PreparedDraft {
     source: draft.source,
     type: eventType(draft.body),
     payload,
+    payloadJson,
     cause: draft.cause ?? null,
     clientEventId: draft.clientEventId ?? null,
     agentState,
@@ -158,6 +162,22 @@ export function jsonEqual(a: unknown, b: unknown): boolean {
     keys.length === Object.keys(right).length &&
     keys.every((key) => Object.hasOwn(right, key) && jsonEqual(left[key], right[key]))
   );
+}
+
+/**
+ * The rows of `jsonb_to_recordset` as JSON text: each payload goes in as the
+ * text serialized once by `prepareDraft`.
+ */
+export function eventRowsJson(
+  rows: ReadonlyArray<NewEventRow & { prepared: PreparedDraft }>,
+): string {
+  const items = rows.map(
+    (row) =>
+      `{"id":${row.id},"source":${JSON.stringify(row.source)},"type":${JSON.stringify(row.type)},` +
+      `"payload":${row.prepared.payloadJson},"cause":${row.cause ?? 'null'},` +
+      `"client_event_id":${row.client_event_id === null ? 'null' : JSON.stringify(row.client_event_id)}}`,
+  );
+  return `[${items.join(',')}]`;
 }
 
 /** One scope's share of the deltas: keys to set (JSON object text) and keys to delete. */

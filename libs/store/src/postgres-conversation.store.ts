@@ -28,12 +28,15 @@ import type { ConversationStatus, StoredEvent } from '@cs/protocol';
 import { CONVERSATION_STATUSES } from '@cs/protocol';
 import { decodeCursor, encodeCursor, isUuid } from './conversation-page.cursor.js';
 import type { SqlDatabase } from './database/sql-database.js';
-import { sqlErrorCode } from './database/sql-database.js';
-import { foldDeltas, planAppend, prepareDraft } from './event-append.plan.js';
+import { UNIQUE_VIOLATION, sqlErrorCode } from './database/sql-database.js';
+import type { PreparedDraft } from './event-append.plan.js';
+import { eventRowsJson, foldDeltas, planAppend, prepareDraft } from './event-append.plan.js';
 import { ConversationRepository } from './repositories/conversation.repository.js';
-import type { StoredEventRow } from './repositories/event.repository.js';
+import type { AppendedHead, StoredEventRow } from './repositories/event.repository.js';
 import { EventRepository, toStoredEvent } from './repositories/event.repository.js';
 import { ScopedStateRepository } from './repositories/scoped-state.repository.js';
+
+const NOTHING_STORED: ReadonlyMap<string, StoredEventRow> = new Map();
 
 export class PostgresConversationStore implements ConversationStore {
   private readonly conversations: ConversationRepository;
@@ -182,11 +185,9 @@ export class PostgresConversationStore implements ConversationStore {
   }
 
   /**
-   * Lock the row, check the lease, tell repeats from new events, then write
-   * the conversation row, the events and the scoped states: four statements
-   * for a plain append (lock, row, events, commit aside), one or two more for
-   * idempotency keys and `user:` / `app:` keys. Rows are always locked in
-   * the order conversation, user state, app state, so appends cannot deadlock.
+   * A plain append (no idempotency key seen before, no `user:` / `app:` keys)
+   * is one statement: see `EventRepository.appendToLog`. Anything else, or a
+   * key that turns out to be stored, takes `appendInTransaction`.
    */
   async append(
     tenantId: string,
@@ -196,9 +197,59 @@ export class PostgresConversationStore implements ConversationStore {
   ): Promise<AppendedEvent[]> {
     if (!isUuid(conversationId)) throw new NotFoundError();
     const prepared = drafts.map(prepareDraft);
-    const clientEventIds = [...new Set(prepared.flatMap((draft) => draft.clientEventId ?? []))];
     const leaseEpoch = options.leaseEpoch ?? null;
+    const plan = planAppend(prepared, NOTHING_STORED, 0);
+    const folded = foldDeltas(prepared);
+    const plain =
+      folded.user.empty &&
+      folded.app.empty &&
+      plan.outcomes.every((outcome) => outcome.kind === 'new' && !outcome.duplicate);
+    if (!plain) return this.appendInTransaction(tenantId, conversationId, prepared, leaseEpoch);
 
+    let head: AppendedHead | null;
+    try {
+      head = await guardData(() =>
+        this.events.appendToLog({
+          tenantId,
+          conversationId,
+          rowsJson: eventRowsJson(plan.fresh),
+          count: plan.fresh.length,
+          leaseEpoch,
+          agentState: folded.agentState,
+          stateSet: folded.conversation.set,
+          stateDeleted: folded.conversation.deleted,
+          metrics: folded.metrics,
+        }),
+      );
+    } catch (error) {
+      // A client_event_id stored before: nothing was written; tell repeat from conflict.
+      if (sqlErrorCode(error) !== UNIQUE_VIOLATION) throw error;
+      return this.appendInTransaction(tenantId, conversationId, prepared, leaseEpoch);
+    }
+    if (!head) {
+      // No row matched: gone, or held under a newer epoch. The transaction says which.
+      return this.appendInTransaction(tenantId, conversationId, prepared, leaseEpoch);
+    }
+    const { firstId, at } = head;
+    return plan.fresh.map((row) => ({
+      event: toStoredEvent({ ...row, id: firstId + row.id, created_at: at }),
+      duplicate: false,
+    }));
+  }
+
+  /**
+   * Lock the row, check the lease, tell repeats from new events, then write
+   * the conversation row, the events and the scoped states. Rows are always
+   * locked in the order conversation, user state, app state, so appends
+   * cannot deadlock.
+   */
+  private appendInTransaction(
+    tenantId: string,
+    conversationId: string,
+    prepared: readonly PreparedDraft[],
+    leaseEpoch: number | null,
+  ): Promise<AppendedEvent[]> {
+    const clientEventIds = [...new Set(prepared.flatMap((draft) => draft.clientEventId ?? []))];
     return guardData(() =>
       this.database.transaction(async (tx) => {
         const conversations = new ConversationRepository(tx);
@@ -212,7 +263,7 @@ export class PostgresConversationStore implements ConversationStore {
         // Read under the lock: a concurrent append of the same key has committed by now.
         const stored =
           clientEventIds.length === 0
-            ? new Map<string, StoredEventRow>()
+            ? NOTHING_STORED
             : await events.findByClientEventIds(tenantId, conversationId, clientEventIds);
         const plan = planAppend(prepared, stored, head.lastEventId + 1);
         if (plan.fresh.length === 0) {
@@ -232,7 +283,13 @@ export class PostgresConversationStore implements ConversationStore {
           stateDeleted: folded.conversation.deleted,
           metrics: folded.metrics,
         });
-        await events.insertMany(tenantId, conversationId, plan.fresh, leaseEpoch, stamp.micros);
+        await events.insertMany(
+          tenantId,
+          conversationId,
+          eventRowsJson(plan.fresh),
+          leaseEpoch,
+          stamp.micros,
+        );
         const states = new ScopedStateRepository(tx);
         if (!folded.user.empty) {
           await states.mergeUserState(

@@ -289,7 +289,7 @@ export class ConversationHost {
   private onInbox(hosted: HostedConversation, message: InboxMessage): void {
     const session = hosted.session;
     if (message.type === 'wake') {
-      session?.wake();
+      session?.wake(message.events);
       return;
     }
     if (!session) {

@@ -1,11 +1,15 @@
 import type { Redis } from 'ioredis';
+import { StoredEventSchema } from '@cs/protocol';
 import { z } from 'zod';
 import type { ClusterKeys } from '../redis/cluster-keys.js';
 
 /** What a gateway tells a conversation's lease holder. */
 export const InboxMessageSchema = z.discriminatedUnion('type', [
-  /** New user events are stored: read them. */
-  z.object({ type: z.literal('wake') }),
+  /**
+   * New user events are stored: read them. They come along when small, so
+   * that the holder need not read them back from Postgres.
+   */
+  z.object({ type: z.literal('wake'), events: z.array(StoredEventSchema).optional() }),
   /** Stop the conversation (REST stop, delete). */
   z.object({ type: z.literal('stop') }),
   /** Stop it because its user started one too many (evict_oldest). */
@@ -14,6 +18,8 @@ export const InboxMessageSchema = z.discriminatedUnion('type', [
 export type InboxMessage = z.infer<typeof InboxMessageSchema>;
 
 const WAKE = JSON.stringify({ type: 'wake' });
+/** Larger wake-ups go without their events: the holder reads them from Postgres. */
+const MAX_WAKE_BYTES = 64 * 1024;
 
 /**
  * Per-conversation Redis channels to the lease holder: only the worker holding
@@ -46,7 +52,8 @@ export class ConversationInbox {
 
   /** Sends a message; resolves with how many holders received it (0: nobody holds it). */
   send(conversationId: string, message: InboxMessage): Promise<number> {
-    const raw = message.type === 'wake' ? WAKE : JSON.stringify(message);
+    let raw = JSON.stringify(message);
+    if (message.type === 'wake' && raw.length > MAX_WAKE_BYTES) raw = WAKE;
     return this.publisher.publish(this.keys.conversationChannel(conversationId), raw);
   }
 

@@ -178,7 +178,22 @@ export class ConversationService {
     action: UserAction,
     idempotencyKey?: string,
   ): Promise<AppendedEvent> {
-    const ref = refOf(await this.find(principal, conversationId));
+    const conversation = await this.find(principal, conversationId);
+    return this.sendUserActionTo(principal, conversation, action, idempotencyKey);
+  }
+
+  /**
+   * `sendUserAction` to a conversation the caller was found to see (a
+   * socket's, checked at its handshake): no read before the append. One
+   * deleted since fails the append with `NOT_FOUND`.
+   */
+  async sendUserActionTo(
+    principal: Principal,
+    conversation: ConversationRecord,
+    action: UserAction,
+    idempotencyKey?: string,
+  ): Promise<AppendedEvent> {
+    const ref = refOf(conversation);
     const reservation = await this.rateLimiter.reserve(principal.tenantId, principal.userId);
     if (!reservation) {
       // An idempotent repeat stores nothing, so it does not count against the limit.

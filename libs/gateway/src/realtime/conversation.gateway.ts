@@ -195,7 +195,7 @@ export class ConversationGateway
       }
       const action = parseInput(UserActionSchema, payload);
       const { principal, conversation } = socket.data;
-      const appended = await this.conversations.sendUserAction(principal, conversation.id, action);
+      const appended = await this.conversations.sendUserActionTo(principal, conversation, action);
       return { ok: true, event_id: appended.event.id };
     } catch (error) {
       const { body } = mapError(error);
