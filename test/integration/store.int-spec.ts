@@ -9,6 +9,7 @@ import { join } from 'node:path';
 import type { ConversationStore, EventDraft, NewConversation } from '@cs/core';
 import { BadRequestError, ConflictError, LeaseLostError, NotFoundError } from '@cs/core';
 import type { SqlDatabase } from '@cs/store';
+import { sqlErrorCode } from '@cs/store';
 import {
   DataDirLockedError,
   PostgresConversationStore,
@@ -25,7 +26,12 @@ import { createScratchDatabase, uniqueName } from '../support/services.js';
 
 interface Backend {
   name: string;
-  open(): Promise<{ database: SqlDatabase; teardown(): Promise<void> }>;
+  open(): Promise<{
+    database: SqlDatabase;
+    /** Another pool on the same database (another process's view); PGlite has only one. */
+    another(): SqlDatabase | null;
+    teardown(): Promise<void>;
+  }>;
 }
 
 const backends: Backend[] = [
@@ -36,6 +42,7 @@ const backends: Backend[] = [
       const database = openPostgres(scratch.url, { poolSize: 24 });
       return {
         database,
+        another: () => openPostgres(scratch.url, { poolSize: 10 }),
         async teardown() {
           await database.close();
           await scratch.drop();
@@ -47,7 +54,7 @@ const backends: Backend[] = [
     name: 'PGlite',
     async open() {
       const database = await openPglite(undefined);
-      return { database, teardown: () => database.close() };
+      return { database, another: () => null, teardown: () => database.close() };
     },
   },
 ];
@@ -95,16 +102,24 @@ async function countEvents(database: SqlDatabase, conversationId: string): Promi
   return rows[0]!.n;
 }
 
-/** The database with a count of the statements run outside transactions and of transactions. */
+/**
+ * The database with a count of the statements run outside transactions and of
+ * transactions, and the error codes of the statements that failed.
+ */
 function countingDatabase(database: SqlDatabase): {
   database: SqlDatabase;
-  calls: { statements: number; transactions: number };
+  calls: { statements: number; transactions: number; errors: string[] };
 } {
-  const calls = { statements: 0, transactions: 0 };
+  const calls = { statements: 0, transactions: 0, errors: [] as string[] };
   const counted = Object.create(database) as SqlDatabase;
-  counted.query = (...args) => {
+  counted.query = async (...args) => {
     calls.statements += 1;
-    return database.query(...args);
+    try {
+      return await database.query(...args);
+    } catch (error) {
+      calls.errors.push(sqlErrorCode(error) ?? 'unknown');
+      throw error;
+    }
   };
   counted.transaction = (fn) => {
     calls.transactions += 1;
@@ -117,9 +132,10 @@ describe.each(backends)('PostgresConversationStore on $name', (backend) => {
   let database: SqlDatabase;
   let store: ConversationStore;
   let teardown: () => Promise<void>;
+  let another: () => SqlDatabase | null;
 
   beforeAll(async () => {
-    ({ database, teardown } = await backend.open());
+    ({ database, another, teardown } = await backend.open());
     await migrate(database);
     store = new PostgresConversationStore(database);
   });
@@ -314,7 +330,7 @@ describe.each(backends)('PostgresConversationStore on $name', (backend) => {
 
       await counting.append(tenantId, id, [message('plain', { clientEventId: 'k1' })]);
       await counting.append(tenantId, id, [agentStateChanged('running'), message('two')], {});
-      expect(counted.calls).toEqual({ statements: 2, transactions: 0 });
+      expect(counted.calls).toEqual({ statements: 2, transactions: 0, errors: [] });
 
       // A stored key, a user: key and a stale epoch need the transaction's reads.
       await counting.append(tenantId, id, [message('plain', { clientEventId: 'k1' })]);
@@ -325,6 +341,80 @@ describe.each(backends)('PostgresConversationStore on $name', (backend) => {
       expect(counted.calls.transactions).toBe(3);
       const events = await store.readEvents(tenantId, id, { limit: 10 });
       expect(events.map((e) => e.id)).toEqual([0, 1, 2, 3]);
+    });
+
+    it('writes concurrent appends to many conversations in shared statements, each as if alone', async () => {
+      const tenantId = uniqueName('tenant');
+      const conversations = await Promise.all(
+        Array.from({ length: 40 }, () => created({ tenantId })),
+      );
+      const [stale, repeated] = conversations;
+      await store.append(tenantId, repeated!.id, [message('first', { clientEventId: 'dup' })]);
+      const epoch = await store.acquireLease(tenantId, stale!.id, 'worker-a');
+      const counted = countingDatabase(database);
+      const counting = new PostgresConversationStore(counted.database);
+
+      const results = await Promise.allSettled(
+        conversations.map((conversation, i) =>
+          counting.append(
+            tenantId,
+            conversation.id,
+            conversation === repeated
+              ? [message('first', { clientEventId: 'dup' })]
+              : [message(`m${i}`, { stateDelta: { n: i } }), agentStateChanged('running')],
+            { leaseEpoch: conversation === stale ? epoch - 1 : undefined },
+          ),
+        ),
+      );
+
+      expect(results[0]).toMatchObject({ status: 'rejected', reason: expect.any(LeaseLostError) });
+      expect(results[1]).toMatchObject({ status: 'fulfilled', value: [{ duplicate: true }] });
+      for (const [i, result] of results.entries()) {
+        if (i < 2) continue;
+        const conversation = conversations[i]!;
+        expect(result).toMatchObject({
+          status: 'fulfilled',
+          value: [{ event: { id: 0, message: `m${i}` } }, { event: { id: 1 } }],
+        });
+        const snapshot = await store.getSnapshot(tenantId, conversation.id);
+        expect(snapshot).toMatchObject({
+          conversation: { lastEventId: 1, agentState: 'running' },
+          state: { n: i },
+        });
+      }
+      expect(await countEvents(database, stale!.id)).toBe(0);
+      expect(await countEvents(database, repeated!.id)).toBe(1);
+      // Appends that queued behind the first few shared statements.
+      expect(counted.calls.statements).toBeLessThan(conversations.length / 2);
+    });
+
+    it('never deadlocks when two processes append to the same conversations in opposite orders', async () => {
+      const tenantId = uniqueName('tenant');
+      const conversations = await Promise.all(
+        Array.from({ length: 20 }, () => created({ tenantId })),
+      );
+      const other = another();
+      const databases = [countingDatabase(database), countingDatabase(other ?? database)];
+      try {
+        const stores = databases.map((each) => new PostgresConversationStore(each.database));
+        for (let round = 0; round < 5; round += 1) {
+          await Promise.all(
+            stores.flatMap((each, s) =>
+              (s === 0 ? conversations : [...conversations].reverse()).map((conversation) =>
+                each.append(tenantId, conversation.id, [message(`round ${round}`)]),
+              ),
+            ),
+          );
+        }
+        for (const conversation of conversations) {
+          const events = await store.readEvents(tenantId, conversation.id, { limit: 20 });
+          expect(events.map((e) => e.id)).toEqual([...Array(10).keys()]);
+        }
+        // A deadlock would be retried and go unnoticed but for its error (40P01).
+        expect(databases.flatMap((each) => each.calls.errors)).toEqual([]);
+      } finally {
+        await other?.close();
+      }
     });
 
     it('stores a key repeated within one batch once', async () => {

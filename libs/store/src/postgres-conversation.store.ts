@@ -26,6 +26,7 @@ import {
 } from '@cs/core';
 import type { ConversationStatus, StoredEvent } from '@cs/protocol';
 import { CONVERSATION_STATUSES } from '@cs/protocol';
+import { AppendBatcher, type AppendBatcherLimits } from './append-batcher.js';
 import { decodeCursor, encodeCursor, isUuid } from './conversation-page.cursor.js';
 import type { SqlDatabase } from './database/sql-database.js';
 import { UNIQUE_VIOLATION, sqlErrorCode } from './database/sql-database.js';
@@ -36,15 +37,22 @@ import type { AppendedHead, StoredEventRow } from './repositories/event.reposito
 import { EventRepository, toStoredEvent } from './repositories/event.repository.js';
 import { ScopedStateRepository } from './repositories/scoped-state.repository.js';
 
+/** A few connections of the pool stay free for reads while appends queue. */
+const DEFAULT_BATCHING: AppendBatcherLimits = { maxInFlight: 4, maxBatch: 100 };
 const NOTHING_STORED: ReadonlyMap<string, StoredEventRow> = new Map();
 
 export class PostgresConversationStore implements ConversationStore {
   private readonly conversations: ConversationRepository;
   private readonly events: EventRepository;
+  private readonly batcher: AppendBatcher;
 
-  constructor(private readonly database: SqlDatabase) {
+  constructor(
+    private readonly database: SqlDatabase,
+    batching: AppendBatcherLimits = DEFAULT_BATCHING,
+  ) {
     this.conversations = new ConversationRepository(database);
     this.events = new EventRepository(database);
+    this.batcher = new AppendBatcher((appends) => this.events.appendToLogs(appends), batching);
   }
 
   async createConversation(
@@ -186,8 +194,10 @@ export class PostgresConversationStore implements ConversationStore {
 
   /**
    * A plain append (no idempotency key seen before, no `user:` / `app:` keys)
-   * is one statement: see `EventRepository.appendToLog`. Anything else, or a
-   * key that turns out to be stored, takes `appendInTransaction`.
+   * is one statement, shared with the other appends of this process that
+   * queue meanwhile: see `AppendBatcher` and `EventRepository.appendToLogs`.
+   * Anything else, or a key that turns out to be stored, takes
+   * `appendInTransaction`.
    */
   async append(
     tenantId: string,
@@ -209,11 +219,12 @@ export class PostgresConversationStore implements ConversationStore {
     let head: AppendedHead | null;
     try {
       head = await guardData(() =>
-        this.events.appendToLog({
+        this.batcher.append({
           tenantId,
           conversationId,
           rowsJson: eventRowsJson(plan.fresh),
           count: plan.fresh.length,
+          clientEventIds: plan.fresh.flatMap((row) => row.client_event_id ?? []),
           leaseEpoch,
           agentState: folded.agentState,
           stateSet: folded.conversation.set,
@@ -222,14 +233,12 @@ export class PostgresConversationStore implements ConversationStore {
         }),
       );
     } catch (error) {
-      // A client_event_id stored before: nothing was written; tell repeat from conflict.
+      // A client_event_id stored meanwhile: nothing was written; tell repeat from conflict.
       if (sqlErrorCode(error) !== UNIQUE_VIOLATION) throw error;
-      return this.appendInTransaction(tenantId, conversationId, prepared, leaseEpoch);
+      head = null;
     }
-    if (!head) {
-      // No row matched: gone, or held under a newer epoch. The transaction says which.
-      return this.appendInTransaction(tenantId, conversationId, prepared, leaseEpoch);
-    }
+    // Left undone: gone, held under a newer epoch, or a key stored before. The transaction says which.
+    if (!head) return this.appendInTransaction(tenantId, conversationId, prepared, leaseEpoch);
     const { firstId, at } = head;
     return plan.fresh.map((row) => ({
       event: toStoredEvent({ ...row, id: firstId + row.id, created_at: at }),

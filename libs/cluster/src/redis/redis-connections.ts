@@ -3,9 +3,9 @@ import { Redis, type RedisOptions } from 'ioredis';
 /**
  * Opens an ioredis connection to `REDIS_URL` (its database number honoured).
  * BullMQ needs `maxRetriesPerRequest: null`; RESP2 keeps replies in the shapes
- * the Socket.IO adapter and BullMQ were written for. Commands issued in the
- * same tick go out in one write (auto-pipelining): under load, one system
- * call carries many PUBLISHes and slot updates.
+ * the Socket.IO adapter and BullMQ were written for. No auto-pipelining: it
+ * defers every command to the next turn of the event loop, and fails
+ * commands defined with `defineCommand` (our Lua scripts).
  */
 export function openRedis(url: string, name: string, options: RedisOptions = {}): Redis {
   const redis = new Redis(url, {
@@ -13,7 +13,6 @@ export function openRedis(url: string, name: string, options: RedisOptions = {})
     maxRetriesPerRequest: null,
     enableReadyCheck: true,
     protocol: 2,
-    enableAutoPipelining: true,
     retryStrategy: (attempt) => Math.min(50 * 2 ** attempt, 2000),
     ...options,
   });

@@ -23,14 +23,17 @@ export interface NewEventRow {
   client_event_id: string | null;
 }
 
-/** Where a one-statement append put its events: the first id and the shared timestamp. */
+/** Where a plain append put its events: the first id and the shared timestamp. */
 export interface AppendedHead {
   firstId: number;
   at: Date;
 }
 
-/** A plain append: conversation-scope state, metrics and agent state ride along on the row. */
-export interface LogAppend {
+/**
+ * A plain append to one conversation: conversation-scope state, metrics and
+ * agent state ride along on its row.
+ */
+export interface PlainAppend {
   tenantId: string;
   conversationId: string;
   /**
@@ -39,8 +42,11 @@ export interface LogAppend {
    */
   rowsJson: string;
   count: number;
+  /** Idempotency keys among the events: one already stored leaves the append undone. */
+  clientEventIds: string[];
   leaseEpoch: number | null;
   agentState: string | null;
+  /** Conversation-scope keys to set, as a JSON object, and keys to delete. */
   stateSet: string;
   stateDeleted: string[];
   metrics: ConversationMetrics;
@@ -108,61 +114,96 @@ export class EventRepository {
   }
 
   /**
-   * The whole append in one statement, outside any transaction: the UPDATE
-   * locks the conversation row (checking the lease epoch there), moves
-   * last_event_id on by the number of events and merges state and metrics;
-   * the INSERT takes its ids from what the UPDATE returned. Null when no row
-   * matched (no such conversation, or a newer lease epoch). A client_event_id
-   * already stored fails the statement with a unique violation and writes
-   * nothing: the caller then takes the transaction that tells repeats apart.
+   * Plain appends to several conversations (one append each) in one
+   * statement, outside any transaction. The rows are locked in id order, so
+   * that two such statements never deadlock; each row's lease epoch is
+   * checked there. The UPDATE moves last_event_id on by the number of events
+   * and merges state and metrics; the INSERT takes its ids from what the
+   * UPDATE returned. An append is left undone, and missing from the result,
+   * when its conversation is gone, held under a newer epoch, or already has
+   * one of its idempotency keys; a key stored concurrently fails the whole
+   * statement with a unique violation, and nothing is written.
    */
-  async appendToLog(append: LogAppend): Promise<AppendedHead | null> {
-    const { rows } = await this.db.query<{ first_id: number; updated_at: Date }>(
-      `WITH head AS (
-         UPDATE conversations
-            SET last_event_id = last_event_id + $3::int,
-                agent_state = coalesce($5::text, agent_state),
-                state = (state || $6::jsonb) - $7::text[],
+  async appendToLogs(appends: readonly PlainAppend[]): Promise<Map<string, AppendedHead>> {
+    // State and events go in as the JSON text serialized once upstream.
+    const batchJson = `[${appends
+      .map((append) => {
+        const fields = JSON.stringify({
+          tenant_id: append.tenantId,
+          conversation_id: append.conversationId,
+          count: append.count,
+          lease_epoch: append.leaseEpoch,
+          agent_state: append.agentState,
+          state_deleted: append.stateDeleted,
+          iterations: append.metrics.iterations,
+          prompt_tokens: append.metrics.prompt_tokens,
+          completion_tokens: append.metrics.completion_tokens,
+          cost_usd: append.metrics.cost_usd,
+          client_event_ids: append.clientEventIds,
+        });
+        return `${fields.slice(0, -1)},"state_set":${append.stateSet},"events":${append.rowsJson}}`;
+      })
+      .join(',')}]`;
+    const { rows } = await this.db.query<{
+      conversation_id: string;
+      first_id: number;
+      updated_at: Date;
+    }>(
+      `WITH batch AS (
+         SELECT *
+           FROM jsonb_to_recordset($1::jsonb)
+             AS b(tenant_id text, conversation_id uuid, count int, lease_epoch bigint,
+                  agent_state text, state_set jsonb, state_deleted text[], iterations numeric,
+                  prompt_tokens numeric, completion_tokens numeric, cost_usd numeric,
+                  client_event_ids text[], events jsonb)
+       ), locked AS MATERIALIZED (
+         SELECT c.id
+           FROM conversations c
+           JOIN batch b ON c.tenant_id = b.tenant_id AND c.id = b.conversation_id
+          WHERE (b.lease_epoch IS NULL OR c.lease_epoch = b.lease_epoch)
+            AND NOT EXISTS (
+              SELECT 1 FROM events e
+               WHERE e.conversation_id = b.conversation_id
+                 AND e.client_event_id = ANY (b.client_event_ids))
+          ORDER BY c.id
+          FOR UPDATE OF c
+       ), head AS (
+         UPDATE conversations c
+            SET last_event_id = c.last_event_id + b.count,
+                agent_state = coalesce(b.agent_state, c.agent_state),
+                state = (c.state || b.state_set) - b.state_deleted,
                 metrics = jsonb_build_object(
-                  'iterations', coalesce((metrics ->> 'iterations')::numeric, 0) + $8::numeric,
-                  'prompt_tokens', coalesce((metrics ->> 'prompt_tokens')::numeric, 0) + $9::numeric,
+                  'iterations', coalesce((c.metrics ->> 'iterations')::numeric, 0) + b.iterations,
+                  'prompt_tokens',
+                    coalesce((c.metrics ->> 'prompt_tokens')::numeric, 0) + b.prompt_tokens,
                   'completion_tokens',
-                    coalesce((metrics ->> 'completion_tokens')::numeric, 0) + $10::numeric,
-                  'cost_usd', coalesce((metrics ->> 'cost_usd')::numeric, 0) + $11::numeric),
-                updated_at = greatest(updated_at, clock_timestamp())
-          WHERE tenant_id = $1 AND id = $2
-            AND ($4::bigint IS NULL OR lease_epoch = $4::bigint)
-          RETURNING last_event_id - $3::int + 1 AS first_id, updated_at
+                    coalesce((c.metrics ->> 'completion_tokens')::numeric, 0) + b.completion_tokens,
+                  'cost_usd', coalesce((c.metrics ->> 'cost_usd')::numeric, 0) + b.cost_usd),
+                updated_at = greatest(c.updated_at, clock_timestamp())
+           FROM batch b
+          WHERE c.id IN (SELECT id FROM locked)
+            AND c.tenant_id = b.tenant_id AND c.id = b.conversation_id
+            AND (b.lease_epoch IS NULL OR c.lease_epoch = b.lease_epoch)
+          RETURNING c.id, c.tenant_id, c.last_event_id - b.count + 1 AS first_id, c.updated_at,
+                    b.lease_epoch, b.events
        ), written AS (
          INSERT INTO events
            (conversation_id, id, tenant_id, source, type, payload, cause, client_event_id,
             lease_epoch, created_at)
-         SELECT $2::uuid, head.first_id + e.id, $1::text, e.source, e.type, e.payload, e.cause,
-                e.client_event_id, $4::bigint, head.updated_at
+         SELECT head.id, head.first_id + e.id, head.tenant_id, e.source, e.type, e.payload,
+                e.cause, e.client_event_id, head.lease_epoch, head.updated_at
            FROM head,
-                jsonb_to_recordset($12::jsonb)
+                jsonb_to_recordset(head.events)
                   AS e(id bigint, source text, type text, payload jsonb, cause bigint,
                        client_event_id text)
        )
-       SELECT first_id, updated_at FROM head`,
-      [
-        append.tenantId,
-        append.conversationId,
-        append.count,
-        append.leaseEpoch,
-        append.agentState,
-        append.stateSet,
-        append.stateDeleted,
-        append.metrics.iterations,
-        append.metrics.prompt_tokens,
-        append.metrics.completion_tokens,
-        append.metrics.cost_usd,
-        append.rowsJson,
-      ],
+       SELECT id AS conversation_id, first_id, updated_at FROM head`,
+      [batchJson],
       PREPARED,
     );
-    const row = rows[0];
-    return row ? { firstId: row.first_id, at: row.updated_at } : null;
+    return new Map(
+      rows.map((row) => [row.conversation_id, { firstId: row.first_id, at: row.updated_at }]),
+    );
   }
 
   /** Inclusive `fromId` … `toId` (open when null), oldest or newest first. */
