@@ -43,6 +43,8 @@ const USAGE = `usage: npm run bench -- [options]
   --failover-conversations N     conversations on the killed worker (default 100)
   --sustained-conversations N    clients of the sustained load (default 1000)
   --sustained-levels a,b,…       lower load levels measured first (default 1,10,100)
+  --sustained-rates a,b,…        offered rates (msg/s) for the sustained conversations, each
+                                 sending at its share of the rate (default 250,500,1000,1250)
   --duration S                   seconds per sustained level (default 20)
   --memory-sockets N             idle sockets for the gateway memory probe (default 5000)
   --memory-conversations N       idle conversations for the worker memory probe (default 2000)
@@ -67,6 +69,7 @@ function parseOptions(argv) {
       'failover-conversations': { type: 'string', default: '100' },
       'sustained-conversations': { type: 'string', default: '1000' },
       'sustained-levels': { type: 'string', default: '1,10,100' },
+      'sustained-rates': { type: 'string', default: '250,500,1000,1250' },
       duration: { type: 'string', default: '20' },
       'memory-sockets': { type: 'string', default: '5000' },
       'memory-conversations': { type: 'string', default: '2000' },
@@ -117,6 +120,11 @@ function parseOptions(argv) {
       .filter(Boolean)
       .map((s) => Number(s))
       .filter((n) => Number.isInteger(n) && n > 0),
+    sustainedRates: values['sustained-rates']
+      .split(',')
+      .filter(Boolean)
+      .map((s) => Number(s))
+      .filter((n) => Number.isFinite(n) && n > 0),
     durationS: int('duration', 2, 300),
     memorySockets: int('memory-sockets', 10, 15_000),
     memoryConversations: int('memory-conversations', 10, 9_000),

@@ -147,6 +147,11 @@ export async function writeReports({
 }
 
 const clients = (n) => `${n} client${n === 1 ? '' : 's'}`;
+/** A sustained level: closed loop (`10 clients`) or paced (`1000 clients at 1000 msg/s`). */
+const levelName = (level) =>
+  level.offeredRate
+    ? `${clients(level.clients)} at ${level.offeredRate} msg/s`
+    : clients(level.clients);
 const ms = (value) => (value === null || value === undefined ? '–' : `${value} ms`);
 const ratio = (value, budget) =>
   value === null || value === undefined || !budget ? '–' : `×${(value / budget).toFixed(1)}`;
@@ -350,7 +355,11 @@ export function renderMarkdown(data, chart) {
       lines.push(
         latencyRow(
           'Sustained load',
-          `${clients(level.clients)} (send, wait for the echo, repeat; ${sustained.durationS} s)`,
+          `${levelName(level)} (${
+            level.offeredRate
+              ? 'each at its share of the rate, latency from when due'
+              : 'send, wait for the echo, repeat'
+          }; ${sustained.durationS} s)`,
           level.latency,
           `${level.throughput.value} msg/s`,
           '–',
@@ -392,7 +401,7 @@ export function renderMarkdown(data, chart) {
   const breakdowns = [];
   if (rt?.breakdown) breakdowns.push(['round trip', rt]);
   for (const level of sustained?.levels ?? []) {
-    if (level.breakdown) breakdowns.push([clients(level.clients), level]);
+    if (level.breakdown) breakdowns.push([levelName(level), level]);
   }
   if (breakdowns.length > 0) {
     lines.push("### Where a round trip's time goes", '');
@@ -481,7 +490,7 @@ export function renderMarkdown(data, chart) {
     for (const level of sustained?.levels ?? []) {
       if (level.cpu) {
         lines.push(
-          row([`sustained, ${clients(level.clients)}`, ...cpuCells(level.cpu), ...load(level.cpu)]),
+          row([`sustained, ${levelName(level)}`, ...cpuCells(level.cpu), ...load(level.cpu)]),
         );
       }
     }
