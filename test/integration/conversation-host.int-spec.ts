@@ -1,6 +1,7 @@
-// ConversationHost's failover accounting on real Redis, BullMQ and Postgres: a
-// conversation whose holders keep crashing is neither retried in a hot loop
-// nor failed for good: it ends in `error`, and the next message starts it.
+// ConversationHost on real Redis, BullMQ and Postgres: a conversation whose
+// holders keep crashing is neither retried in a hot loop nor failed for good
+// (it ends in `error`, and the next message starts it); a message whose
+// wake-up was lost is still answered.
 import type { Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { AgentRegistry } from '@cs/agents';
@@ -142,6 +143,33 @@ describe(ConversationHost.name, () => {
     );
     expect((await opened.store.getConversation(ref.tenantId, ref.conversationId))?.status).toBe(
       'RUNNING',
+    );
+  });
+
+  it('answers a message whose wake-up was lost, found by its periodic catch-up', async () => {
+    const ref = await createEchoConversation(
+      opened.store,
+      { tenantId: uniqueName('tenant'), userId: 'user' },
+      'quiet',
+    );
+    await manager.ensureRunning(ref);
+    await vi.waitFor(() => expect(host.conversations).toContain(ref.conversationId), {
+      timeout: 10_000,
+      interval: 50,
+    });
+    // Stored without a wake-up, as when Redis dropped it.
+    const [stored] = await opened.store.append(ref.tenantId, ref.conversationId, [
+      {
+        source: 'user',
+        body: { action: 'message', args: { content: 'anyone?' }, message: 'anyone?' },
+      },
+    ]);
+    await vi.waitFor(
+      async () => {
+        const all = await opened.store.readEvents(ref.tenantId, ref.conversationId, { limit: 100 });
+        expect(all.some((e) => e.source === 'agent' && e.cause === stored!.event.id)).toBe(true);
+      },
+      { timeout: 10_000, interval: 100 },
     );
   });
 });

@@ -617,6 +617,29 @@ describe.each(backends)('PostgresConversationStore on $name', (backend) => {
     });
   });
 
+  describe('lastEventIds', () => {
+    it('reads the last event ids of many conversations at once, each only with its tenant', async () => {
+      const a = await created();
+      const b = await created();
+      await store.append(a.tenantId, a.id, [message('one'), message('two')]);
+      const found = await store.lastEventIds([
+        { tenantId: a.tenantId, conversationId: a.id },
+        { tenantId: b.tenantId, conversationId: b.id },
+        { tenantId: 'another-tenant', conversationId: a.id },
+        { tenantId: a.tenantId, conversationId: 'not-a-uuid' },
+      ]);
+      expect(found).toEqual(
+        new Map([
+          [a.id, 1],
+          [b.id, -1],
+        ]),
+      );
+      expect(
+        await store.lastEventIds([{ tenantId: 'another-tenant', conversationId: a.id }]),
+      ).toEqual(new Map());
+    });
+  });
+
   describe('readEvents', () => {
     it('reads inclusive ranges in both directions', async () => {
       const conversation = await created();

@@ -42,7 +42,10 @@ import { applyDelta } from './state.js';
 export interface AgentSessionOptions {
   /** Events one turn may yield; the next one ends the turn in `error` (`max_iterations`). */
   maxIterations: number;
-  /** How often the session looks for new user events without a wake-up (default 1000 ms). */
+  /**
+   * How often the session looks for new user events without a wake-up
+   * (default 1000 ms); 0: never, its holder looks for them (see `lastEventId`).
+   */
   catchUpIntervalMs?: number;
   clock?: Clock;
   /** Events read per page when restoring and catching up (default 500). */
@@ -192,6 +195,11 @@ export class AgentSession {
     return this.activityAt;
   }
 
+  /** Id of the newest event this session has (read or written); -1 before any. */
+  get lastEventId(): number {
+    return this.history.length - 1;
+  }
+
   /** True while the agent is running a turn. */
   get isMidTurn(): boolean {
     return this.turn !== null;
@@ -294,7 +302,9 @@ export class AgentSession {
       }
       throw error instanceof ClosingSignal ? new SessionClosedError() : error;
     }
-    if (!this.closing) this.poll = this.clock.setInterval(() => this.wake(), this.catchUpMs);
+    if (!this.closing && this.catchUpMs > 0) {
+      this.poll = this.clock.setInterval(() => this.wake(), this.catchUpMs);
+    }
     this.loopPromise = this.runLoop();
   }
 

@@ -10,6 +10,7 @@ import type {
   ConversationPageResult,
   ConversationPatch,
   ConversationRecord,
+  ConversationKey,
   ConversationRef,
   ConversationSnapshot,
   ConversationStore,
@@ -321,6 +322,15 @@ export class PostgresConversationStore implements ConversationStore {
           return { event: written[outcome.index]!, duplicate: outcome.duplicate };
         });
       }),
+    );
+  }
+
+  lastEventIds(refs: readonly ConversationKey[]): Promise<Map<string, number>> {
+    const keys = refs.filter((ref) => isUuid(ref.conversationId));
+    if (keys.length === 0) return Promise.resolve(new Map<string, number>());
+    return this.conversations.lastEventIds(
+      keys.map((ref) => ref.tenantId),
+      keys.map((ref) => ref.conversationId),
     );
   }
 

@@ -78,6 +78,7 @@ export class ConversationHost {
   private readonly hosted = new Map<string, HostedConversation>();
   private worker: ConversationWorker | undefined;
   private heartbeat: NodeJS.Timeout | undefined;
+  private catchUpTimer: NodeJS.Timeout | undefined;
   private draining = false;
 
   constructor(private readonly deps: ConversationHostDeps) {}
@@ -114,6 +115,8 @@ export class ConversationHost {
     this.worker.on('lockRenewalFailed', (jobIds) => void this.checkLeases(jobIds));
     this.heartbeat = setInterval(() => void this.beat(), timing.heartbeatMs);
     this.heartbeat.unref();
+    this.catchUpTimer = setInterval(() => void this.catchUp(), CATCH_UP_INTERVAL_MS);
+    this.catchUpTimer.unref();
   }
 
   /**
@@ -133,11 +136,13 @@ export class ConversationHost {
     // Only now: the slots stay renewed until every lease is handed back, so the next
     // holder finds them (a slot that lapsed would read as an eviction).
     clearInterval(this.heartbeat);
+    clearInterval(this.catchUpTimer);
   }
 
   /** Stops at once (tests, fatal errors): the leases expire and move elsewhere. */
   async kill(): Promise<void> {
     clearInterval(this.heartbeat);
+    clearInterval(this.catchUpTimer);
     await this.worker?.close(true);
   }
 
@@ -270,9 +275,8 @@ export class ConversationHost {
       ref: hosted.ref,
       leaseEpoch: hosted.epoch,
       agent: agents.create(agentSpec),
-      // Wake-ups come through Redis; the poll only covers one lost during an outage,
-      // and costs a query per hosted conversation each time, so it is slow.
-      options: { maxIterations: options.maxIterations, catchUpIntervalMs: CATCH_UP_INTERVAL_MS },
+      // Wake-ups come through Redis; `catchUp` covers those lost during an outage.
+      options: { maxIterations: options.maxIterations, catchUpIntervalMs: 0 },
     });
     hosted.session = session;
     try {
@@ -344,6 +348,25 @@ export class ConversationHost {
       );
     } catch (error) {
       this.deps.log('warn', `heartbeat: ${describe(error)}`);
+    }
+  }
+
+  /**
+   * A wake-up lost (Redis away, a holder just subscribing) must delay a
+   * message, never lose it: one read of every hosted conversation's last
+   * event id finds the sessions that are behind, and only those read.
+   */
+  private async catchUp(): Promise<void> {
+    const live = [...this.hosted.values()].filter((h) => h.session && !h.session.isClosed);
+    if (live.length === 0) return;
+    try {
+      const latest = await this.deps.store.lastEventIds(live.map((hosted) => hosted.ref));
+      for (const hosted of live) {
+        const last = latest.get(hosted.ref.conversationId);
+        if (last !== undefined && last > hosted.session!.lastEventId) hosted.session!.wake();
+      }
+    } catch (error) {
+      this.deps.log('warn', `catch-up: ${describe(error)}`);
     }
   }
 

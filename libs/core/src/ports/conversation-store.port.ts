@@ -7,6 +7,9 @@ import type {
   NewConversation,
 } from '../conversation.js';
 
+/** A conversation's key: every read filters by tenant. */
+export type ConversationKey = Pick<ConversationRef, 'tenantId' | 'conversationId'>;
+
 export interface AppendOptions {
   /**
    * The writer's lease epoch. When given, the append fails with
@@ -119,6 +122,11 @@ export interface ConversationStore {
     options?: AppendOptions,
   ): Promise<AppendedEvent[]>;
   readEvents(tenantId: string, conversationId: string, range: EventRange): Promise<StoredEvent[]>;
+  /**
+   * The `last_event_id` of each conversation found (by id), in one read: how a
+   * holder of many conversations sees which have new events.
+   */
+  lastEventIds(refs: readonly ConversationKey[]): Promise<Map<string, number>>;
   /** The event stored with this idempotency key, if any. */
   findEventByClientEventId(
     tenantId: string,

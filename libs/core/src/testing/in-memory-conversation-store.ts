@@ -18,6 +18,7 @@ import {
 import { ConflictError, LeaseLostError, NotFoundError } from '../errors.js';
 import { systemClock, type Clock } from '../ports/clock.port.js';
 import type {
+  ConversationKey,
   AppendOptions,
   AppendedEvent,
   ConversationPageRequest,
@@ -251,6 +252,15 @@ export class InMemoryConversationStore implements ConversationStore {
     }
     if (fresh.length > 0) record.updatedAt = new Date(this.clock.now());
     return results;
+  }
+
+  lastEventIds(refs: readonly ConversationKey[]): Promise<Map<string, number>> {
+    const found = new Map<string, number>();
+    for (const ref of refs) {
+      const record = this.conversations.get(ref.conversationId)?.record;
+      if (record && record.tenantId === ref.tenantId) found.set(record.id, record.lastEventId);
+    }
+    return Promise.resolve(found);
   }
 
   readEvents(tenantId: string, conversationId: string, range: EventRange): Promise<StoredEvent[]> {

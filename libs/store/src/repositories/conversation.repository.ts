@@ -223,6 +223,21 @@ export class ConversationRepository {
     }));
   }
 
+  /** `last_event_id` by conversation id, for the (tenant, id) pairs found. */
+  async lastEventIds(
+    tenantIds: readonly string[],
+    ids: readonly string[],
+  ): Promise<Map<string, number>> {
+    const { rows } = await this.db.query<{ id: string; last_event_id: number }>(
+      `SELECT c.id, c.last_event_id
+         FROM unnest($1::text[], $2::uuid[]) AS k(tenant_id, id)
+         JOIN conversations c ON c.tenant_id = k.tenant_id AND c.id = k.id`,
+      [tenantIds, ids],
+      PREPARED,
+    );
+    return new Map(rows.map((row) => [row.id, row.last_event_id]));
+  }
+
   /** The new epoch, or null when the conversation does not exist. */
   async acquireLease(tenantId: string, id: string, owner: string): Promise<number | null> {
     const { rows } = await this.db.query<{ lease_epoch: number }>(

@@ -160,7 +160,8 @@ export class EventRepository {
          SELECT c.id
            FROM conversations c
            JOIN batch b ON c.tenant_id = b.tenant_id AND c.id = b.conversation_id
-          WHERE (b.lease_epoch IS NULL OR c.lease_epoch = b.lease_epoch)
+          WHERE c.id = ANY ($2::uuid[])
+            AND (b.lease_epoch IS NULL OR c.lease_epoch = b.lease_epoch)
             AND NOT EXISTS (
               SELECT 1 FROM events e
                WHERE e.conversation_id = b.conversation_id
@@ -181,7 +182,7 @@ export class EventRepository {
                   'cost_usd', coalesce((c.metrics ->> 'cost_usd')::numeric, 0) + b.cost_usd),
                 updated_at = greatest(c.updated_at, clock_timestamp())
            FROM batch b
-          WHERE c.id IN (SELECT id FROM locked)
+          WHERE c.id = ANY ($2::uuid[]) AND c.id IN (SELECT id FROM locked)
             AND c.tenant_id = b.tenant_id AND c.id = b.conversation_id
             AND (b.lease_epoch IS NULL OR c.lease_epoch = b.lease_epoch)
           RETURNING c.id, c.tenant_id, c.last_event_id - b.count + 1 AS first_id, c.updated_at,
@@ -198,7 +199,9 @@ export class EventRepository {
                        client_event_id text)
        )
        SELECT id AS conversation_id, first_id, updated_at FROM head`,
-      [batchJson],
+      // The ids again as an array: the planner then looks the rows up by key
+      // rather than joining a whole table against a function's rows.
+      [batchJson, appends.map((append) => append.conversationId)],
       PREPARED,
     );
     return new Map(
