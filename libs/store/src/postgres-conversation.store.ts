@@ -53,7 +53,12 @@ export class PostgresConversationStore implements ConversationStore {
   ) {
     this.conversations = new ConversationRepository(database);
     this.events = new EventRepository(database);
-    this.batcher = new AppendBatcher((appends) => this.events.appendToLogs(appends), batching);
+    this.batcher = new AppendBatcher(async (appends) => {
+      const [only] = appends;
+      if (appends.length > 1 || !only) return this.events.appendToLogs(appends);
+      const head = await this.events.appendToLog(only);
+      return new Map(head ? [[only.conversationId, head]] : []);
+    }, batching);
   }
 
   async createConversation(

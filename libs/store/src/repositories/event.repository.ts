@@ -114,6 +114,64 @@ export class EventRepository {
   }
 
   /**
+   * One plain append in one statement, outside any transaction: what
+   * `appendToLogs` does for many, without the ordered locking that many
+   * rows need (about four times cheaper for Postgres). Null when left undone.
+   */
+  async appendToLog(append: PlainAppend): Promise<AppendedHead | null> {
+    const { rows } = await this.db.query<{ first_id: number; updated_at: Date }>(
+      `WITH head AS (
+         UPDATE conversations
+            SET last_event_id = last_event_id + $3::int,
+                agent_state = coalesce($5::text, agent_state),
+                state = (state || $6::jsonb) - $7::text[],
+                metrics = jsonb_build_object(
+                  'iterations', coalesce((metrics ->> 'iterations')::numeric, 0) + $8::numeric,
+                  'prompt_tokens', coalesce((metrics ->> 'prompt_tokens')::numeric, 0) + $9::numeric,
+                  'completion_tokens',
+                    coalesce((metrics ->> 'completion_tokens')::numeric, 0) + $10::numeric,
+                  'cost_usd', coalesce((metrics ->> 'cost_usd')::numeric, 0) + $11::numeric),
+                updated_at = greatest(updated_at, clock_timestamp())
+          WHERE tenant_id = $1 AND id = $2
+            AND ($4::bigint IS NULL OR lease_epoch = $4::bigint)
+            AND NOT EXISTS (
+              SELECT 1 FROM events e
+               WHERE e.conversation_id = $2 AND e.client_event_id = ANY ($13::text[]))
+          RETURNING last_event_id - $3::int + 1 AS first_id, updated_at
+       ), written AS (
+         INSERT INTO events
+           (conversation_id, id, tenant_id, source, type, payload, cause, client_event_id,
+            lease_epoch, created_at)
+         SELECT $2::uuid, head.first_id + e.id, $1::text, e.source, e.type, e.payload, e.cause,
+                e.client_event_id, $4::bigint, head.updated_at
+           FROM head,
+                jsonb_to_recordset($12::jsonb)
+                  AS e(id bigint, source text, type text, payload jsonb, cause bigint,
+                       client_event_id text)
+       )
+       SELECT first_id, updated_at FROM head`,
+      [
+        append.tenantId,
+        append.conversationId,
+        append.count,
+        append.leaseEpoch,
+        append.agentState,
+        append.stateSet,
+        append.stateDeleted,
+        append.metrics.iterations,
+        append.metrics.prompt_tokens,
+        append.metrics.completion_tokens,
+        append.metrics.cost_usd,
+        append.rowsJson,
+        append.clientEventIds,
+      ],
+      PREPARED,
+    );
+    const row = rows[0];
+    return row ? { firstId: row.first_id, at: row.updated_at } : null;
+  }
+
+  /**
    * Plain appends to several conversations (one append each) in one
    * statement, outside any transaction. The rows are locked in id order, so
    * that two such statements never deadlock; each row's lease epoch is
