@@ -310,11 +310,13 @@ export class AgentSession {
 
   /** Loads state and history; returns the agent state stored before this session began. */
   private async restore(): Promise<AgentState | null> {
-    const snapshot = await this.store.getSnapshot(this.ref.tenantId, this.ref.conversationId);
+    const [snapshot] = await Promise.all([
+      this.store.getSnapshot(this.ref.tenantId, this.ref.conversationId),
+      this.sync(),
+    ]);
     if (!snapshot) throw new NotFoundError();
     this.state = { ...snapshot.state };
     this.instructions = snapshot.conversation.instructions;
-    await this.sync();
     // `loading` says nothing: a holder that died while starting leaves one behind.
     for (let id = this.loadingEventId - 1; id >= 0; id -= 1) {
       const event = this.history[id];

@@ -143,8 +143,11 @@ export class ConversationGateway
         await this.conversations.detach(socket.id);
         return;
       }
-      await feed.start();
-      if (start && socket.connected) await this.conversations.ensureRunning(conversation);
+      // The replay and the start are independent: the feed orders what the start brings.
+      await Promise.all([
+        feed.start(),
+        start && socket.connected ? this.conversations.ensureRunning(conversation) : undefined,
+      ]);
     } catch (error) {
       const { body } = mapError(error);
       this.logger.warn(
