@@ -38,7 +38,7 @@ const USAGE = `usage: npm run bench -- [options]
                                  (memory runs only when named)
   --quick                        short run (fewer iterations; results go to <date>-quick.json)
   --gateways N, --workers M      cluster size (default 2 and 2)
-  --lease-ttl-ms MS              LEASE_TTL_MS of the cluster (default 5000)
+  --lease-ttl-ms MS              LEASE_TTL_MS of the cluster (default 10000)
   --round-trips N                round trip iterations (default 500)
   --failover-conversations N     conversations on the killed worker (default 100)
   --sustained-conversations N    clients of the sustained load (default 1000)
@@ -46,8 +46,8 @@ const USAGE = `usage: npm run bench -- [options]
   --sustained-rates a,b,…        offered rates (msg/s) for the sustained conversations, each
                                  sending at its share of the rate (default 250,500,1000,1250)
   --duration S                   seconds per sustained level (default 20)
-  --memory-sockets N             idle sockets for the gateway memory probe (default 5000)
-  --memory-conversations N       idle conversations for the worker memory probe (default 2000)
+  --memory-sockets N             idle sockets for the gateway memory probe (default 10000)
+  --memory-conversations N       idle conversations for the worker memory probe (default 5000)
   --profile                      run the services with --cpu-prof and print where their CPU went
   --render                       only write BENCHMARKS.md (and the chart) again from the newest results
   --keep                         keep the database and the Redis keys
@@ -71,8 +71,8 @@ function parseOptions(argv) {
       'sustained-levels': { type: 'string', default: '1,10,100' },
       'sustained-rates': { type: 'string', default: '250,500,1000,1250' },
       duration: { type: 'string', default: '20' },
-      'memory-sockets': { type: 'string', default: '5000' },
-      'memory-conversations': { type: 'string', default: '2000' },
+      'memory-sockets': { type: 'string', default: '10000' },
+      'memory-conversations': { type: 'string', default: '5000' },
       'worker-concurrency': { type: 'string', default: '10000' },
       keep: { type: 'boolean', default: false },
       render: { type: 'boolean', default: false },

@@ -6,7 +6,7 @@ import { describe, expect, it } from 'vitest';
 import { ROOT } from '../support/processes.js';
 
 const SEED = process.env.CHAOS_SEED ?? '11';
-const DURATION_S = process.env.CHAOS_DURATION ?? '45';
+const DURATION_S = process.env.CHAOS_DURATION ?? '60';
 
 describe('chaos', () => {
   it(
