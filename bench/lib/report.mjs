@@ -277,7 +277,7 @@ export function renderMarkdown(data, chart) {
     lines.push(
       latencyRow(
         'Building blocks',
-        'sum on the path as built: ack + 3 × append-shaped transaction + Redis hop + emitter hop',
+        'sum on the path as built: ack + 2 × append-shaped statement + Redis hop + emitter hop',
         {
           p50: round(built50),
           p95: round(builtPathBudget(blocks, 'p95')),
@@ -510,7 +510,11 @@ export function renderMarkdown(data, chart) {
       ' defaults `postgres://postgres@127.0.0.1:5432/postgres` and `redis://127.0.0.1:6379`).' +
       ' The harness builds `dist/` if needed, creates a database `bench_<stamp>` and a key prefix' +
       ' `bench-<stamp>`, starts the cluster, runs the scenarios and removes everything again' +
-      ' (`--keep` keeps the database and keys). The default run takes about 5 minutes.',
+      ' (`--keep` keeps the database and keys). The default run takes about 8 minutes, the memory' +
+      ' probe about 5 more. Sustained load runs closed-loop levels first (1, 10, 100, 1,000' +
+      ' clients, each sending again as soon as its echo arrives: the most the cluster answers),' +
+      ' then paced levels: the 1,000 conversations each sending at its share of an offered rate' +
+      ' (250 to 1,250 msg/s), latency counted from when each message was due.',
     '',
     '```sh',
     'npm run bench                                   # every scenario but memory, 2 gateways + 2 workers',
@@ -527,8 +531,9 @@ export function renderMarkdown(data, chart) {
       ' percentile of the building blocks on its path (Socket.IO ack, two durable Postgres' +
       ' INSERTs, a Redis PUBLISH hop for the wake-up and an emitter → adapter hop for the answer),' +
       ' all measured in the same run; the second ratio uses the path as the service builds it' +
-      ' (three append transactions per answer: the user event, `running`, the answer with' +
-      ' `awaiting_user_input`). Sums of percentiles overestimate the percentile of a sum at p95/p99.' +
+      ' (two append statements per answer: the user event; `running`, the answer and' +
+      ' `awaiting_user_input` together). Sums of percentiles overestimate the percentile of a sum' +
+      ' at p95/p99.' +
       " Failover and hand-off times come from the stored answer's" +
       ' timestamp in Postgres; no client is connected to those conversations.',
     '',

@@ -897,6 +897,36 @@ describe.each(backends)('PostgresConversationStore on $name', (backend) => {
   });
 });
 
+describe('appends on Postgres', () => {
+  it("update the conversation's row in place (HOT): no index entry per append", async () => {
+    const scratch = await createScratchDatabase('cs_hot');
+    // One connection: the statistics read below are this backend's own.
+    const database = openPostgres(scratch.url, { poolSize: 1 });
+    try {
+      await migrate(database);
+      const store = new PostgresConversationStore(database);
+      const { conversation } = await store.createConversation(newConversation());
+      for (let i = 0; i < 50; i += 1) {
+        await store.append(conversation.tenantId, conversation.id, [
+          message(`m${i}`),
+          agentStateChanged('running', { stateDelta: { turn: i } }),
+        ]);
+      }
+      await database.query('SELECT pg_stat_force_next_flush()');
+      const { rows } = await database.query<{ updates: number; hot: number }>(
+        `SELECT n_tup_upd::int AS updates, n_tup_hot_upd::int AS hot
+           FROM pg_stat_user_tables WHERE relname = 'conversations'`,
+      );
+      expect(rows[0]?.updates).toBe(50);
+      // Page pruning makes room as it goes; a few may still move to another page.
+      expect(rows[0]?.hot).toBeGreaterThanOrEqual(45);
+    } finally {
+      await database.close();
+      await scratch.drop();
+    }
+  });
+});
+
 describe('migrate on Postgres', () => {
   it('applies each migration once when two migrators start at once', async () => {
     const scratch = await createScratchDatabase('cs_migrate');

@@ -81,6 +81,8 @@ export class SessionClosedError extends Error {
 class ClosingSignal extends Error {}
 
 const ABORTED: unique symbol = Symbol('aborted');
+/** The abort reason an agent's signal carries once its turn is over. */
+const TURN_OVER = Object.freeze(new Error('the turn is over'));
 
 interface Turn {
   trigger: StoredEvent;
@@ -450,7 +452,8 @@ export class AgentSession {
       }
     } finally {
       clearTimeout(turn.runningTimer);
-      turn.controller.abort();
+      // A shared reason: a default one is a new DOMException, stack and all, every turn.
+      turn.controller.abort(TURN_OVER);
       // Nothing of this turn may land after the next one's writes.
       await turn.writes.catch(() => undefined);
       if (this.turn === turn) this.turn = null;

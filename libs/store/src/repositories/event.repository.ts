@@ -173,9 +173,10 @@ export class EventRepository {
 
   /**
    * Plain appends to several conversations (one append each) in one
-   * statement, outside any transaction. The rows are locked in id order, so
-   * that two such statements never deadlock; each row's lease epoch is
-   * checked there. The UPDATE moves last_event_id on by the number of events
+   * statement, outside any transaction. The rows are locked one by one, by
+   * key, in the order of `appends` (sorted by conversation id, so that two
+   * such statements never deadlock); each row's tenant and lease epoch are
+   * checked there, and the UPDATE touches only rows locked so. The UPDATE moves last_event_id on by the number of events
    * and merges state and metrics; the INSERT takes its ids from what the
    * UPDATE returned. An append is left undone, and missing from the result,
    * when its conversation is gone, held under a newer epoch, or already has
@@ -183,8 +184,12 @@ export class EventRepository {
    * statement with a unique violation, and nothing is written.
    */
   async appendToLogs(appends: readonly PlainAppend[]): Promise<Map<string, AppendedHead>> {
+    // Locks are taken in this order: by conversation id, the same in every process.
+    const sorted = [...appends].sort((a, b) =>
+      a.conversationId < b.conversationId ? -1 : a.conversationId > b.conversationId ? 1 : 0,
+    );
     // State and events go in as the JSON text serialized once upstream.
-    const batchJson = `[${appends
+    const batchJson = `[${sorted
       .map((append) => {
         const fields = JSON.stringify({
           tenant_id: append.tenantId,
@@ -216,16 +221,19 @@ export class EventRepository {
                   client_event_ids text[], events jsonb)
        ), locked AS MATERIALIZED (
          SELECT c.id
-           FROM conversations c
-           JOIN batch b ON c.tenant_id = b.tenant_id AND c.id = b.conversation_id
-          WHERE c.id = ANY ($2::uuid[])
+           FROM batch b
+           CROSS JOIN LATERAL (
+             SELECT id, tenant_id, lease_epoch
+               FROM conversations
+              WHERE id = b.conversation_id
+                FOR UPDATE
+           ) c
+          WHERE c.tenant_id = b.tenant_id
             AND (b.lease_epoch IS NULL OR c.lease_epoch = b.lease_epoch)
             AND NOT EXISTS (
               SELECT 1 FROM events e
                WHERE e.conversation_id = b.conversation_id
                  AND e.client_event_id = ANY (b.client_event_ids))
-          ORDER BY c.id
-          FOR UPDATE OF c
        ), head AS (
          UPDATE conversations c
             SET last_event_id = c.last_event_id + b.count,
@@ -241,7 +249,7 @@ export class EventRepository {
                 updated_at = greatest(c.updated_at, clock_timestamp())
            FROM batch b
           WHERE c.id = ANY ($2::uuid[]) AND c.id IN (SELECT id FROM locked)
-            AND c.tenant_id = b.tenant_id AND c.id = b.conversation_id
+            AND c.id = b.conversation_id
             AND (b.lease_epoch IS NULL OR c.lease_epoch = b.lease_epoch)
           RETURNING c.id, c.tenant_id, c.last_event_id - b.count + 1 AS first_id, c.updated_at,
                     b.lease_epoch, b.events
@@ -259,7 +267,7 @@ export class EventRepository {
        SELECT id AS conversation_id, first_id, updated_at FROM head`,
       // The ids again as an array: the planner then looks the rows up by key
       // rather than joining a whole table against a function's rows.
-      [batchJson, appends.map((append) => append.conversationId)],
+      [batchJson, sorted.map((append) => append.conversationId)],
       PREPARED,
     );
     return new Map(
