@@ -16,6 +16,7 @@ import {
   UserConcurrencyLimiter,
   checkEvictionPolicy,
   leaseTiming,
+  openPublisher,
   openRedis,
 } from '@cs/cluster';
 import { loadConfigOrExit } from '@cs/config';
@@ -55,6 +56,7 @@ async function main(): Promise<void> {
   });
   const redis = openRedis(redisUrl, `${gatewayId}:commands`);
   const subscriber = openRedis(redisUrl, `${gatewayId}:adapter-sub`);
+  const publisher = openPublisher(redisUrl, `${gatewayId}:publish`);
   const warning = await checkEvictionPolicy(redis);
   if (warning) logger.warn(warning);
 
@@ -71,9 +73,9 @@ async function main(): Promise<void> {
   const jobs = new ConversationJobs(redis, keys);
   const manager = new ClusteredConversationManager({
     store,
-    broadcaster: new EmitterBroadcaster(redis, keys.socketIo),
+    broadcaster: new EmitterBroadcaster(publisher, keys.socketIo),
     jobs,
-    inbox: new ConversationInbox(redis, null, keys),
+    inbox: new ConversationInbox(publisher, null, keys),
     limiter,
     connections,
     limit: config.limits.maxConcurrentConversations,
@@ -122,6 +124,7 @@ async function main(): Promise<void> {
     afterClose: async () => {
       redis.disconnect();
       subscriber.disconnect();
+      publisher.disconnect();
       await opened.close();
     },
   });

@@ -11,6 +11,7 @@ import {
   UserConcurrencyLimiter,
   checkEvictionPolicy,
   leaseTiming,
+  openPublisher,
   openRedis,
 } from '@cs/cluster';
 import { loadConfigOrExit } from '@cs/config';
@@ -40,6 +41,7 @@ async function main(): Promise<void> {
   });
   const redis = openRedis(redisUrl, `${workerId}:commands`);
   const subscriber = openRedis(redisUrl, `${workerId}:inbox`);
+  const publisher = openPublisher(redisUrl, `${workerId}:publish`);
   const warning = await checkEvictionPolicy(redis);
   if (warning) log('warn', warning);
 
@@ -48,8 +50,8 @@ async function main(): Promise<void> {
   const host = new ConversationHost({
     store: metrics.instrument(opened.store),
     agents: new AgentRegistry(),
-    broadcaster: new EmitterBroadcaster(redis, keys.socketIo),
-    inbox: new ConversationInbox(redis, subscriber, keys),
+    broadcaster: new EmitterBroadcaster(publisher, keys.socketIo),
+    inbox: new ConversationInbox(publisher, subscriber, keys),
     limiter: new UserConcurrencyLimiter(redis, keys, {
       limit: config.limits.maxConcurrentConversations,
       policy: config.limits.concurrencyPolicy,
@@ -102,6 +104,7 @@ async function main(): Promise<void> {
         health.close();
         redis.disconnect();
         subscriber.disconnect();
+        publisher.disconnect();
         await opened.close();
         process.exit(0);
       })
