@@ -108,7 +108,10 @@ export class ConversationHost {
         stalledInterval: timing.stalledInterval,
         // Repeated crashes are bounded by our failover accounting, not by failing the job for good.
         maxStalledCount: Number.MAX_SAFE_INTEGER,
-        drainDelay: 5,
+        // An idle worker looks for jobs at least this often (seconds): a worker shutting
+        // down may take the wake-up marker of the jobs it hands back, and the others must
+        // not wait for the next one.
+        drainDelay: 0.2,
       },
     );
     this.worker.on('error', (error) => this.deps.log('warn', `queue: ${error.message}`));
