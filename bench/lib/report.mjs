@@ -202,6 +202,91 @@ function cpuCells(cpu) {
   ];
 }
 
+/**
+ * The figures the service is held to (issue "Benchmark and chaos harness"),
+ * each against what this run measured.
+ */
+function targetsTable(s, blocks) {
+  const rows = [];
+  const add = (figure, target, measured, met) =>
+    rows.push(row([figure, target, measured, met === null ? '–' : met ? 'yes' : '**no**']));
+  const rt = s['round-trip'];
+  const budget = blocks ? roundTripBudget(blocks, 'p50') : null;
+  if (rt && budget) {
+    const times = rt.latency.p50 / budget;
+    add(
+      'round trip p50',
+      '≤ 3 × the building blocks on its path',
+      `${ms(rt.latency.p50)} = ${round(times)} × ${ms(round(budget))}`,
+      times <= 3,
+    );
+  }
+  if (rt) add('round trip p99', '≤ 15 ms', ms(rt.latency.p99), rt.latency.p99 <= 15);
+  const paced = (s.sustained?.levels ?? []).filter((l) => l.offeredRate >= 1000);
+  const best = paced.sort((a, b) => a.latency.p99 - b.latency.p99)[0];
+  if (best) {
+    add(
+      'sustained load',
+      '≥ 1,000 user messages/s with p99 ≤ 100 ms',
+      `${best.throughput.value} msg/s (${levelName(best)}), p99 ${ms(best.latency.p99)}`,
+      best.throughput.value >= 1000 && best.latency.p99 <= 100,
+    );
+  }
+  const cold = s['cold-start'];
+  if (cold) add('cold start p50', '≤ 20 ms', ms(cold.latency.p50), cold.latency.p50 <= 20);
+  const replay = s.replay;
+  if (replay) {
+    add(
+      `reconnect replay of ${replay.events} events`,
+      '≤ 300 ms',
+      `p50 ${ms(replay.latency.p50)}, max ${ms(replay.latency.max)}`,
+      replay.latency.max <= 300,
+    );
+  }
+  const failover = s.failover;
+  if (failover) {
+    add(
+      'failover after kill -9, every conversation',
+      '≤ LEASE_TTL_MS + 2 s',
+      `max ${ms(failover.latency.max)} (${failover.withinBound}/${failover.conversations} within)`,
+      failover.withinBound === failover.conversations,
+    );
+  }
+  const handoff = s.handoff;
+  if (handoff) {
+    add(
+      'hand-off on SIGTERM (message sent → answer), every conversation',
+      '≤ 1 s',
+      `max ${ms(handoff.afterSend.max)}`,
+      handoff.afterSend.max <= 1000,
+    );
+  }
+  const memory = s.memory;
+  if (memory) {
+    add(
+      `gateway memory per idle socket (${memory.gateway.sockets})`,
+      '≤ 30 KB',
+      `${memory.gateway.perSocketKiB} KiB`,
+      memory.gateway.perSocketKiB * 1.024 <= 30,
+    );
+    add(
+      `worker memory per idle conversation (${memory.worker.conversations})`,
+      '≤ 50 KB',
+      `${memory.worker.perConversationKiB} KiB`,
+      memory.worker.perConversationKiB * 1.024 <= 50,
+    );
+  }
+  if (rows.length === 0) return [];
+  return [
+    '## Figures to reach',
+    '',
+    row(['Figure', 'Target', 'Measured', 'Met']),
+    row(['---', '---', '---', '---']),
+    ...rows,
+    '',
+  ];
+}
+
 export function renderMarkdown(data, chart) {
   const s = data.scenarios;
   const m = data.machine;
@@ -248,6 +333,7 @@ export function renderMarkdown(data, chart) {
       '',
     );
   }
+  lines.push(...targetsTable(s, blocks));
   lines.push('## Results', '');
   lines.push(
     row(['Scenario', 'Measure', 'p50', 'p95', 'p99', 'Throughput', 'vs building blocks', 'Notes']),
