@@ -2,6 +2,7 @@ import {
   ConcurrencyLimitError,
   NotFoundError,
   agentStateChangeDraft,
+  readAgentStateChange,
   userActionDraft,
   type AppendedEvent,
   type Attachment,
@@ -178,9 +179,38 @@ export class ClusteredConversationManager implements ConversationManager {
 
   /** Stops a conversation evicted by `evict_oldest`, wherever it runs. */
   private async evict(victim: ConversationRef): Promise<void> {
+    const before = await this.deps.store.getConversation(victim.tenantId, victim.conversationId);
     const holders = await this.deps.inbox.send(victim.conversationId, { type: 'evict' });
-    if (holders > 0) return; // its holder stores the notice and stops
-    await this.settleUnheld(victim);
+    if (holders === 0) {
+      await this.settleUnheld(victim);
+      await this.storeEvictionNotice(victim);
+      return;
+    }
+    // Its holder stores the notice and stops; but a holder that was just starting
+    // and found its slot already gone leaves without a word. Check once it has left.
+    void this.noticeEvictionOnceLeft(victim, before?.lastEventId ?? -1).catch(() => undefined);
+  }
+
+  private async noticeEvictionOnceLeft(victim: ConversationRef, afterId: number): Promise<void> {
+    const { jobs, store } = this.deps;
+    const deadline = Date.now() + this.deps.stopTimeoutMs;
+    while ((await jobs.state(victim.conversationId)) === 'active') {
+      if (Date.now() > deadline) return; // still held: its holder answers for it
+      await sleep(POLL_MS);
+    }
+    const since = await store.readEvents(victim.tenantId, victim.conversationId, {
+      fromId: afterId + 1,
+      limit: 1_000,
+    });
+    const noticed = since.some((event) => {
+      const change = readAgentStateChange(event);
+      return change?.agentState === 'stopped' && change.reason === StatusId.TooManyConversations;
+    });
+    if (!noticed) await this.storeEvictionNotice(victim);
+  }
+
+  /** Stores why the conversation stopped and tells its room. */
+  private async storeEvictionNotice(victim: ConversationRef): Promise<void> {
     const [stopped] = await this.deps.store
       .append(victim.tenantId, victim.conversationId, [
         agentStateChangeDraft('stopped', { reason: StatusId.TooManyConversations }),
