@@ -31,12 +31,34 @@ import { AppendBatcher, type AppendBatcherLimits } from './append-batcher.js';
 import { decodeCursor, encodeCursor, isUuid } from './conversation-page.cursor.js';
 import type { SqlDatabase } from './database/sql-database.js';
 import { UNIQUE_VIOLATION, sqlErrorCode } from './database/sql-database.js';
-import type { PreparedDraft } from './event-append.plan.js';
+import type { AppendPlan, FoldedDeltas, PreparedDraft } from './event-append.plan.js';
 import { eventRowsJson, foldDeltas, planAppend, prepareDraft } from './event-append.plan.js';
 import { ConversationRepository } from './repositories/conversation.repository.js';
-import type { AppendedHead, StoredEventRow } from './repositories/event.repository.js';
+import type { AppendedHead, PlainAppend, StoredEventRow } from './repositories/event.repository.js';
 import { EventRepository, toStoredEvent } from './repositories/event.repository.js';
 import { ScopedStateRepository } from './repositories/scoped-state.repository.js';
+
+/** A plain append of planned events (ids as offsets) with their folded deltas. */
+function plainAppend(
+  tenantId: string,
+  conversationId: string,
+  fresh: AppendPlan['fresh'],
+  folded: FoldedDeltas,
+  leaseEpoch: number | null,
+): PlainAppend {
+  return {
+    tenantId,
+    conversationId,
+    rowsJson: eventRowsJson(fresh),
+    count: fresh.length,
+    clientEventIds: fresh.flatMap((row) => row.client_event_id ?? []),
+    leaseEpoch,
+    agentState: folded.agentState,
+    stateSet: folded.conversation.set,
+    stateDeleted: folded.conversation.deleted,
+    metrics: folded.metrics,
+  };
+}
 
 /** A few connections of the pool stay free for reads while appends queue. */
 const DEFAULT_BATCHING: AppendBatcherLimits = { maxInFlight: 4, maxBatch: 100 };
@@ -225,18 +247,7 @@ export class PostgresConversationStore implements ConversationStore {
     let head: AppendedHead | null;
     try {
       head = await guardData(() =>
-        this.batcher.append({
-          tenantId,
-          conversationId,
-          rowsJson: eventRowsJson(plan.fresh),
-          count: plan.fresh.length,
-          clientEventIds: plan.fresh.flatMap((row) => row.client_event_id ?? []),
-          leaseEpoch,
-          agentState: folded.agentState,
-          stateSet: folded.conversation.set,
-          stateDeleted: folded.conversation.deleted,
-          metrics: folded.metrics,
-        }),
+        this.batcher.append(plainAppend(tenantId, conversationId, plan.fresh, folded, leaseEpoch)),
       );
     } catch (error) {
       // A client_event_id stored meanwhile: nothing was written; tell repeat from conflict.
@@ -280,7 +291,8 @@ export class PostgresConversationStore implements ConversationStore {
           clientEventIds.length === 0
             ? NOTHING_STORED
             : await events.findByClientEventIds(tenantId, conversationId, clientEventIds);
-        const plan = planAppend(prepared, stored, head.lastEventId + 1);
+        // Ids are offsets here: the one-row statement assigns them from last_event_id.
+        const plan = planAppend(prepared, stored, 0);
         if (plan.fresh.length === 0) {
           return plan.outcomes.map((outcome) => {
             if (outcome.kind !== 'stored') throw new Error('a new event without a row');
@@ -289,22 +301,11 @@ export class PostgresConversationStore implements ConversationStore {
         }
 
         const folded = foldDeltas(plan.fresh.map((row) => row.prepared));
-        const stamp = await conversations.recordAppend({
-          tenantId,
-          conversationId,
-          lastEventId: head.lastEventId + plan.fresh.length,
-          agentState: folded.agentState,
-          stateSet: folded.conversation.set,
-          stateDeleted: folded.conversation.deleted,
-          metrics: folded.metrics,
-        });
-        await events.insertMany(
-          tenantId,
-          conversationId,
-          eventRowsJson(plan.fresh),
-          leaseEpoch,
-          stamp.micros,
+        const appended = await events.appendToLog(
+          plainAppend(tenantId, conversationId, plan.fresh, folded, leaseEpoch),
         );
+        // The row is locked by this transaction, its lease checked: it cannot have gone.
+        if (!appended) throw new Error(`conversation ${conversationId} vanished during an append`);
         const states = new ScopedStateRepository(tx);
         if (!folded.user.empty) {
           await states.mergeUserState(
@@ -320,7 +321,7 @@ export class PostgresConversationStore implements ConversationStore {
         }
 
         const written: StoredEvent[] = plan.fresh.map((row) =>
-          toStoredEvent({ ...row, created_at: stamp.at }),
+          toStoredEvent({ ...row, id: appended.firstId + row.id, created_at: appended.at }),
         );
         return plan.outcomes.map((outcome): AppendedEvent => {
           if (outcome.kind === 'stored') return { event: outcome.event, duplicate: true };

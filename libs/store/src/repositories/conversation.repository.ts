@@ -56,24 +56,6 @@ export interface AppendHead {
   leaseEpoch: number;
 }
 
-export interface AppendRecord {
-  tenantId: string;
-  conversationId: string;
-  lastEventId: number;
-  /** Set when an appended event changed the agent state. */
-  agentState: AgentState | null;
-  /** Conversation-scope keys to set, as a JSON object, and keys to delete. */
-  stateSet: string;
-  stateDeleted: string[];
-  metrics: ConversationMetrics;
-}
-
-/** The activity time an append stamped, as a Date and in microseconds since the epoch. */
-export interface AppendStamp {
-  at: Date;
-  micros: string;
-}
-
 export class ConversationRepository {
   constructor(private readonly db: SqlQueryable) {}
 
@@ -286,46 +268,6 @@ export class ConversationRepository {
       lastEventId: row.last_event_id,
       leaseEpoch: row.lease_epoch,
     };
-  }
-
-  /**
-   * Records appended events on the (locked) row. The state delta is merged key
-   * by key in SQL and the metrics added there, never read and written back.
-   * `greatest` keeps the activity time from going back when clocks step.
-   */
-  async recordAppend(append: AppendRecord): Promise<AppendStamp> {
-    const { rows } = await this.db.query<{ updated_at: Date; updated_at_us: string }>(
-      `UPDATE conversations
-          SET last_event_id = $3,
-              agent_state = coalesce($4::text, agent_state),
-              state = (state || $5::jsonb) - $6::text[],
-              metrics = jsonb_build_object(
-                'iterations', coalesce((metrics ->> 'iterations')::numeric, 0) + $7::numeric,
-                'prompt_tokens', coalesce((metrics ->> 'prompt_tokens')::numeric, 0) + $8::numeric,
-                'completion_tokens',
-                  coalesce((metrics ->> 'completion_tokens')::numeric, 0) + $9::numeric,
-                'cost_usd', coalesce((metrics ->> 'cost_usd')::numeric, 0) + $10::numeric),
-              updated_at = greatest(updated_at, clock_timestamp())
-        WHERE tenant_id = $1 AND id = $2
-        RETURNING updated_at, (extract(epoch FROM updated_at) * 1000000)::bigint::text AS updated_at_us`,
-      [
-        append.tenantId,
-        append.conversationId,
-        append.lastEventId,
-        append.agentState,
-        append.stateSet,
-        append.stateDeleted,
-        append.metrics.iterations,
-        append.metrics.prompt_tokens,
-        append.metrics.completion_tokens,
-        append.metrics.cost_usd,
-      ],
-      PREPARED,
-    );
-    const row = rows[0];
-    // The caller holds the row lock: the row cannot have gone.
-    if (!row) throw new Error(`conversation ${append.conversationId} vanished during an append`);
-    return { at: row.updated_at, micros: row.updated_at_us };
   }
 }
 

@@ -88,35 +88,10 @@ export class EventRepository {
   }
 
   /**
-   * Writes a burst of events in one statement: the rows travel as one JSON
-   * array of `NewEventRow`s, the same on pg and PGlite, and all share the
-   * append's timestamp.
-   */
-  async insertMany(
-    tenantId: string,
-    conversationId: string,
-    rowsJson: string,
-    leaseEpoch: number | null,
-    createdAtMicros: string,
-  ): Promise<void> {
-    await this.db.query(
-      `INSERT INTO events
-         (conversation_id, id, tenant_id, source, type, payload, cause, client_event_id,
-          lease_epoch, created_at)
-       SELECT $1::uuid, e.id, $2::text, e.source, e.type, e.payload, e.cause, e.client_event_id,
-              $4::bigint, timestamptz 'epoch' + $5::bigint * interval '1 microsecond'
-         FROM jsonb_to_recordset($3::jsonb)
-           AS e(id bigint, source text, type text, payload jsonb, cause bigint,
-                client_event_id text)`,
-      [conversationId, tenantId, rowsJson, leaseEpoch, createdAtMicros],
-      PREPARED,
-    );
-  }
-
-  /**
-   * One plain append in one statement, outside any transaction: what
-   * `appendToLogs` does for many, without the ordered locking that many
-   * rows need (about four times cheaper for Postgres). Null when left undone.
+   * One append in one statement: what `appendToLogs` does for many, without
+   * the ordered locking that many rows need (about four times cheaper for
+   * Postgres). On its own, or inside the transaction that tells repeats from
+   * conflicts and merges `user:` / `app:` keys. Null when left undone.
    */
   async appendToLog(append: PlainAppend): Promise<AppendedHead | null> {
     const { rows } = await this.db.query<{ first_id: number; updated_at: Date }>(
