@@ -596,7 +596,19 @@ describe.each(backends)('standalone service on $name', (backend) => {
 
     const stopped = await api(app.url, 'POST', `/api/conversations/${id}/stop`, { token });
     expect(stopped.body).toEqual({ conversation_status: 'STOPPED' });
-    expect((await api(app.url, 'DELETE', `/api/conversations/${id}`, { token })).status).toBe(204);
+    const client = await ConversationClient.connect(app.url, token, { conversation_id: id });
+    try {
+      expect((await api(app.url, 'DELETE', `/api/conversations/${id}`, { token })).status).toBe(
+        204,
+      );
+      // A socket authorized before the deletion stores nothing after it.
+      expect(await client.message('too late')).toMatchObject({
+        ok: false,
+        error: { code: 'NOT_FOUND' },
+      });
+    } finally {
+      client.close();
+    }
     expect((await api(app.url, 'GET', `/api/conversations/${id}`, { token })).status).toBe(404);
     expect((await api(app.url, 'GET', `/api/conversations/${id}/events`, { token })).status).toBe(
       404,
