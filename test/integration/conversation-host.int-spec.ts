@@ -18,6 +18,7 @@ import {
   leaseTiming,
   openRedis,
 } from '@cs/cluster';
+import type { ConversationStore } from '@cs/core';
 import { openStore, type OpenedStore } from '@cs/store';
 import {
   createEchoConversation,
@@ -41,6 +42,8 @@ describe(ConversationHost.name, () => {
   let jobs: ConversationJobs;
   let manager: ClusteredConversationManager;
   let keys: ClusterKeys;
+  /** Agent appends of the host that fail (as if Postgres went away) before writing. */
+  let failingAgentAppends = 0;
 
   beforeAll(async () => {
     scratch = await createScratchDatabase('cs_host');
@@ -57,8 +60,18 @@ describe(ConversationHost.name, () => {
     });
     const broadcaster = new EmitterBroadcaster(redis, keys.socketIo);
     const connections = new ConnectionRegistry(redis, keys, 'gateway-test', 15_000);
+    const store = opened.store;
+    const flakyStore: ConversationStore = Object.assign(Object.create(store) as ConversationStore, {
+      append: (...args: Parameters<ConversationStore['append']>) => {
+        if (failingAgentAppends > 0 && args[2].some((draft) => draft.source === 'agent')) {
+          failingAgentAppends -= 1;
+          return Promise.reject(new Error('connection terminated'));
+        }
+        return store.append(...args);
+      },
+    });
     host = new ConversationHost({
-      store: opened.store,
+      store: flakyStore,
       agents: new AgentRegistry(),
       broadcaster,
       inbox: new ConversationInbox(redis, subscriber, keys),
@@ -171,5 +184,33 @@ describe(ConversationHost.name, () => {
       },
       { timeout: 10_000, interval: 100 },
     );
+  });
+
+  it('tries a failed write again from its periodic catch-up, with no new event to wake it', async () => {
+    const ref = await createEchoConversation(
+      opened.store,
+      { tenantId: uniqueName('tenant'), userId: 'user' },
+      'flaky',
+    );
+    await manager.ensureRunning(ref);
+    await vi.waitFor(() => expect(host.conversations).toContain(ref.conversationId), {
+      timeout: 10_000,
+      interval: 50,
+    });
+    failingAgentAppends = 1;
+    const sent = await manager.sendUserAction(ref, {
+      action: 'message',
+      args: { content: 'still there?', image_urls: [], file_urls: [] },
+    });
+    await vi.waitFor(
+      async () => {
+        const all = await opened.store.readEvents(ref.tenantId, ref.conversationId, { limit: 100 });
+        expect(all.filter((e) => e.source === 'agent' && e.cause === sent.event.id)).toHaveLength(
+          1,
+        );
+      },
+      { timeout: 10_000, interval: 100 },
+    );
+    expect(failingAgentAppends).toBe(0);
   });
 });

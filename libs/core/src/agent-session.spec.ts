@@ -630,6 +630,58 @@ describe(AgentSession.name, () => {
       await next.close();
     });
 
+    it('reads before trying again when a write committed but its answer was lost: one answer', async () => {
+      const f = await fixture();
+      const session = await f.newSession(echoTestAgent());
+      await session.start();
+      let failed = false;
+      f.store.afterAppend = (_id, drafts) => {
+        if (!failed && drafts.some((d) => d.source === 'agent')) {
+          failed = true;
+          throw new Error('connection reset after commit');
+        }
+      };
+      const messageId = await f.userSays('once only', session);
+      await vi.waitFor(() => expect(session.lastError).toBeInstanceOf(Error));
+      f.clock.advance(CATCH_UP_MS);
+      await f.userSays('and this', session);
+      await vi.waitFor(() => expect(f.answers()).toHaveLength(2));
+      expect(f.answers()).toEqual([
+        ['echo: once only', messageId],
+        ['echo: and this', messageId + 4],
+      ]);
+      await session.close();
+    });
+
+    it('without a poll of its own, asks its holder to wake it after a failed write', async () => {
+      const f = await fixture();
+      const leaseEpoch = await f.store.acquireLease(f.ref.tenantId, f.ref.conversationId, 'host');
+      const session = new AgentSession({
+        store: f.store,
+        broadcaster: f.broadcaster,
+        ref: f.ref,
+        leaseEpoch,
+        agent: echoTestAgent(),
+        options: { maxIterations: 10, clock: f.clock, catchUpIntervalMs: 0 },
+      });
+      await session.start();
+      let failed = false;
+      f.store.beforeAppend = (_id, drafts) => {
+        if (!failed && drafts.some((d) => d.source === 'agent')) {
+          failed = true;
+          throw new Error('connection reset');
+        }
+      };
+      const messageId = await f.userSays('retry me', session);
+      await vi.waitFor(() => expect(session.wantsRetry).toBe(true));
+      f.clock.advance(10 * CATCH_UP_MS);
+      expect(f.answers()).toEqual([]);
+      session.wake();
+      await vi.waitFor(() => expect(f.answers()).toEqual([['echo: retry me', messageId]]));
+      expect(session.wantsRetry).toBe(false);
+      await session.close();
+    });
+
     it('retries a failed store write on the next catch-up poll within the same session', async () => {
       const f = await fixture();
       const session = await f.newSession(echoTestAgent());

@@ -153,6 +153,8 @@ export class AgentSession {
   private poll: { cancel(): void } | null = null;
   /** The store may hold events this session has not seen: the loop reads before it acts. */
   private unread = true;
+  /** The loop recovered from a store failure and waits for a wake-up to try again. */
+  private retryWanted = false;
   private wakePending = false;
   private wakeWaiter: (() => void) | null = null;
   private syncRun: Promise<void> | null = null;
@@ -214,6 +216,14 @@ export class AgentSession {
   /** The session state the agent sees, `temp:` keys included. */
   get sessionState(): Readonly<Record<string, unknown>> {
     return { ...this.state };
+  }
+
+  /**
+   * True while the loop waits to try again after a store failure: a holder
+   * that does the catch-up itself (`catchUpIntervalMs` 0) wakes it.
+   */
+  get wantsRetry(): boolean {
+    return this.retryWanted;
   }
 
   /** The last store error the loop recovered from (it retries on the next wake-up or poll). */
@@ -338,6 +348,7 @@ export class AgentSession {
   private async loop(): Promise<void> {
     while (!this.closing) {
       this.wakePending = false;
+      this.retryWanted = false;
       try {
         if (this.unread) await this.sync();
         if (this.closing) break;
@@ -350,8 +361,12 @@ export class AgentSession {
           break;
         }
         // A store failure: retry on the next wake-up or catch-up poll. An
-        // unsettled turn is simply run again; its final batch is atomic.
+        // unsettled turn is simply run again; its final batch is atomic. The
+        // write may have committed with only its answer lost: read before
+        // acting again, so that a stored answer is seen and not given twice.
         this.error = error;
+        this.unread = true;
+        this.retryWanted = true;
         await this.waitForWake();
       }
     }

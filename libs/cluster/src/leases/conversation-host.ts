@@ -357,7 +357,8 @@ export class ConversationHost {
   /**
    * A wake-up lost (Redis away, a holder just subscribing) must delay a
    * message, never lose it: one read of every hosted conversation's last
-   * event id finds the sessions that are behind, and only those read.
+   * event id finds the sessions that are behind, and only those read. A
+   * session that failed to write (Postgres away) is woken to try again.
    */
   private async catchUp(): Promise<void> {
     const live = [...this.hosted.values()].filter((h) => h.session && !h.session.isClosed);
@@ -366,7 +367,9 @@ export class ConversationHost {
       const latest = await this.deps.store.lastEventIds(live.map((hosted) => hosted.ref));
       for (const hosted of live) {
         const last = latest.get(hosted.ref.conversationId);
-        if (last !== undefined && last > hosted.session!.lastEventId) hosted.session!.wake();
+        const session = hosted.session!;
+        if (session.wantsRetry || (last !== undefined && last > session.lastEventId))
+          session.wake();
       }
     } catch (error) {
       this.deps.log('warn', `catch-up: ${describe(error)}`);

@@ -59,6 +59,11 @@ export class InMemoryConversationStore implements ConversationStore {
   private readonly clock: Clock;
   /** Test hook run before each append (after nothing has been written). */
   beforeAppend: AppendHook | null = null;
+  /**
+   * Test hook run after each append has been written, before it returns: a
+   * throw here is a commit whose answer was lost on its way back.
+   */
+  afterAppend: AppendHook | null = null;
 
   constructor(options: InMemoryConversationStoreOptions = {}) {
     this.clock = options.clock ?? systemClock;
@@ -251,6 +256,7 @@ export class InMemoryConversationStore implements ConversationStore {
       this.applyDraft(entry, draft);
     }
     if (fresh.length > 0) record.updatedAt = new Date(this.clock.now());
+    if (this.afterAppend) await this.afterAppend(conversationId, drafts, options);
     return results;
   }
 
