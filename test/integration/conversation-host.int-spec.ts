@@ -18,7 +18,8 @@ import {
   leaseTiming,
   openRedis,
 } from '@cs/cluster';
-import type { ConversationStore } from '@cs/core';
+import type { ConversationRef, ConversationStore } from '@cs/core';
+import type { StoredEvent } from '@cs/protocol';
 import { openStore, type OpenedStore } from '@cs/store';
 import {
   createEchoConversation,
@@ -114,6 +115,35 @@ describe(ConversationHost.name, () => {
     await scratch?.drop();
   });
 
+  /** A new echo conversation, started and held by the host. */
+  async function hostedConversation(title: string): Promise<ConversationRef> {
+    const ref = await createEchoConversation(
+      opened.store,
+      { tenantId: uniqueName('tenant'), userId: 'user' },
+      title,
+    );
+    await manager.ensureRunning(ref);
+    await vi.waitFor(() => expect(host.conversations).toContain(ref.conversationId), {
+      timeout: 10_000,
+      interval: 50,
+    });
+    return ref;
+  }
+
+  /** Waits until the agent has answered the event `cause`; returns its answers. */
+  async function answersTo(ref: ConversationRef, cause: number): Promise<StoredEvent[]> {
+    let answers: StoredEvent[] = [];
+    await vi.waitFor(
+      async () => {
+        const all = await opened.store.readEvents(ref.tenantId, ref.conversationId, { limit: 100 });
+        answers = all.filter((e) => e.source === 'agent' && e.cause === cause);
+        expect(answers.length).toBeGreaterThan(0);
+      },
+      { timeout: 10_000, interval: 50 },
+    );
+    return answers;
+  }
+
   it('ends a conversation in error after too many failovers, then starts it with the next message', async () => {
     const ref = await createEchoConversation(
       opened.store,
@@ -147,29 +177,14 @@ describe(ConversationHost.name, () => {
       action: 'message',
       args: { content: 'are you back?', image_urls: [], file_urls: [] },
     });
-    await vi.waitFor(
-      async () => {
-        const all = await opened.store.readEvents(ref.tenantId, ref.conversationId, { limit: 100 });
-        expect(all.some((e) => e.source === 'agent' && e.cause === sent.event.id)).toBe(true);
-      },
-      { timeout: 10_000, interval: 50 },
-    );
+    await answersTo(ref, sent.event.id);
     expect((await opened.store.getConversation(ref.tenantId, ref.conversationId))?.status).toBe(
       'RUNNING',
     );
   });
 
   it('answers a message whose wake-up was lost, found by its periodic catch-up', async () => {
-    const ref = await createEchoConversation(
-      opened.store,
-      { tenantId: uniqueName('tenant'), userId: 'user' },
-      'quiet',
-    );
-    await manager.ensureRunning(ref);
-    await vi.waitFor(() => expect(host.conversations).toContain(ref.conversationId), {
-      timeout: 10_000,
-      interval: 50,
-    });
+    const ref = await hostedConversation('quiet');
     // Stored without a wake-up, as when Redis dropped it.
     const [stored] = await opened.store.append(ref.tenantId, ref.conversationId, [
       {
@@ -177,40 +192,17 @@ describe(ConversationHost.name, () => {
         body: { action: 'message', args: { content: 'anyone?' }, message: 'anyone?' },
       },
     ]);
-    await vi.waitFor(
-      async () => {
-        const all = await opened.store.readEvents(ref.tenantId, ref.conversationId, { limit: 100 });
-        expect(all.some((e) => e.source === 'agent' && e.cause === stored!.event.id)).toBe(true);
-      },
-      { timeout: 10_000, interval: 100 },
-    );
+    await answersTo(ref, stored!.event.id);
   });
 
   it('tries a failed write again from its periodic catch-up, with no new event to wake it', async () => {
-    const ref = await createEchoConversation(
-      opened.store,
-      { tenantId: uniqueName('tenant'), userId: 'user' },
-      'flaky',
-    );
-    await manager.ensureRunning(ref);
-    await vi.waitFor(() => expect(host.conversations).toContain(ref.conversationId), {
-      timeout: 10_000,
-      interval: 50,
-    });
+    const ref = await hostedConversation('flaky');
     failingAgentAppends = 1;
     const sent = await manager.sendUserAction(ref, {
       action: 'message',
       args: { content: 'still there?', image_urls: [], file_urls: [] },
     });
-    await vi.waitFor(
-      async () => {
-        const all = await opened.store.readEvents(ref.tenantId, ref.conversationId, { limit: 100 });
-        expect(all.filter((e) => e.source === 'agent' && e.cause === sent.event.id)).toHaveLength(
-          1,
-        );
-      },
-      { timeout: 10_000, interval: 100 },
-    );
+    expect(await answersTo(ref, sent.event.id)).toHaveLength(1);
     expect(failingAgentAppends).toBe(0);
   });
 });

@@ -4,10 +4,11 @@ import { isAction } from '@cs/protocol';
 import type { AgentState, EventBody, StatusUpdate } from '@cs/protocol';
 import type { Agent } from './agent.js';
 import { AgentSession, SessionClosedError } from './agent-session.js';
-import type { ConversationRef } from './conversation.js';
+import type { ConversationRef, EventDraft } from './conversation.js';
 import { agentStateChangeDraft, readAgentStateChange } from './session/agent-state-change.js';
 import {
   GatedAgent,
+  type AppendHook,
   InMemoryConversationStore,
   ManualClock,
   RecordingBroadcaster,
@@ -18,6 +19,22 @@ import {
 } from './testing/index.js';
 
 const CATCH_UP_MS = 1000;
+
+/** An append hook that throws once, for the first append whose drafts match. */
+function failOnce(
+  matches: (drafts: readonly EventDraft[]) => boolean,
+  message: string,
+): AppendHook {
+  let failed = false;
+  return (_id, drafts) => {
+    if (!failed && matches(drafts)) {
+      failed = true;
+      throw new Error(message);
+    }
+  };
+}
+
+const hasAgentEvent = (drafts: readonly EventDraft[]) => drafts.some((d) => d.source === 'agent');
 
 async function fixture() {
   const clock = new ManualClock();
@@ -40,7 +57,11 @@ async function fixture() {
   });
 
   /** A new session holding a freshly acquired lease (as a starting holder would). */
-  async function newSession(agent: Agent, maxIterations = 10): Promise<AgentSession> {
+  async function newSession(
+    agent: Agent,
+    maxIterations = 10,
+    catchUpIntervalMs = CATCH_UP_MS,
+  ): Promise<AgentSession> {
     const leaseEpoch = await store.acquireLease(ref.tenantId, ref.conversationId, 'test-owner');
     return new AgentSession({
       store,
@@ -48,7 +69,7 @@ async function fixture() {
       ref,
       leaseEpoch,
       agent,
-      options: { maxIterations, clock, catchUpIntervalMs: CATCH_UP_MS },
+      options: { maxIterations, clock, catchUpIntervalMs },
     });
   }
 
@@ -605,22 +626,19 @@ describe(AgentSession.name, () => {
       const f = await fixture();
       const session = await f.newSession(echoTestAgent());
       await session.start();
-      let failed = false;
       // Fail the write that settles the turn: the answer must not survive without it.
-      f.store.beforeAppend = (_id, drafts) => {
-        const settles = drafts.some(
-          (d) =>
-            d.cause !== undefined &&
-            'extras' in d.body &&
-            d.body.extras['agent_state'] === 'awaiting_user_input',
-        );
-        if (!failed && settles) {
-          failed = true;
-          throw new Error('connection reset');
-        }
-      };
+      f.store.beforeAppend = failOnce(
+        (drafts) =>
+          drafts.some(
+            (d) =>
+              d.cause !== undefined &&
+              'extras' in d.body &&
+              d.body.extras['agent_state'] === 'awaiting_user_input',
+          ),
+        'connection reset',
+      );
       const messageId = await f.userSays('retry me', session);
-      await vi.waitFor(() => expect(failed).toBe(true));
+      await vi.waitFor(() => expect(session.lastError).toBeInstanceOf(Error));
       expect(f.answers()).toEqual([]);
       await session.close();
 
@@ -634,13 +652,7 @@ describe(AgentSession.name, () => {
       const f = await fixture();
       const session = await f.newSession(echoTestAgent());
       await session.start();
-      let failed = false;
-      f.store.afterAppend = (_id, drafts) => {
-        if (!failed && drafts.some((d) => d.source === 'agent')) {
-          failed = true;
-          throw new Error('connection reset after commit');
-        }
-      };
+      f.store.afterAppend = failOnce(hasAgentEvent, 'connection reset after commit');
       const messageId = await f.userSays('once only', session);
       await vi.waitFor(() => expect(session.lastError).toBeInstanceOf(Error));
       f.clock.advance(CATCH_UP_MS);
@@ -655,23 +667,9 @@ describe(AgentSession.name, () => {
 
     it('without a poll of its own, asks its holder to wake it after a failed write', async () => {
       const f = await fixture();
-      const leaseEpoch = await f.store.acquireLease(f.ref.tenantId, f.ref.conversationId, 'host');
-      const session = new AgentSession({
-        store: f.store,
-        broadcaster: f.broadcaster,
-        ref: f.ref,
-        leaseEpoch,
-        agent: echoTestAgent(),
-        options: { maxIterations: 10, clock: f.clock, catchUpIntervalMs: 0 },
-      });
+      const session = await f.newSession(echoTestAgent(), 10, 0);
       await session.start();
-      let failed = false;
-      f.store.beforeAppend = (_id, drafts) => {
-        if (!failed && drafts.some((d) => d.source === 'agent')) {
-          failed = true;
-          throw new Error('connection reset');
-        }
-      };
+      f.store.beforeAppend = failOnce(hasAgentEvent, 'connection reset');
       const messageId = await f.userSays('retry me', session);
       await vi.waitFor(() => expect(session.wantsRetry).toBe(true));
       f.clock.advance(10 * CATCH_UP_MS);
@@ -686,13 +684,7 @@ describe(AgentSession.name, () => {
       const f = await fixture();
       const session = await f.newSession(echoTestAgent());
       await session.start();
-      let failed = false;
-      f.store.beforeAppend = (_id, drafts) => {
-        if (!failed && drafts.some((d) => d.source === 'agent')) {
-          failed = true;
-          throw new Error('connection reset');
-        }
-      };
+      f.store.beforeAppend = failOnce(hasAgentEvent, 'connection reset');
       const messageId = await f.userSays('retry me', session);
       await vi.waitFor(() => expect(session.lastError).toBeInstanceOf(Error));
       f.clock.advance(CATCH_UP_MS);
