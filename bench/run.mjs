@@ -30,16 +30,18 @@ const SCENARIOS = [
   { name: 'failover', title: 'Failover (kill -9)', run: (ctx) => runFailover(ctx, 'SIGKILL') },
   { name: 'handoff', title: 'Hand-off (SIGTERM)', run: (ctx) => runFailover(ctx, 'SIGTERM') },
   { name: 'sustained', title: 'Sustained load', run: runSustained },
-  { name: 'memory', title: 'Memory', run: runMemory, optIn: true },
+  { name: 'memory', title: 'Memory', run: runMemory },
 ];
 
 const USAGE = `usage: npm run bench -- [options]
   --only a,b,…                   scenarios: ${SCENARIOS.map((s) => s.name).join(', ')}
-                                 (memory runs only when named)
+                                 (default: all, in this order)
   --quick                        short run (fewer iterations; results go to <date>-quick.json)
   --gateways N, --workers M      cluster size (default 2 and 2)
   --lease-ttl-ms MS              LEASE_TTL_MS of the cluster (default 10000)
   --round-trips N                round trip iterations (default 500)
+  --round-trip-warmup N          round trips sent first and not counted, so that the services'
+                                 code is compiled by V8's optimizing compiler (default 2000)
   --failover-conversations N     conversations on the killed worker (default 100)
   --sustained-conversations N    clients of the sustained load (default 1000)
   --sustained-levels a,b,…       lower load levels measured first (default 1,10,100)
@@ -63,6 +65,7 @@ function parseOptions(argv) {
       workers: { type: 'string', default: '2' },
       'lease-ttl-ms': { type: 'string', default: '5000' },
       'round-trips': { type: 'string', default: '500' },
+      'round-trip-warmup': { type: 'string', default: '2000' },
       'cold-starts': { type: 'string', default: '50' },
       replays: { type: 'string', default: '10' },
       'replay-events': { type: 'string', default: '10000' },
@@ -110,6 +113,7 @@ function parseOptions(argv) {
     workers: int('workers', 1, 8),
     leaseTtlMs: int('lease-ttl-ms', 1000, 60_000),
     roundTrips: int('round-trips', 1, 100_000),
+    roundTripWarmup: int('round-trip-warmup', 0, 100_000),
     coldStarts: int('cold-starts', 1, 1000),
     replays: int('replays', 1, 100),
     replayEvents: int('replay-events', 1, 10_000),
@@ -152,9 +156,7 @@ async function main() {
     for (const path of renderFromResults(file)) log(`wrote ${path}`);
     return;
   }
-  const selected = SCENARIOS.filter((s) =>
-    options.only ? options.only.includes(s.name) : !s.optIn,
-  );
+  const selected = SCENARIOS.filter((s) => !options.only || options.only.includes(s.name));
   const profileDir = options.profile ? mkdtempSync(join(tmpdir(), 'bench-profiles-')) : null;
   const cluster = new Cluster({
     gateways: options.gateways,

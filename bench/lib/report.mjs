@@ -596,14 +596,15 @@ export function renderMarkdown(data, chart) {
       ' defaults `postgres://postgres@127.0.0.1:5432/postgres` and `redis://127.0.0.1:6379`).' +
       ' The harness builds `dist/` if needed, creates a database `bench_<stamp>` and a key prefix' +
       ' `bench-<stamp>`, starts the cluster, runs the scenarios and removes everything again' +
-      ' (`--keep` keeps the database and keys). The default run takes about 8 minutes, the memory' +
-      ' probe about 5 more. Sustained load runs closed-loop levels first (1, 10, 100, 1,000' +
+      ' (`--keep` keeps the database and keys). The default run takes about 12 minutes; memory is' +
+      ' measured last, on a fresh gateway and fresh workers. The round trip is timed after 2,000' +
+      ' unmeasured round trips (V8 compiles the hot path meanwhile). Sustained load runs closed-loop levels first (1, 10, 100, 1,000' +
       ' clients, each sending again as soon as its echo arrives: the most the cluster answers),' +
       ' then paced levels: the 1,000 conversations each sending at its share of an offered rate' +
       ' (250 to 1,250 msg/s), latency counted from when each message was due.',
     '',
     '```sh',
-    'npm run bench                                   # every scenario but memory, 2 gateways + 2 workers',
+    'npm run bench                                   # every scenario, 2 gateways + 2 workers',
     'npm run bench -- --quick                        # short run; results in bench/results/<date>-quick.json',
     "npm run bench -- --only round-trip,cold-start   # some scenarios (merged into the day's results)",
     'npm run bench -- --only memory                  # RSS per idle socket and per hosted conversation',

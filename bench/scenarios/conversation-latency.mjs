@@ -30,7 +30,7 @@ export async function runRoundTrip(ctx) {
   const conversation = await connectConversation(gateway.url, token, id);
   try {
     await conversation.ready(READY_TIMEOUT_MS);
-    const warmup = options.quick ? 20 : 50;
+    const warmup = options.quick ? 20 : options.roundTripWarmup;
     const iterations = options.quick ? 100 : options.roundTrips;
     for (let i = 0; i < warmup; i += 1) await conversation.roundTrip(`warm-up ${i}`);
     const totals = [];

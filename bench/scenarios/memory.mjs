@@ -1,8 +1,10 @@
 // Memory per idle unit: a gateway's RSS per connected socket (sockets that
 // attach without starting the agent) and a worker's RSS per hosted
 // conversation (started through REST, no client), from /proc/<pid>/status
-// before and after. Also the CPU the idle conversations cost their workers
-// and the machine (each hosted session polls the store every second).
+// before and after, on processes that ran nothing else: after other scenarios
+// a grown heap would hide new objects in its free space. Also the CPU the
+// idle conversations cost their workers, Postgres and the machine (a worker
+// reads where its hosted conversations stand every few seconds).
 import {
   ConversationSocket,
   api,
@@ -17,6 +19,8 @@ import { cpus } from 'node:os';
 
 const SETTLE_MS = 3000;
 const IDLE_CPU_WINDOW_MS = 10_000;
+/** A Postgres backend idle since its last transaction reports it within 10 s (PGSTAT_IDLE_INTERVAL). */
+const STATS_FLUSH_MS = 10_500;
 
 /** Transactions of this database so far (statistics lag by up to a second). */
 async function transactions(cluster) {
@@ -29,9 +33,8 @@ const SOCKETS_PER_CONVERSATION = 10;
 
 const sumRss = (processes) => processes.reduce((sum, p) => sum + (processRssKiB(p.pid) ?? 0), 0);
 
-async function gatewaySockets(ctx) {
-  const { cluster, options, log } = ctx;
-  const gateway = cluster.gateways[0];
+async function gatewaySockets(ctx, gateway) {
+  const { options, log } = ctx;
   const count = options.quick ? Math.min(500, options.memorySockets) : options.memorySockets;
   const token = await ctx.token('memory-sockets');
   const conversations = await mapLimit(
@@ -101,7 +104,7 @@ async function workerConversations(ctx) {
   const gateways = cluster.gateways;
   const token = await ctx.token('memory-conversations');
   const workers = cluster.workers;
-  await sleep(SETTLE_MS);
+  await sleep(STATS_FLUSH_MS);
   const idleBefore = startCpuMeter(() => cluster.meterTargets());
   const txBefore0 = await transactions(cluster);
   await sleep(IDLE_CPU_WINDOW_MS);
@@ -134,6 +137,7 @@ async function workerConversations(ctx) {
     const startS = round((performance.now() - started) / 1000);
     await sleep(SETTLE_MS);
     const after = sumRss(workers);
+    await sleep(STATS_FLUSH_MS - SETTLE_MS); // the starts' transactions are counted before the window
     const meter = startCpuMeter(() => cluster.meterTargets());
     const tx0 = await transactions(cluster);
     await sleep(IDLE_CPU_WINDOW_MS);
@@ -175,8 +179,27 @@ async function workerConversations(ctx) {
   }
 }
 
+/**
+ * Replaces the cluster's processes by fresh ones when earlier scenarios ran:
+ * a new gateway is measured, and new workers take over from the old ones.
+ */
+async function freshProcesses(ctx) {
+  const { cluster, log } = ctx;
+  if (Object.keys(ctx.results).length === 0) return cluster.gateways[0];
+  const old = [...cluster.workers];
+  const [gateway] = await Promise.all([
+    cluster.startGateway(),
+    ...old.map(() => cluster.startWorker()),
+  ]);
+  await Promise.all(old.map((worker) => cluster.stopWorker(worker, 'SIGTERM')));
+  log(
+    `  measured on fresh processes: ${gateway.name}, ${cluster.workers.map((w) => w.name).join(', ')}`,
+  );
+  return gateway;
+}
+
 export async function runMemory(ctx) {
-  const gateway = await gatewaySockets(ctx);
+  const gateway = await gatewaySockets(ctx, await freshProcesses(ctx));
   const worker = await workerConversations(ctx);
   return { gateway, worker };
 }
