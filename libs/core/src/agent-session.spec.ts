@@ -249,6 +249,44 @@ describe(AgentSession.name, () => {
     await session.close();
   });
 
+  it("gives a turn the history as of the turn's start, however late its agent reads it", async () => {
+    const f = await fixture();
+    let release!: () => void;
+    const released = new Promise<void>((resolve) => (release = resolve));
+    let waiting!: () => void;
+    const agentWaits = new Promise<void>((resolve) => (waiting = resolve));
+    let seen: number[] = [];
+    const agent = new ScriptedAgent(async function* (turn) {
+      yield say('thinking');
+      waiting();
+      await released;
+      seen = turn.history.map((e) => e.id);
+      yield say('done');
+    });
+    const session = await f.newSession(agent);
+    await session.start();
+    const trigger = await f.userSays('hello', session);
+    await agentWaits;
+    // Stored during the turn, with no cause: a turn that looked now would see it.
+    const [note] = await f.store.append(f.ref.tenantId, f.ref.conversationId, [
+      {
+        source: 'environment',
+        body: { observation: 'note', content: 'meanwhile', extras: {}, message: '' },
+      },
+    ]);
+    session.wake([note!.event]);
+    expect(session.lastEventId).toBe(note!.event.id);
+    release();
+    await vi.waitFor(() => expect(f.answers()).toHaveLength(2));
+
+    expect(seen).toEqual([...Array(trigger + 1).keys()]);
+    expect(f.answers()).toEqual([
+      ['thinking', trigger],
+      ['done', trigger],
+    ]);
+    await session.close();
+  });
+
   it('publishes token deltas as ephemeral stream messages, never stored', async () => {
     const f = await fixture();
     const agent = new ScriptedAgent(async function* () {

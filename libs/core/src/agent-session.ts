@@ -495,9 +495,16 @@ export class AgentSession {
   private async driveAgent(turn: Turn): Promise<TurnOutcome> {
     const { trigger, controller } = turn;
     const signal = controller.signal;
+    // The history is copied only if the agent reads it: a turn must not cost
+    // a copy of a long history when its agent does not look.
+    const end = this.history.length;
+    const copyHistory = () => this.historyFor(trigger, end);
+    let history: StoredEvent[] | undefined;
     const outputs = this.agent.run({
       conversationId: this.ref.conversationId,
-      history: this.historyFor(trigger),
+      get history() {
+        return (history ??= copyHistory());
+      },
       state: { ...this.state },
       instructions: this.instructions,
       trigger,
@@ -558,11 +565,13 @@ export class AgentSession {
    * The history a turn sees, in id order: everything up to and including the
    * trigger, plus what earlier turns stored after it (when messages queue, the
    * answer to the previous one comes after the trigger's id), but no later user
-   * event nor anything caused by one.
+   * event nor anything caused by one; of the first `end` events, those stored
+   * when the turn began.
    */
-  private historyFor(trigger: StoredEvent): StoredEvent[] {
+  private historyFor(trigger: StoredEvent, end: number): StoredEvent[] {
     const seen = this.history.slice(0, trigger.id + 1);
-    for (const event of this.history.slice(trigger.id + 1)) {
+    for (let id = trigger.id + 1; id < end; id += 1) {
+      const event = this.history[id]!;
       if (event.source !== 'user' && (event.cause ?? -1) < trigger.id) seen.push(event);
     }
     return seen;
