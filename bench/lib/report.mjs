@@ -222,14 +222,18 @@ function targetsTable(s, blocks) {
     );
   }
   if (rt) add('round trip p99', '≤ 15 ms', ms(rt.latency.p99), rt.latency.p99 <= 15);
+  // The level that meets the figure with the most messages/s; else the lowest p99.
+  const meets = (l) => l.throughput.value >= 1000 && l.latency.p99 <= 100;
   const paced = (s.sustained?.levels ?? []).filter((l) => l.offeredRate >= 1000);
-  const best = paced.sort((a, b) => a.latency.p99 - b.latency.p99)[0];
+  const best =
+    paced.filter(meets).sort((a, b) => b.throughput.value - a.throughput.value)[0] ??
+    paced.sort((a, b) => a.latency.p99 - b.latency.p99)[0];
   if (best) {
     add(
       'sustained load',
       '≥ 1,000 user messages/s with p99 ≤ 100 ms',
       `${best.throughput.value} msg/s (${levelName(best)}), p99 ${ms(best.latency.p99)}`,
-      best.throughput.value >= 1000 && best.latency.p99 <= 100,
+      meets(best),
     );
   }
   const cold = s['cold-start'];

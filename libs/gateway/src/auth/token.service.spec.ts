@@ -1,0 +1,204 @@
+import { createServer, type Server } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { SignJWT, exportJWK, generateKeyPair, type CryptoKey, type JWTPayload } from 'jose';
+import { loadConfig } from '@cs/config';
+import { TokenService, UnauthorizedError, bearerToken } from './token.service.js';
+
+const SECRET = 'a-secret-of-at-least-16-chars';
+
+type SigningKey = CryptoKey | Uint8Array;
+
+function token(
+  key: SigningKey,
+  alg: string,
+  claims: JWTPayload = { tid: 'tenant-1' },
+  options: { kid?: string; sub?: string; exp?: number | string | null } = {},
+): Promise<string> {
+  let jwt = new SignJWT(claims)
+    .setProtectedHeader(options.kid ? { alg, kid: options.kid } : { alg })
+    .setIssuedAt();
+  jwt = jwt.setSubject(options.sub ?? 'user-1');
+  const exp = options.exp === undefined ? '5m' : options.exp;
+  if (exp !== null) jwt = jwt.setExpirationTime(exp);
+  return jwt.sign(key);
+}
+
+/** The error `verify` fails with, or a failure of the test when it resolves. */
+async function refusal(tokens: TokenService, value: unknown): Promise<UnauthorizedError> {
+  const error: unknown = await tokens.verify(value).then(
+    () => new Error('the token was accepted'),
+    (e: unknown) => e,
+  );
+  expect(error).toBeInstanceOf(UnauthorizedError);
+  return error as UnauthorizedError;
+}
+
+describe(TokenService.name, () => {
+  describe('with AUTH_JWT_SECRET (HS256)', () => {
+    const secret = new TextEncoder().encode(SECRET);
+    const tokens = new TokenService(
+      loadConfig('gateway', { ...clusterEnv(), AUTH_JWT_SECRET: SECRET }),
+    );
+
+    it('reads the tenant, the user and the roles of a valid token', async () => {
+      const principal = await tokens.verify(
+        await token(secret, 'HS256', { tid: 'tenant-1', roles: ['admin'] }),
+      );
+      expect(principal).toEqual({
+        tenantId: 'tenant-1',
+        userId: 'user-1',
+        roles: ['admin'],
+        isAdmin: true,
+      });
+    });
+
+    it('accepts a token expired less than 30 s ago and refuses one expired longer ago', async () => {
+      const now = Math.floor(Date.now() / 1000);
+      await expect(
+        tokens.verify(await token(secret, 'HS256', undefined, { exp: now - 10 })),
+      ).resolves.toMatchObject({ userId: 'user-1' });
+      const error = await refusal(
+        tokens,
+        await token(secret, 'HS256', undefined, { exp: now - 60 }),
+      );
+      expect(error.message).toBe('the token has expired');
+    });
+
+    it('refuses tokens without exp, sub or tid, signed with another secret, or not tokens at all', async () => {
+      const other = new TextEncoder().encode('another-secret-of-16-chars');
+      expect(
+        (await refusal(tokens, await token(secret, 'HS256', undefined, { exp: null }))).message,
+      ).toBe('the token is invalid');
+      expect((await refusal(tokens, await token(secret, 'HS256', {}))).message).toBe(
+        'the token lacks sub, tid or exp',
+      );
+      expect(
+        (await refusal(tokens, await token(secret, 'HS256', undefined, { sub: '' }))).message,
+      ).toBe('the token lacks sub, tid or exp');
+      expect((await refusal(tokens, await token(other, 'HS256'))).message).toBe(
+        'the token is invalid',
+      );
+      for (const value of [undefined, '', 42, 'not.a.jwt', 'x'.repeat(9000)]) {
+        await refusal(tokens, value);
+      }
+    });
+
+    it('refuses an unsigned token (alg none)', async () => {
+      const header = Buffer.from(JSON.stringify({ alg: 'none' })).toString('base64url');
+      const body = Buffer.from(
+        JSON.stringify({ sub: 'user-1', tid: 'tenant-1', exp: Math.floor(Date.now() / 1000) + 60 }),
+      ).toString('base64url');
+      await refusal(tokens, `${header}.${body}.`);
+    });
+
+    it('checks the issuer and the audience when they are configured', async () => {
+      const strict = new TokenService(
+        loadConfig('gateway', {
+          ...clusterEnv(),
+          AUTH_JWT_SECRET: SECRET,
+          AUTH_JWT_ISSUER: 'https://issuer.example',
+          AUTH_JWT_AUDIENCE: 'conversations',
+        }),
+      );
+      const good = await new SignJWT({ tid: 'tenant-1' })
+        .setProtectedHeader({ alg: 'HS256' })
+        .setSubject('user-1')
+        .setIssuer('https://issuer.example')
+        .setAudience('conversations')
+        .setExpirationTime('5m')
+        .sign(secret);
+      await expect(strict.verify(good)).resolves.toMatchObject({ tenantId: 'tenant-1' });
+      await refusal(strict, await token(secret, 'HS256'));
+    });
+  });
+
+  describe('with AUTH_JWKS_URL (RS256, ES256)', () => {
+    let server: Server;
+    let url: string;
+    let rsa: CryptoKey;
+    let ec: CryptoKey;
+    let unlisted: CryptoKey;
+    let requests = 0;
+
+    beforeAll(async () => {
+      const rsaPair = await generateKeyPair('RS256');
+      const ecPair = await generateKeyPair('ES256');
+      rsa = rsaPair.privateKey;
+      ec = ecPair.privateKey;
+      unlisted = (await generateKeyPair('RS256')).privateKey;
+      const keys = [
+        { ...(await exportJWK(rsaPair.publicKey)), kid: 'rsa-1', alg: 'RS256', use: 'sig' },
+        { ...(await exportJWK(ecPair.publicKey)), kid: 'ec-1', alg: 'ES256', use: 'sig' },
+      ];
+      server = createServer((_request, response) => {
+        requests += 1;
+        response.writeHead(200, { 'content-type': 'application/json' });
+        response.end(JSON.stringify({ keys }));
+      });
+      await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+      url = `http://127.0.0.1:${(server.address() as AddressInfo).port}/.well-known/jwks.json`;
+    });
+
+    afterAll(async () => {
+      await new Promise((resolve) => server.close(resolve));
+    });
+
+    const service = (jwksUrl: string) =>
+      new TokenService(loadConfig('gateway', { ...clusterEnv(), AUTH_JWKS_URL: jwksUrl }));
+
+    it('accepts RS256 and ES256 tokens signed by keys of the set, fetching the set once', async () => {
+      const tokens = service(url);
+      const before = requests;
+      await expect(
+        tokens.verify(await token(rsa, 'RS256', undefined, { kid: 'rsa-1' })),
+      ).resolves.toEqual({
+        tenantId: 'tenant-1',
+        userId: 'user-1',
+        roles: [],
+        isAdmin: false,
+      });
+      await expect(
+        tokens.verify(await token(ec, 'ES256', { tid: 'tenant-2' }, { kid: 'ec-1' })),
+      ).resolves.toMatchObject({ tenantId: 'tenant-2' });
+      expect(requests - before).toBe(1);
+    });
+
+    it('refuses a token signed by a key outside the set, and an HS256 token', async () => {
+      const tokens = service(url);
+      await refusal(tokens, await token(unlisted, 'RS256', undefined, { kid: 'rsa-1' }));
+      await refusal(tokens, await token(unlisted, 'RS256', undefined, { kid: 'unknown' }));
+      await refusal(tokens, await token(new TextEncoder().encode(SECRET), 'HS256'));
+      expect(tokens.devTokensEnabled).toBe(false);
+    });
+
+    it('refuses tokens (and does not crash) when the key set cannot be fetched', async () => {
+      const closed = createServer();
+      await new Promise<void>((resolve) => closed.listen(0, '127.0.0.1', resolve));
+      const port = (closed.address() as AddressInfo).port;
+      await new Promise((resolve) => closed.close(resolve));
+      const tokens = service(`http://127.0.0.1:${port}/jwks.json`);
+      const error = await refusal(tokens, await token(rsa, 'RS256', undefined, { kid: 'rsa-1' }));
+      expect(error.code).toBe('UNAUTHORIZED');
+    });
+  });
+});
+
+describe(bearerToken.name, () => {
+  it('reads the token of an Authorization: Bearer header and nothing else', () => {
+    expect(bearerToken('Bearer abc.def.ghi')).toBe('abc.def.ghi');
+    expect(bearerToken('bearer   abc ')).toBe('abc');
+    expect(bearerToken('Basic abc')).toBeUndefined();
+    expect(bearerToken('Bearer a b')).toBeUndefined();
+    expect(bearerToken(['Bearer abc'])).toBeUndefined();
+    expect(bearerToken(undefined)).toBeUndefined();
+  });
+});
+
+/** What a gateway needs besides its key. */
+function clusterEnv(): Record<string, string> {
+  return {
+    DATABASE_URL: 'postgres://postgres@127.0.0.1:5432/postgres',
+    REDIS_URL: 'redis://127.0.0.1:6379',
+  };
+}
