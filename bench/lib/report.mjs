@@ -356,7 +356,7 @@ export function renderMarkdown(data, chart) {
     lines.push(
       latencyRow(
         'Building blocks',
-        'sum on the round trip path: ack + 2 × INSERT + Redis hop + emitter hop',
+        'sum on the round trip path: ack + 2 × INSERT + 2 × Redis hop',
         {
           p50: round(budget50),
           p95: round(roundTripBudget(blocks, 'p95')),
@@ -367,7 +367,7 @@ export function renderMarkdown(data, chart) {
     lines.push(
       latencyRow(
         'Building blocks',
-        'sum on the path as built: ack + 2 × append-shaped statement + Redis hop + emitter hop',
+        'sum on the path as built: ack + 2 × append-shaped statement + 2 × Redis hop',
         {
           p50: round(built50),
           p95: round(builtPathBudget(blocks, 'p95')),
@@ -620,7 +620,9 @@ export function renderMarkdown(data, chart) {
     '',
     'The round trip\'s "vs building blocks" ratio divides its percentile by the sum of the same' +
       ' percentile of the building blocks on its path (Socket.IO ack, two durable Postgres' +
-      ' INSERTs, a Redis PUBLISH hop for the wake-up and an emitter → adapter hop for the answer),' +
+      ' INSERTs, a Redis PUBLISH → subscriber hop for the wake-up and one for the answer, which' +
+      " travels on the conversation's own channel; the emitter → adapter hop, Socket.IO's way, is" +
+      ' measured for reference),' +
       ' all measured in the same run; the second ratio uses the path as the service builds it' +
       ' (two append statements per answer: the user event; `running`, the answer and' +
       ' `awaiting_user_input` together). Sums of percentiles overestimate the percentile of a sum' +

@@ -93,7 +93,12 @@ async function redisHop(redisUrl, prefix, count, warmup) {
   }
 }
 
-/** What a worker does to reach the gateways: `@socket.io/redis-emitter` → `@socket.io/redis-adapter`. */
+/**
+ * The Socket.IO way for a worker to reach the gateways (`@socket.io/redis-emitter` →
+ * `@socket.io/redis-adapter`), for reference: the service publishes on a channel per
+ * conversation instead (a plain PUBLISH → subscriber hop), which only the gateways
+ * with a subscriber to that conversation receive.
+ */
 async function emitterHop(redisUrl, prefix, count, warmup) {
   const emitterRedis = new Redis(redisUrl, redisOptions);
   const pub = new Redis(redisUrl, redisOptions);
@@ -254,12 +259,19 @@ export async function runBuildingBlocks(ctx) {
   return { blocks };
 }
 
-/** The round trip's path in building blocks: socket ack + 2 × Postgres insert + Redis hop + emitter hop. */
+/**
+ * The round trip's path in building blocks: socket ack + 2 × Postgres insert +
+ * 2 × Redis hop (the wake-up to the worker, the answer to the gateway).
+ */
 export function roundTripBudget(blocks, percentileKey) {
   const part = (key) => blocks[key]?.[percentileKey];
-  const parts = [part('socketio_ack'), part('pg_insert'), part('pg_insert'), part('redis_hop')];
-  // The emitter hop was measured; fall back to the plain Redis hop if it is missing.
-  parts.push(part('emitter_hop') ?? part('redis_hop'));
+  const parts = [
+    part('socketio_ack'),
+    part('pg_insert'),
+    part('pg_insert'),
+    part('redis_hop'),
+    part('redis_hop'),
+  ];
   if (parts.some((value) => value === null || value === undefined)) return null;
   return parts.reduce((a, b) => a + b, 0);
 }
@@ -267,7 +279,7 @@ export function roundTripBudget(blocks, percentileKey) {
 /**
  * The path as the service builds it: socket ack + 2 append-shaped statements
  * (the user event; `running`, the answer and `awaiting_user_input` together) +
- * Redis hop (wake-up) + emitter hop (the answer).
+ * 2 × Redis hop (the wake-up, the answer).
  */
 export function builtPathBudget(blocks, percentileKey) {
   const part = (key) => blocks[key]?.[percentileKey];
@@ -275,7 +287,7 @@ export function builtPathBudget(blocks, percentileKey) {
     part('socketio_ack'),
     2 * (part('pg_append') ?? NaN),
     part('redis_hop'),
-    part('emitter_hop'),
+    part('redis_hop'),
   ];
   if (parts.some((value) => value === null || value === undefined || Number.isNaN(value)))
     return null;

@@ -2,13 +2,10 @@
 // real Redis (a key prefix of its own), real BullMQ, a Postgres scratch
 // database, and two ConversationHosts (workers) in this process with a short
 // lease TTL. Each manager is a gateway with its own connection registry.
-// Published traffic is observed as a gateway receives it: a Socket.IO server
-// (no port) on the Redis adapter with the deployment's key, listening to the
-// inter-server events that the Redis emitter sends.
-import { randomUUID } from 'node:crypto';
-import { createAdapter } from '@socket.io/redis-adapter';
+// Published traffic is observed as a gateway receives it: the room of each
+// conversation is subscribed to as soon as the conversation is created, as a
+// gateway does when a client attaches.
 import type { Redis } from 'ioredis';
-import { Server } from 'socket.io';
 import { vi } from 'vitest';
 import { AgentRegistry } from '@cs/agents';
 import {
@@ -18,19 +15,15 @@ import {
   ConversationHost,
   ConversationInbox,
   ConversationJobs,
-  EmitterBroadcaster,
+  RedisRoomBroadcaster,
+  RedisRoomSubscriber,
   UserConcurrencyLimiter,
   conversationJobId,
   leaseTiming,
   openRedis,
 } from '@cs/cluster';
-import type { ConversationManager } from '@cs/core';
-import {
-  InterServerEvent,
-  type InterServerEvents,
-  type StatusUpdate,
-  type StoredEvent,
-} from '@cs/protocol';
+import type { ConversationBroadcaster, ConversationManager } from '@cs/core';
+import type { StatusUpdate, StoredEvent } from '@cs/protocol';
 import { openStore, type OpenedStore } from '@cs/store';
 import {
   createEchoConversation,
@@ -113,39 +106,19 @@ async function clusterFixture(): Promise<ConversationManagerFixture> {
     };
     const gatewayStore = (await openDatabase()).store;
 
-    // --- the observer: a gateway's Socket.IO server, without a port
+    // --- the observer: a gateway's subscriptions to the conversations' rooms
     const received = {
       events: new Map<string, StoredEvent[]>(),
       statuses: new Map<string, StatusUpdate[]>(),
     };
-    const io = new Server<Record<string, never>, Record<string, never>, InterServerEvents>();
-    io.adapter(
-      createAdapter(resources.redis(`${prefix}:io-pub`), resources.redis(`${prefix}:io-sub`), {
-        key: keys.socketIo,
-      }),
-    );
-    io.on(InterServerEvent.Events, (id, events) => {
-      received.events.set(id, [...(received.events.get(id) ?? []), ...events]);
-    });
-    io.on(InterServerEvent.Status, (id, status) => {
-      received.statuses.set(id, [...(received.statuses.get(id) ?? []), status]);
-    });
-    // The adapter subscribes asynchronously: wait until a probe goes through.
-    const probeRedis = resources.redis(`${prefix}:probe`);
-    const probe = new EmitterBroadcaster(probeRedis, keys.socketIo);
-    const probeId = `probe-${randomUUID()}`;
-    await vi.waitFor(
-      () => {
-        probe.publishStatus(probeId, {
-          status_update: true,
-          type: 'info',
-          id: 'STATUS$READY',
-          message: 'probe',
-        });
-        if (!received.statuses.has(probeId)) throw new Error('the observer is not subscribed yet');
-      },
-      { timeout: 10_000, interval: 100 },
-    );
+    const recorder: ConversationBroadcaster = {
+      publishEvents: (id, events) =>
+        received.events.set(id, [...(received.events.get(id) ?? []), ...events]),
+      publishStatus: (id, status) =>
+        received.statuses.set(id, [...(received.statuses.get(id) ?? []), status]),
+      publishStream: () => undefined,
+    };
+    const observer = new RedisRoomSubscriber(resources.redis(`${prefix}:rooms`), keys);
 
     // --- the workers
     const hosts: ConversationHost[] = [];
@@ -156,7 +129,7 @@ async function clusterFixture(): Promise<ConversationManagerFixture> {
       const host = new ConversationHost({
         store: (await openDatabase()).store,
         agents,
-        broadcaster: new EmitterBroadcaster(redis, keys.socketIo),
+        broadcaster: new RedisRoomBroadcaster(redis, keys),
         inbox: new ConversationInbox(redis, resources.redis(`${workerId}:inbox`), keys),
         limiter: new UserConcurrencyLimiter(redis, keys, {
           limit: 2,
@@ -199,7 +172,7 @@ async function clusterFixture(): Promise<ConversationManagerFixture> {
     const gatewayRedis = resources.redis(`${prefix}:gateway`);
     const jobs = new ConversationJobs(gatewayRedis, keys);
     resources.add(() => jobs.close());
-    const broadcaster = new EmitterBroadcaster(gatewayRedis, keys.socketIo);
+    const broadcaster = new RedisRoomBroadcaster(gatewayRedis, keys);
     const inbox = new ConversationInbox(gatewayRedis, null, keys);
     const managers: ConversationManager[] = [];
     resources.add(() => Promise.all(managers.map((manager) => manager.shutdown())));
@@ -247,7 +220,11 @@ async function clusterFixture(): Promise<ConversationManagerFixture> {
         return manager;
       },
 
-      createConversation: (owner) => createEchoConversation(gatewayStore, owner),
+      async createConversation(owner) {
+        const ref = await createEchoConversation(gatewayStore, owner);
+        await observer.open(ref.conversationId, recorder);
+        return ref;
+      },
 
       storedEvents: (ref) =>
         gatewayStore.readEvents(ref.tenantId, ref.conversationId, { fromId: 0, limit: 10_000 }),

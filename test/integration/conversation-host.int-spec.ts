@@ -12,7 +12,7 @@ import {
   ConversationHost,
   ConversationInbox,
   ConversationJobs,
-  EmitterBroadcaster,
+  RedisRoomBroadcaster,
   TOO_MANY_FAILOVERS,
   UserConcurrencyLimiter,
   leaseTiming,
@@ -59,7 +59,7 @@ describe(ConversationHost.name, () => {
       policy: 'evict_oldest',
       slotTtlMs: timing.slotTtlMs,
     });
-    const broadcaster = new EmitterBroadcaster(redis, keys.socketIo);
+    const broadcaster = new RedisRoomBroadcaster(redis, keys);
     const connections = new ConnectionRegistry(redis, keys, 'gateway-test', 15_000);
     const store = opened.store;
     const flakyStore: ConversationStore = Object.assign(Object.create(store) as ConversationStore, {

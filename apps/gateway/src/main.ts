@@ -11,7 +11,8 @@ import {
   ConnectionRegistry,
   ConversationInbox,
   ConversationJobs,
-  EmitterBroadcaster,
+  RedisRoomBroadcaster,
+  RedisRoomSubscriber,
   RedisUserActionRateLimiter,
   UserConcurrencyLimiter,
   checkEvictionPolicy,
@@ -25,17 +26,16 @@ import {
   APP_CONFIG,
   CONVERSATION_MANAGER,
   CONVERSATION_STORE,
-  ConversationGateway,
   ConversationRoomHub,
   GatewayModule,
   READINESS_CHECKS,
+  ROOM_TRAFFIC_SOURCE,
   ServiceMetrics,
   USER_ACTION_RATE_LIMITER,
   createHttpApp,
   drainOnSignals,
   type ReadinessCheck,
 } from '@cs/gateway';
-import { InterServerEvent } from '@cs/protocol';
 import { openStore } from '@cs/store';
 import { RedisIoAdapter } from './redis-io.adapter.js';
 
@@ -57,6 +57,7 @@ async function main(): Promise<void> {
   const redis = openRedis(redisUrl, `${gatewayId}:commands`);
   const subscriber = openRedis(redisUrl, `${gatewayId}:adapter-sub`);
   const publisher = openPublisher(redisUrl, `${gatewayId}:publish`);
+  const rooms = new RedisRoomSubscriber(openRedis(redisUrl, `${gatewayId}:rooms`), keys);
   const warning = await checkEvictionPolicy(redis);
   if (warning) logger.warn(warning);
 
@@ -73,7 +74,7 @@ async function main(): Promise<void> {
   const jobs = new ConversationJobs(redis, keys);
   const manager = new ClusteredConversationManager({
     store,
-    broadcaster: new EmitterBroadcaster(publisher, keys.socketIo),
+    broadcaster: new RedisRoomBroadcaster(publisher, keys),
     jobs,
     inbox: new ConversationInbox(publisher, null, keys),
     limiter,
@@ -92,6 +93,7 @@ async function main(): Promise<void> {
     { provide: CONVERSATION_MANAGER, useValue: manager },
     { provide: AGENT_FACTORY, useValue: new AgentRegistry() },
     { provide: READINESS_CHECKS, useValue: readiness },
+    { provide: ROOM_TRAFFIC_SOURCE, useValue: rooms },
     {
       provide: USER_ACTION_RATE_LIMITER,
       useValue: new RedisUserActionRateLimiter(redis, keys, config.limits.rateLimitPerMinute),
@@ -101,19 +103,9 @@ async function main(): Promise<void> {
   const app = await createHttpApp(module, config, (nest) => {
     nest.useWebSocketAdapter(new RedisIoAdapter(nest, redis, subscriber, keys.socketIo));
   });
-  const hub = app.get(ConversationRoomHub);
-  const io = app.get(ConversationGateway).io;
-  // Traffic from workers (Redis emitter) and other gateways reaches the local subscribers.
-  io.on(InterServerEvent.Events, (id, events) => hub.publishEvents(id, events));
-  io.on(InterServerEvent.Status, (id, status) => hub.publishStatus(id, status));
-  io.on(InterServerEvent.Stream, (id, delta) => hub.publishStream(id, delta));
   // After a Redis outage, whatever was published meanwhile is read from Postgres.
-  let subscriberWasReady = true;
-  subscriber.on('close', () => (subscriberWasReady = false));
-  subscriber.on('ready', () => {
-    if (!subscriberWasReady) hub.resyncAll();
-    subscriberWasReady = true;
-  });
+  const hub = app.get(ConversationRoomHub);
+  rooms.onResync(() => hub.resyncAll());
 
   drainOnSignals(app, {
     timeoutMs: SHUTDOWN_TIMEOUT_MS,
@@ -125,6 +117,7 @@ async function main(): Promise<void> {
       redis.disconnect();
       subscriber.disconnect();
       publisher.disconnect();
+      rooms.disconnect();
       await opened.close();
     },
   });

@@ -7,7 +7,7 @@ import {
   ConnectionRegistry,
   ConversationHost,
   ConversationInbox,
-  EmitterBroadcaster,
+  RedisRoomBroadcaster,
   UserConcurrencyLimiter,
   checkEvictionPolicy,
   leaseTiming,
@@ -50,7 +50,7 @@ async function main(): Promise<void> {
   const host = new ConversationHost({
     store: metrics.instrument(opened.store),
     agents: new AgentRegistry(),
-    broadcaster: new EmitterBroadcaster(publisher, keys.socketIo),
+    broadcaster: new RedisRoomBroadcaster(publisher, keys),
     inbox: new ConversationInbox(publisher, subscriber, keys),
     limiter: new UserConcurrencyLimiter(redis, keys, {
       limit: config.limits.maxConcurrentConversations,

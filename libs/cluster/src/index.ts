@@ -6,6 +6,7 @@ export * from './leases/lease-timing.js';
 export * from './limits/redis-rate-limiter.js';
 export * from './limits/user-concurrency.limiter.js';
 export * from './realtime/connection-registry.js';
-export * from './realtime/emitter.broadcaster.js';
+export * from './realtime/redis-room.broadcaster.js';
+export * from './realtime/redis-room.subscriber.js';
 export * from './redis/cluster-keys.js';
 export * from './redis/redis-connections.js';

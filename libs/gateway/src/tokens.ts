@@ -5,3 +5,5 @@ export const CONVERSATION_MANAGER = Symbol('CONVERSATION_MANAGER');
 export const USER_ACTION_RATE_LIMITER = Symbol('USER_ACTION_RATE_LIMITER');
 export const READINESS_CHECKS = Symbol('READINESS_CHECKS');
 export const AGENT_FACTORY = Symbol('AGENT_FACTORY');
+/** Optional: where a cluster gateway's rooms get their live traffic (`RoomTrafficSource`). */
+export const ROOM_TRAFFIC_SOURCE = Symbol('ROOM_TRAFFIC_SOURCE');

@@ -1,11 +1,11 @@
 import { z } from 'zod';
 import { ConversationIdSchema } from './rest.js';
-import type {
-  ServerEvent,
-  StatusUpdate,
-  StoredEvent,
-  StreamDelta,
-  UserActionAck,
+import {
+  StatusUpdateSchema,
+  StoredEventSchema,
+  StreamDeltaSchema,
+  type ServerEvent,
+  type UserActionAck,
 } from './events.js';
 
 /** The Socket.IO handshake query (`conversation_id`, `latest_event_id`, `start`). */
@@ -38,20 +38,16 @@ export interface ClientToServerEvents {
 }
 
 /**
- * Server-side events between replicas: workers (through the Redis emitter) and
- * gateways hand a conversation's traffic to every gateway, which delivers it
- * to its own subscribers in order. Stored events go this way rather than
- * straight to the room so that each gateway can merge them with its replays
- * without gaps or repeats.
+ * A conversation's live traffic between replicas, on the conversation's own
+ * Redis channel: workers and gateways publish what they stored (or a status,
+ * or a token delta), and only the gateways with a subscriber to that
+ * conversation listen. Stored events go this way rather than straight to the
+ * Socket.IO room so that each gateway merges them with its replays, without
+ * gaps or repeats, per connection.
  */
-export const InterServerEvent = {
-  Events: 'cs:events',
-  Status: 'cs:status',
-  Stream: 'cs:stream',
-} as const;
-
-export interface InterServerEvents {
-  'cs:events': (conversationId: string, events: StoredEvent[]) => void;
-  'cs:status': (conversationId: string, status: StatusUpdate) => void;
-  'cs:stream': (conversationId: string, delta: StreamDelta) => void;
-}
+export const RoomMessageSchema = z.discriminatedUnion('type', [
+  z.object({ type: z.literal('events'), events: z.array(StoredEventSchema).min(1) }),
+  z.object({ type: z.literal('status'), status: StatusUpdateSchema }),
+  z.object({ type: z.literal('stream'), delta: StreamDeltaSchema }),
+]);
+export type RoomMessage = z.infer<typeof RoomMessageSchema>;

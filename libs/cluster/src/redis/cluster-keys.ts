@@ -11,9 +11,14 @@ export class ClusterKeys {
     return this.prefix;
   }
 
-  /** The Socket.IO adapter's and emitter's key. */
+  /** The Socket.IO adapter's key. */
   get socketIo(): string {
     return `${this.prefix}:socket.io`;
+  }
+
+  /** The conversation's live traffic to the gateways with subscribers to it. */
+  conversationRoom(conversationId: string): string {
+    return `${this.prefix}:conv:{${conversationId}}:room`;
   }
 
   /** Wake-ups and control messages for the conversation's lease holder. */

@@ -1,6 +1,7 @@
-import { Injectable } from '@nestjs/common';
+import { Inject, Injectable, Optional } from '@nestjs/common';
 import type { ConversationBroadcaster } from '@cs/core';
 import type { StatusUpdate, StoredEvent, StreamDelta } from '@cs/protocol';
+import { ROOM_TRAFFIC_SOURCE } from '../tokens.js';
 
 /** A local receiver of one conversation's live traffic: a socket or an SSE response. */
 export interface ConversationSubscriber {
@@ -12,33 +13,74 @@ export interface ConversationSubscriber {
 }
 
 /**
+ * Where a cluster gateway's rooms get their live traffic (Redis, a channel per
+ * conversation): a room is opened when its first local subscriber joins and
+ * closed when its last one leaves. The standalone process has none: its
+ * sessions publish to the hub directly.
+ */
+export interface RoomTrafficSource {
+  /** Starts delivering the conversation's traffic to `sink`; resolves once it flows. */
+  open(conversationId: string, sink: ConversationBroadcaster): Promise<void>;
+  close(conversationId: string): void;
+}
+
+/** A subscriber's place in a room: `ready` once live traffic reaches it. */
+export interface RoomMembership {
+  ready: Promise<void>;
+  leave: () => void;
+}
+
+interface Room {
+  subscribers: Set<ConversationSubscriber>;
+  ready: Promise<void>;
+}
+
+/**
  * The conversations' rooms as seen by this process: which local subscribers
  * listen to which conversation. In the standalone process it is the
- * broadcaster itself; in a cluster gateway it is fed by the workers' emits
- * arriving through Redis.
+ * broadcaster itself; in a cluster gateway it is fed by its traffic source
+ * with the traffic of the rooms it has subscribers in.
  */
 @Injectable()
 export class ConversationRoomHub implements ConversationBroadcaster {
-  private readonly rooms = new Map<string, Set<ConversationSubscriber>>();
+  private readonly rooms = new Map<string, Room>();
 
-  join(conversationId: string, subscriber: ConversationSubscriber): () => void {
+  constructor(
+    @Optional()
+    @Inject(ROOM_TRAFFIC_SOURCE)
+    private readonly source: RoomTrafficSource | null = null,
+  ) {}
+
+  /**
+   * Adds a subscriber. Live traffic reaches it once `ready` has resolved: a
+   * feed replays from the store only after that, so that nothing stored in
+   * between is missed.
+   */
+  join(conversationId: string, subscriber: ConversationSubscriber): RoomMembership {
     let room = this.rooms.get(conversationId);
     if (!room) {
-      room = new Set();
+      const ready = this.source?.open(conversationId, this) ?? Promise.resolve();
+      ready.catch(() => undefined); // each member awaits it and handles a failure
+      room = { subscribers: new Set(), ready };
       this.rooms.set(conversationId, room);
     }
-    room.add(subscriber);
-    return () => {
-      room.delete(subscriber);
-      if (room.size === 0 && this.rooms.get(conversationId) === room)
+    const joined = room;
+    joined.subscribers.add(subscriber);
+    return {
+      ready: joined.ready,
+      leave: () => {
+        joined.subscribers.delete(subscriber);
+        if (joined.subscribers.size > 0 || this.rooms.get(conversationId) !== joined) return;
         this.rooms.delete(conversationId);
+        this.source?.close(conversationId);
+      },
     };
   }
 
   /** Number of local subscribers (sockets and SSE streams). */
   get subscriberCount(): number {
     let count = 0;
-    for (const room of this.rooms.values()) count += room.size;
+    for (const room of this.rooms.values()) count += room.subscribers.size;
     return count;
   }
 
@@ -48,18 +90,23 @@ export class ConversationRoomHub implements ConversationBroadcaster {
 
   /** Every local subscriber catches up from the store. */
   resyncAll(): void {
-    for (const room of this.rooms.values()) for (const subscriber of room) subscriber.resync();
+    for (const room of this.rooms.values())
+      for (const subscriber of room.subscribers) subscriber.resync();
   }
 
   publishEvents(conversationId: string, events: readonly StoredEvent[]): void {
-    for (const subscriber of this.rooms.get(conversationId) ?? []) subscriber.offerEvents(events);
+    for (const subscriber of this.members(conversationId)) subscriber.offerEvents(events);
   }
 
   publishStatus(conversationId: string, status: StatusUpdate): void {
-    for (const subscriber of this.rooms.get(conversationId) ?? []) subscriber.sendStatus(status);
+    for (const subscriber of this.members(conversationId)) subscriber.sendStatus(status);
   }
 
   publishStream(conversationId: string, delta: StreamDelta): void {
-    for (const subscriber of this.rooms.get(conversationId) ?? []) subscriber.sendStream(delta);
+    for (const subscriber of this.members(conversationId)) subscriber.sendStream(delta);
+  }
+
+  private members(conversationId: string): Iterable<ConversationSubscriber> {
+    return this.rooms.get(conversationId)?.subscribers ?? [];
   }
 }

@@ -14,7 +14,6 @@ import {
   MAX_TRANSPORT_BYTES,
   UserActionSchema,
   type ClientToServerEvents,
-  type InterServerEvents,
   type ServerToClientEvents,
   type UserActionAck,
 } from '@cs/protocol';
@@ -38,16 +37,18 @@ interface ConversationSocketData {
   leave?: () => void;
 }
 
+/** No server-side events between replicas: conversation traffic has its own channels. */
+type NoInterServerEvents = Record<string, never>;
 type ConversationServer = Server<
   ClientToServerEvents,
   ServerToClientEvents,
-  InterServerEvents,
+  NoInterServerEvents,
   ConversationSocketData
 >;
 type ConversationSocket = Socket<
   ClientToServerEvents,
   ServerToClientEvents,
-  InterServerEvents,
+  NoInterServerEvents,
   ConversationSocketData
 >;
 
@@ -130,12 +131,13 @@ export class ConversationGateway
       onError: (error) => this.logger.warn(`replay of ${conversation.id} failed: ${String(error)}`),
     });
     socket.data.feed = feed;
-    socket.data.leave = this.hub.join(conversation.id, {
+    const room = this.hub.join(conversation.id, {
       offerEvents: (events) => feed.offer(events),
       resync: () => feed.resync(),
       sendStatus: (status) => socket.emit('oh_event', status),
       sendStream: (delta) => socket.emit('oh_event', delta),
     });
+    socket.data.leave = room.leave;
     try {
       await this.conversations.attach(socket.id, conversation);
       // A client that left during the handshake must not stay counted.
@@ -143,9 +145,10 @@ export class ConversationGateway
         await this.conversations.detach(socket.id);
         return;
       }
-      // The replay and the start are independent: the feed orders what the start brings.
+      // The replay (once live traffic flows) and the start are independent:
+      // the feed orders what the start brings.
       await Promise.all([
-        feed.start(),
+        room.ready.then(() => feed.start()),
         start && socket.connected ? this.conversations.ensureRunning(conversation) : undefined,
       ]);
     } catch (error) {

@@ -46,7 +46,7 @@ export class EventStreamService {
       send: write,
       onError: (error) => this.logger.warn(`stream of ${conversation.id}: ${String(error)}`),
     });
-    const leave = this.hub.join(conversation.id, {
+    const { leave, ready } = this.hub.join(conversation.id, {
       offerEvents: (events) => feed.offer(events),
       resync: () => feed.resync(),
       sendStatus: write,
@@ -62,6 +62,7 @@ export class EventStreamService {
       this.open.delete(response);
     });
     try {
+      await ready;
       await feed.start();
     } catch (error) {
       this.logger.warn(`replay of ${conversation.id} failed: ${String(error)}`);

@@ -1,0 +1,113 @@
+import { describe, expect, it } from 'vitest';
+import type { ConversationBroadcaster } from '@cs/core';
+import type { ServerEvent, StoredEvent } from '@cs/protocol';
+import {
+  ConversationRoomHub,
+  type ConversationSubscriber,
+  type RoomTrafficSource,
+} from './conversation-room-hub.js';
+
+/** A traffic source whose subscriptions the test confirms by hand. */
+class ManualSource implements RoomTrafficSource {
+  readonly opened: string[] = [];
+  readonly closed: string[] = [];
+  readonly sinks = new Map<string, ConversationBroadcaster>();
+  private readonly confirms = new Map<string, () => void>();
+
+  open(conversationId: string, sink: ConversationBroadcaster): Promise<void> {
+    this.opened.push(conversationId);
+    this.sinks.set(conversationId, sink);
+    return new Promise((resolve) => this.confirms.set(conversationId, resolve));
+  }
+
+  close(conversationId: string): void {
+    this.closed.push(conversationId);
+  }
+
+  confirm(conversationId: string): void {
+    this.confirms.get(conversationId)?.();
+  }
+}
+
+function subscriber(): ConversationSubscriber & { received: ServerEvent[]; resyncs: number } {
+  const received: ServerEvent[] = [];
+  const self = {
+    received,
+    resyncs: 0,
+    offerEvents: (events: readonly StoredEvent[]) => received.push(...events),
+    sendStatus: (status: ServerEvent) => received.push(status),
+    sendStream: (delta: ServerEvent) => received.push(delta),
+    resync: () => (self.resyncs += 1),
+  };
+  return self;
+}
+
+const event = (id: number): StoredEvent => ({
+  id,
+  timestamp: '2026-11-30T00:00:00.000Z',
+  source: 'user',
+  action: 'message',
+  args: { content: 'hi' },
+  message: 'hi',
+});
+
+const settled = async (promise: Promise<void>) => {
+  let done = false;
+  void promise.then(() => (done = true));
+  await new Promise((resolve) => setImmediate(resolve));
+  return done;
+};
+
+describe(ConversationRoomHub.name, () => {
+  it('opens a room at its first subscriber, shares it, and closes it after its last', async () => {
+    const source = new ManualSource();
+    const hub = new ConversationRoomHub(source);
+    const first = hub.join('c1', subscriber());
+    const second = hub.join('c1', subscriber());
+    expect(source.opened).toEqual(['c1']);
+    expect(await settled(first.ready)).toBe(false);
+
+    source.confirm('c1');
+    expect(await settled(first.ready)).toBe(true);
+    expect(await settled(second.ready)).toBe(true);
+
+    first.leave();
+    expect(source.closed).toEqual([]);
+    second.leave();
+    expect(source.closed).toEqual(['c1']);
+    expect(hub.hasSubscribers('c1')).toBe(false);
+    hub.join('c1', subscriber());
+    expect(source.opened).toEqual(['c1', 'c1']);
+  });
+
+  it("delivers a room's traffic from its source to that room's subscribers only", () => {
+    const source = new ManualSource();
+    const hub = new ConversationRoomHub(source);
+    const [a1, a2, b] = [subscriber(), subscriber(), subscriber()];
+    hub.join('a', a1);
+    hub.join('a', a2);
+    hub.join('b', b);
+
+    source.sinks.get('a')!.publishEvents('a', [event(0), event(1)]);
+    source.sinks.get('b')!.publishStream('b', { stream: true, cause: 0, delta: 'x' });
+
+    expect(a1.received.map((e) => ('id' in e ? e.id : e))).toEqual([0, 1]);
+    expect(a2.received).toHaveLength(2);
+    expect(b.received).toEqual([{ stream: true, cause: 0, delta: 'x' }]);
+    expect(hub.subscriberCount).toBe(3);
+  });
+
+  it('without a source (one process) is ready at once and is itself the broadcaster', async () => {
+    const hub = new ConversationRoomHub();
+    const local = subscriber();
+    const membership = hub.join('c', local);
+    expect(await settled(membership.ready)).toBe(true);
+    hub.publishStatus('c', { status_update: true, type: 'info', id: 'STATUS$READY', message: '' });
+    hub.resyncAll();
+    expect(local.received).toHaveLength(1);
+    expect(local.resyncs).toBe(1);
+    membership.leave();
+    hub.publishEvents('c', [event(2)]);
+    expect(local.received).toHaveLength(1);
+  });
+});

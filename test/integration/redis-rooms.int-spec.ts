@@ -1,0 +1,171 @@
+// A conversation's live traffic between replicas, on real Redis: the
+// broadcaster publishes on the conversation's channel, and a gateway's
+// subscriber delivers it only while it holds that conversation's room open.
+import { randomUUID } from 'node:crypto';
+import type { Redis } from 'ioredis';
+import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
+import {
+  ClusterKeys,
+  RedisRoomBroadcaster,
+  RedisRoomSubscriber,
+  openPublisher,
+  openRedis,
+} from '@cs/cluster';
+import type { ConversationBroadcaster } from '@cs/core';
+import type { StatusUpdate, StoredEvent, StreamDelta } from '@cs/protocol';
+import { testRedisUrl, uniqueName } from '../support/services.js';
+
+/** What one gateway received, per conversation. */
+class Recorder implements ConversationBroadcaster {
+  readonly traffic: [string, StoredEvent[] | StatusUpdate | StreamDelta][] = [];
+
+  publishEvents(id: string, events: readonly StoredEvent[]): void {
+    this.traffic.push([id, [...events]]);
+  }
+
+  publishStatus(id: string, status: StatusUpdate): void {
+    this.traffic.push([id, status]);
+  }
+
+  publishStream(id: string, delta: StreamDelta): void {
+    this.traffic.push([id, delta]);
+  }
+
+  of(id: string): unknown[] {
+    return this.traffic.filter(([target]) => target === id).map(([, message]) => message);
+  }
+}
+
+function storedEvent(id: number): StoredEvent {
+  return {
+    id,
+    timestamp: new Date().toISOString(),
+    source: 'agent',
+    action: 'message',
+    args: { content: `answer ${id}` },
+    message: `answer ${id}`,
+    cause: 0,
+  };
+}
+
+const READY: StatusUpdate = {
+  status_update: true,
+  type: 'info',
+  id: 'STATUS$READY',
+  message: 'ready',
+};
+
+describe(RedisRoomSubscriber.name, () => {
+  let keys: ClusterKeys;
+  let publisher: Redis;
+  let broadcaster: RedisRoomBroadcaster;
+  const connections: Redis[] = [];
+
+  const subscriberConnection = (name: string) => {
+    const redis = openRedis(testRedisUrl(), `${keys.prefix}:${name}`);
+    connections.push(redis);
+    return redis;
+  };
+
+  beforeAll(() => {
+    keys = new ClusterKeys(uniqueName('cs_rooms'));
+    publisher = openPublisher(testRedisUrl(), `${keys.prefix}:publisher`);
+    broadcaster = new RedisRoomBroadcaster(publisher, keys);
+  });
+
+  afterAll(() => {
+    publisher.disconnect();
+    for (const redis of connections) redis.disconnect();
+  });
+
+  it('delivers what is published once the room is open, to the gateways that opened it only', async () => {
+    const first = new RedisRoomSubscriber(subscriberConnection('gateway-1'), keys);
+    const second = new RedisRoomSubscriber(subscriberConnection('gateway-2'), keys);
+    const [a, b] = [randomUUID(), randomUUID()];
+    const atFirst = new Recorder();
+    const atSecond = new Recorder();
+    await first.open(a, atFirst);
+    await second.open(b, atSecond);
+
+    // Published right after `open` resolved: nothing may be missed.
+    const events = [storedEvent(1), storedEvent(2)];
+    broadcaster.publishEvents(a, events);
+    broadcaster.publishStatus(a, READY);
+    broadcaster.publishStream(b, { stream: true, cause: 3, delta: 'tok' });
+    await vi.waitFor(() => {
+      expect(atFirst.of(a)).toHaveLength(2);
+      expect(atSecond.of(b)).toHaveLength(1);
+    });
+
+    expect(atFirst.of(a)).toEqual([events, READY]);
+    expect(atSecond.of(b)).toEqual([{ stream: true, cause: 3, delta: 'tok' }]);
+    // Neither gateway saw the other's conversation.
+    expect(atFirst.of(b)).toEqual([]);
+    expect(atSecond.of(a)).toEqual([]);
+    // Redis has one receiver per conversation: the gateway that opened its room.
+    const reply = (await publisher.pubsub(
+      'NUMSUB',
+      keys.conversationRoom(a),
+      keys.conversationRoom(b),
+    )) as (string | number)[];
+    expect(reply.map(String)).toEqual([
+      keys.conversationRoom(a),
+      '1',
+      keys.conversationRoom(b),
+      '1',
+    ]);
+  });
+
+  it('stops delivering once the room is closed', async () => {
+    const subscriber = new RedisRoomSubscriber(subscriberConnection('closing'), keys);
+    const id = randomUUID();
+    const recorder = new Recorder();
+    await subscriber.open(id, recorder);
+    broadcaster.publishStatus(id, READY);
+    await vi.waitFor(() => expect(recorder.of(id)).toHaveLength(1));
+
+    subscriber.close(id);
+    await vi.waitFor(async () => {
+      const reply = (await publisher.pubsub('NUMSUB', keys.conversationRoom(id)));
+      expect(Number(reply[1])).toBe(0);
+    });
+    broadcaster.publishEvents(id, [storedEvent(5)]);
+    // A later room shows that the late publish had time to arrive.
+    const later = randomUUID();
+    await subscriber.open(later, recorder);
+    broadcaster.publishStatus(later, READY);
+    await vi.waitFor(() => expect(recorder.of(later)).toHaveLength(1));
+    expect(recorder.of(id)).toHaveLength(1);
+  });
+
+  it('drops traffic that is not a room message, and goes on delivering', async () => {
+    const subscriber = new RedisRoomSubscriber(subscriberConnection('garbage'), keys);
+    const id = randomUUID();
+    const recorder = new Recorder();
+    await subscriber.open(id, recorder);
+    const channel = keys.conversationRoom(id);
+    await publisher.publish(channel, 'not json');
+    await publisher.publish(channel, JSON.stringify({ type: 'events', events: [{ id: 'x' }] }));
+    await publisher.publish(channel, JSON.stringify({ type: 'events', events: [] }));
+    await publisher.publish(channel, JSON.stringify({ type: 'unknown' }));
+    broadcaster.publishStatus(id, READY);
+    await vi.waitFor(() => expect(recorder.of(id)).toEqual([READY]));
+  });
+
+  it('resubscribes after its connection dropped, then asks its rooms to catch up from the store', async () => {
+    const connection = subscriberConnection('dropping');
+    const clientId = (await connection.client('ID'));
+    const subscriber = new RedisRoomSubscriber(connection, keys);
+    const resyncs: number[] = [];
+    subscriber.onResync(() => resyncs.push(Date.now()));
+    const id = randomUUID();
+    const recorder = new Recorder();
+    await subscriber.open(id, recorder);
+
+    await publisher.client('KILL', 'ID', String(clientId));
+    await vi.waitFor(() => expect(resyncs).toHaveLength(1), { timeout: 10_000 });
+    // By the time the rooms resync, the subscription is back: nothing after it is missed.
+    broadcaster.publishEvents(id, [storedEvent(7)]);
+    await vi.waitFor(() => expect(recorder.of(id)).toHaveLength(1));
+  });
+});
