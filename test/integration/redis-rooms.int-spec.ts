@@ -126,7 +126,7 @@ describe(RedisRoomSubscriber.name, () => {
 
     subscriber.close(id);
     await vi.waitFor(async () => {
-      const reply = (await publisher.pubsub('NUMSUB', keys.conversationRoom(id)));
+      const reply = await publisher.pubsub('NUMSUB', keys.conversationRoom(id));
       expect(Number(reply[1])).toBe(0);
     });
     broadcaster.publishEvents(id, [storedEvent(5)]);
@@ -154,7 +154,7 @@ describe(RedisRoomSubscriber.name, () => {
 
   it('resubscribes after its connection dropped, then asks its rooms to catch up from the store', async () => {
     const connection = subscriberConnection('dropping');
-    const clientId = (await connection.client('ID'));
+    const clientId = await connection.client('ID');
     const subscriber = new RedisRoomSubscriber(connection, keys);
     const resyncs: number[] = [];
     subscriber.onResync(() => resyncs.push(Date.now()));
