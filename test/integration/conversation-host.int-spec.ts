@@ -144,16 +144,20 @@ describe(ConversationHost.name, () => {
     return answers;
   }
 
-  it('ends a conversation in error after too many failovers, then starts it with the next message', async () => {
+  it('ends a conversation in error when its holders keep crashing on the same message, then starts it with the next one', async () => {
     const ref = await createEchoConversation(
       opened.store,
       { tenantId: uniqueName('tenant'), userId: 'user' },
       'crashy',
     );
-    // Its recent holders crashed: MAX_FAILOVERS failovers counted, and the last
+    // A message its holders died on, MAX_FAILOVERS times already; the last
     // holder left its lease behind without handing it back.
+    const [poison] = await opened.store.append(ref.tenantId, ref.conversationId, [
+      { source: 'user', body: { action: 'message', args: { content: 'boom' }, message: 'boom' } },
+    ]);
     const failovers = keys.conversationFailovers(ref.conversationId);
-    for (let n = 0; n < MAX_FAILOVERS; n++) await redis.zadd(failovers, Date.now(), `crash-${n}`);
+    for (let n = 0; n < MAX_FAILOVERS; n++)
+      await redis.zadd(failovers, Date.now(), `message:${poison!.event.id}|crash-${n}`);
     await opened.store.acquireLease(ref.tenantId, ref.conversationId, 'crashed-worker');
 
     await manager.ensureRunning(ref);
@@ -165,7 +169,8 @@ describe(ConversationHost.name, () => {
       { timeout: 10_000, interval: 50 },
     );
     const events = await opened.store.readEvents(ref.tenantId, ref.conversationId, { limit: 100 });
-    expect(events.map((e) => ('extras' in e ? e.extras : null))).toEqual([
+    expect(events.map((e) => ('extras' in e ? e.extras : e.source))).toEqual([
+      'user',
       { agent_state: 'error', reason: TOO_MANY_FAILOVERS },
     ]);
     await vi.waitFor(async () => expect(await jobs.state(ref.conversationId)).toBeNull());
@@ -178,6 +183,33 @@ describe(ConversationHost.name, () => {
       args: { content: 'are you back?', image_urls: [], file_urls: [] },
     });
     await answersTo(ref, sent.event.id);
+    expect((await opened.store.getConversation(ref.tenantId, ref.conversationId))?.status).toBe(
+      'RUNNING',
+    );
+  });
+
+  it('does not count crashes of holders that were not working on the conversation', async () => {
+    const ref = await createEchoConversation(
+      opened.store,
+      { tenantId: uniqueName('tenant'), userId: 'user' },
+      'unlucky',
+    );
+    // Many holders died, each on a message the next one answered, or while it sat idle.
+    const failovers = keys.conversationFailovers(ref.conversationId);
+    for (let n = 0; n < 3 * MAX_FAILOVERS; n++)
+      await redis.zadd(failovers, Date.now(), `message:${n}|crash-${n}`);
+    await opened.store.acquireLease(ref.tenantId, ref.conversationId, 'crashed-worker');
+
+    await manager.ensureRunning(ref);
+    await vi.waitFor(() => expect(host.conversations).toContain(ref.conversationId), {
+      timeout: 10_000,
+      interval: 50,
+    });
+    const sent = await manager.sendUserAction(ref, {
+      action: 'message',
+      args: { content: 'fine?', image_urls: [], file_urls: [] },
+    });
+    expect(await answersTo(ref, sent.event.id)).toHaveLength(1);
     expect((await opened.store.getConversation(ref.tenantId, ref.conversationId))?.status).toBe(
       'RUNNING',
     );
@@ -204,5 +236,49 @@ describe(ConversationHost.name, () => {
     });
     expect(await answersTo(ref, sent.event.id)).toHaveLength(1);
     expect(failingAgentAppends).toBe(0);
+  });
+
+  it('takes a free slot back when Redis lost the slot of a conversation it holds', async () => {
+    const ref = await hostedConversation('slot lost');
+    // As after a Redis restart without persistence: the user's slots are gone.
+    await redis.del(keys.userRunning(ref.tenantId, ref.userId));
+    await redis.del(keys.userSlotExpiry(ref.tenantId, ref.userId));
+
+    await vi.waitFor(
+      async () =>
+        expect(await manager.listRunning(ref.tenantId, ref.userId)).toEqual([ref.conversationId]),
+      {
+        timeout: 10_000,
+        interval: 50,
+      },
+    );
+    const sent = await manager.sendUserAction(ref, {
+      action: 'message',
+      args: { content: 'still running?', image_urls: [], file_urls: [] },
+    });
+    expect(await answersTo(ref, sent.event.id)).toHaveLength(1);
+  });
+
+  it('stops a conversation whose slot was taken while its user has none free, as if evicted', async () => {
+    const ref = await hostedConversation('slot taken');
+    // Its slot went to others and the user's limit (3) is full.
+    const running = keys.userRunning(ref.tenantId, ref.userId);
+    const expiry = keys.userSlotExpiry(ref.tenantId, ref.userId);
+    await redis.zrem(running, ref.conversationId);
+    for (const other of ['other-1', 'other-2', 'other-3']) {
+      await redis.zadd(running, Date.now(), other);
+      await redis.hset(expiry, other, String(Date.now() + 60_000));
+    }
+
+    await vi.waitFor(() => expect(host.conversations).not.toContain(ref.conversationId), {
+      timeout: 10_000,
+      interval: 50,
+    });
+    const events = await opened.store.readEvents(ref.tenantId, ref.conversationId, { limit: 100 });
+    expect(events.at(-1)).toMatchObject({
+      observation: 'agent_state_changed',
+      extras: { agent_state: 'stopped', reason: 'AGENT_ERROR$TOO_MANY_CONVERSATIONS' },
+    });
+    expect(await redis.zrange(running, '0', '-1')).toEqual(['other-1', 'other-2', 'other-3']);
   });
 });

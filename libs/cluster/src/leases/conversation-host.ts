@@ -238,8 +238,9 @@ export class ConversationHost {
   ): Promise<SessionEndReason | 'failed'> {
     const { ref } = hosted;
     try {
-      // A holder that left without handing the lease back crashed: count it.
-      if (previousHolderCrashed && (await this.tooManyFailovers(ref.conversationId))) {
+      // A holder that left without handing the lease back crashed: count it
+      // against what it was doing, if that was this conversation's work.
+      if (previousHolderCrashed && (await this.tooManyFailovers(ref))) {
         await this.endInError(hosted, TOO_MANY_FAILOVERS);
         return 'failed';
       }
@@ -343,7 +344,10 @@ export class ConversationHost {
       const lost = await this.deps.limiter.renew(
         live.map((h) => ({ ...h.ref, lastActivity: h.session!.lastActivity })),
       );
-      for (const id of lost) this.deps.log('warn', `slot of ${id} was taken away`);
+      for (const id of lost) {
+        const hosted = this.hosted.get(id);
+        if (hosted?.session) await this.onSlotLost(hosted);
+      }
       await Promise.all(
         live.map(async (hosted) => {
           if (await this.isIdle(hosted)) await hosted.session?.close();
@@ -352,6 +356,22 @@ export class ConversationHost {
     } catch (error) {
       this.deps.log('warn', `heartbeat: ${describe(error)}`);
     }
+  }
+
+  /**
+   * A held conversation whose slot is gone: an eviction whose message is on
+   * its way, or Redis lost the slot (restarted without persistence). It takes
+   * a free slot back, evicting nobody; with none free its user has too many
+   * conversations running, and it stops as if evicted.
+   */
+  private async onSlotLost(hosted: HostedConversation): Promise<void> {
+    const { tenantId, userId, conversationId } = hosted.ref;
+    if (await this.deps.limiter.reclaim(tenantId, userId, conversationId)) {
+      this.deps.log('warn', `slot of ${conversationId} was lost: took a free one back`);
+      return;
+    }
+    this.deps.log('warn', `slot of ${conversationId} was taken, and none is free: stopping it`);
+    this.onInbox(hosted, { type: 'evict' });
   }
 
   /**
@@ -383,18 +403,39 @@ export class ConversationHost {
     return (await this.deps.connections.count(hosted.ref.conversationId)) === 0;
   }
 
-  private async tooManyFailovers(conversationId: string): Promise<boolean> {
+  /**
+   * The circuit breaker against a conversation that crashes its workers (a
+   * message its agent dies on, a history too big to load): more than
+   * `maxFailovers` crashed holders within `failoverWindowMs` while doing the
+   * same thing end it in `error`. What a holder was doing is read from
+   * Postgres: answering the oldest unanswered message, or loading. A holder
+   * that died while the conversation sat idle, or on a message that the next
+   * holder answered, says nothing about the conversation: workers killed or
+   * paused for other reasons do not add up against it.
+   */
+  private async tooManyFailovers(ref: ConversationRef): Promise<boolean> {
+    const work = await this.workAtCrash(ref);
+    if (work === null) return false;
     const { redis, keys, options } = this.deps;
-    const key = keys.conversationFailovers(conversationId);
+    const key = keys.conversationFailovers(ref.conversationId);
     const now = Date.now();
-    const [, , count] = (await redis
+    const [, , members] = (await redis
       .multi()
       .zremrangebyscore(key, '-inf', String(now - options.failoverWindowMs))
-      .zadd(key, String(now), `${now}-${Math.random()}`)
-      .zcard(key)
+      .zadd(key, String(now), `${work}|${now}-${Math.random()}`)
+      .zrange(key, '0', '-1')
       .pexpire(key, options.failoverWindowMs)
       .exec()) as Array<[Error | null, unknown]>;
-    return Number(count?.[1] ?? 0) > options.maxFailovers;
+    const crashes = ((members?.[1] ?? []) as string[]).filter((m) => m.startsWith(`${work}|`));
+    return crashes.length > options.maxFailovers;
+  }
+
+  /** `message:<id>` (the oldest unanswered user message), `loading`, or null (idle). */
+  private async workAtCrash(ref: ConversationRef): Promise<string | null> {
+    const pending = await this.unansweredMessages(ref);
+    if (pending.length > 0) return `message:${Math.min(...pending)}`;
+    const record = await this.deps.store.getConversation(ref.tenantId, ref.conversationId);
+    return record?.agentState === 'loading' ? 'loading' : null;
   }
 
   /** Ends the conversation in `error` (it starts again with the next user message). */
@@ -417,18 +458,28 @@ export class ConversationHost {
 
   /** True when the newest user message has no settled answer after it. */
   private async hasUnansweredMessage(ref: ConversationRef): Promise<boolean> {
+    return (await this.unansweredMessages(ref)).length > 0;
+  }
+
+  /**
+   * Ids of the user messages stored after the agent last settled (among the
+   * latest 50 events): the ones its session has yet to answer.
+   */
+  private async unansweredMessages(ref: ConversationRef): Promise<number[]> {
     const recent = await this.deps.store.readEvents(ref.tenantId, ref.conversationId, {
       reverse: true,
       limit: 50,
     });
+    const pending: number[] = [];
     for (const event of recent) {
-      if (event.source === 'user' && 'action' in event && event.action === 'message') return true;
+      if (event.source === 'user' && 'action' in event && event.action === 'message')
+        pending.push(event.id);
       if ('observation' in event && event.observation === 'agent_state_changed') {
         const state = (event.extras as { agent_state?: string }).agent_state;
-        if (state !== 'running' && state !== 'loading') return false;
+        if (state !== 'running' && state !== 'loading') break;
       }
     }
-    return false;
+    return pending;
   }
 }
 
