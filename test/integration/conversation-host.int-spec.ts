@@ -123,11 +123,25 @@ describe(ConversationHost.name, () => {
       title,
     );
     await manager.ensureRunning(ref);
+    await untilHosted(ref);
+    return ref;
+  }
+
+  /** Waits until the host holds the conversation. */
+  async function untilHosted(ref: ConversationRef): Promise<void> {
     await vi.waitFor(() => expect(host.conversations).toContain(ref.conversationId), {
       timeout: 10_000,
       interval: 50,
     });
-    return ref;
+  }
+
+  /** Sends a user message through the manager (a gateway); returns the stored event's id. */
+  async function userSays(ref: ConversationRef, content: string): Promise<number> {
+    const sent = await manager.sendUserAction(ref, {
+      action: 'message',
+      args: { content, image_urls: [], file_urls: [] },
+    });
+    return sent.event.id;
   }
 
   /** Waits until the agent has answered the event `cause`; returns its answers. */
@@ -178,11 +192,8 @@ describe(ConversationHost.name, () => {
     expect(host.conversations).not.toContain(ref.conversationId);
 
     // Not failed for good: a message starts it again (a clean start, no failover).
-    const sent = await manager.sendUserAction(ref, {
-      action: 'message',
-      args: { content: 'are you back?', image_urls: [], file_urls: [] },
-    });
-    await answersTo(ref, sent.event.id);
+    const sent = await userSays(ref, 'are you back?');
+    await answersTo(ref, sent);
     expect((await opened.store.getConversation(ref.tenantId, ref.conversationId))?.status).toBe(
       'RUNNING',
     );
@@ -201,15 +212,9 @@ describe(ConversationHost.name, () => {
     await opened.store.acquireLease(ref.tenantId, ref.conversationId, 'crashed-worker');
 
     await manager.ensureRunning(ref);
-    await vi.waitFor(() => expect(host.conversations).toContain(ref.conversationId), {
-      timeout: 10_000,
-      interval: 50,
-    });
-    const sent = await manager.sendUserAction(ref, {
-      action: 'message',
-      args: { content: 'fine?', image_urls: [], file_urls: [] },
-    });
-    expect(await answersTo(ref, sent.event.id)).toHaveLength(1);
+    await untilHosted(ref);
+    const sent = await userSays(ref, 'fine?');
+    expect(await answersTo(ref, sent)).toHaveLength(1);
     expect((await opened.store.getConversation(ref.tenantId, ref.conversationId))?.status).toBe(
       'RUNNING',
     );
@@ -230,11 +235,8 @@ describe(ConversationHost.name, () => {
   it('tries a failed write again from its periodic catch-up, with no new event to wake it', async () => {
     const ref = await hostedConversation('flaky');
     failingAgentAppends = 1;
-    const sent = await manager.sendUserAction(ref, {
-      action: 'message',
-      args: { content: 'still there?', image_urls: [], file_urls: [] },
-    });
-    expect(await answersTo(ref, sent.event.id)).toHaveLength(1);
+    const sent = await userSays(ref, 'still there?');
+    expect(await answersTo(ref, sent)).toHaveLength(1);
     expect(failingAgentAppends).toBe(0);
   });
 
@@ -252,11 +254,8 @@ describe(ConversationHost.name, () => {
         interval: 50,
       },
     );
-    const sent = await manager.sendUserAction(ref, {
-      action: 'message',
-      args: { content: 'still running?', image_urls: [], file_urls: [] },
-    });
-    expect(await answersTo(ref, sent.event.id)).toHaveLength(1);
+    const sent = await userSays(ref, 'still running?');
+    expect(await answersTo(ref, sent)).toHaveLength(1);
   });
 
   it('stops a conversation whose slot was taken while its user has none free, as if evicted', async () => {
