@@ -600,7 +600,7 @@ export function renderMarkdown(data, chart) {
       ' defaults `postgres://postgres@127.0.0.1:5432/postgres` and `redis://127.0.0.1:6379`).' +
       ' The harness builds `dist/` if needed, creates a database `bench_<stamp>` and a key prefix' +
       ' `bench-<stamp>`, starts the cluster, runs the scenarios and removes everything again' +
-      ' (`--keep` keeps the database and keys). The default run takes about 12 minutes; memory is' +
+      ' (`--keep` keeps the database and keys). The default run takes about 6 minutes; memory is' +
       ' measured last, on a fresh gateway and fresh workers. The round trip is timed after 2,000' +
       ' unmeasured round trips (V8 compiles the hot path meanwhile). Sustained load runs closed-loop levels first (1, 10, 100, 1,000' +
       ' clients, each sending again as soon as its echo arrives: the most the cluster answers),' +
