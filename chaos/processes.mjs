@@ -106,6 +106,7 @@ export async function redisServer(log) {
         retryStrategy: () => null,
         maxRetriesPerRequest: 0,
       });
+      client.on('error', () => undefined); // not up yet: the next attempt tells
       try {
         await client.connect();
         return (await client.ping()) === 'PONG';

@@ -58,9 +58,17 @@ function generator(state) {
     return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
   };
 }
-const random = generator(seed);
-const between = (min, max) => min + Math.floor(random() * (max - min + 1));
-const pick = (items) => items[Math.floor(random() * items.length)];
+/** Draws from one seeded stream of numbers. */
+function dice(random) {
+  return {
+    between: (min, max) => min + Math.floor(random() * (max - min + 1)),
+    pick: (items) => items[Math.floor(random() * items.length)],
+  };
+}
+// The faults draw from a stream of their own: the clients draw whenever their
+// traffic's timing has them draw, and must not shift which faults come.
+const { between, pick } = dice(generator(seed));
+const traffic = dice(generator(seed ^ 0x2545f491));
 
 const started = Date.now();
 const stamp = () => `${((Date.now() - started) / 1000).toFixed(1).padStart(6)}s`;
@@ -438,7 +446,7 @@ class ChaosClient {
         while (!this.replies.has(eventId) && Date.now() < until && running()) await sleep(25);
       }
       n += 1;
-      await sleep(between(50, 300));
+      await sleep(traffic.between(50, 300));
     }
   }
 
