@@ -233,6 +233,41 @@ describe('cluster of gateways and workers', () => {
     }
   });
 
+  it('streams live events over SSE from a gateway that has no other subscriber to the conversation', async () => {
+    const c = await cluster_({ gateways: 2, workers: 2 });
+    const [g1, g2] = c.gateways as [AppProcess, AppProcess];
+    const token = await c.token('sse');
+    const id = await createConversation(g1.url, token);
+    const controller = new AbortController();
+    const response = await fetch(`${g2.url}/api/conversations/${id}/stream`, {
+      headers: { authorization: `Bearer ${token}` },
+      signal: controller.signal,
+    });
+    expect(response.status).toBe(200);
+    const reader = response.body!.getReader();
+    let text = '';
+    const reading = (async () => {
+      for (;;) {
+        const { value, done } = await reader.read();
+        if (done) return;
+        text += new TextDecoder().decode(value);
+      }
+    })().catch(() => undefined);
+    try {
+      const sent = Array.from({ length: 10 }, (_, n) => `through g1 ${n}`);
+      for (const content of sent) await sendMessage(g1.url, token, id, content);
+      const stored = await waitForAnswers(g1.url, token, id);
+      expectExactlyOnce(stored, sent);
+      const last = stored[stored.length - 1]!.id;
+      await until(async () => text.includes(`id: ${last}\n`), `event ${last} over SSE`, 10_000, 50);
+      const streamed = [...text.matchAll(/^id: (\d+)$/gm)].map((m) => Number(m[1]));
+      expect(streamed).toEqual(stored.map((e) => e.id));
+    } finally {
+      controller.abort();
+      await reading;
+    }
+  });
+
   it.each(['evict_oldest', 'reject'] as const)(
     'leaves exactly MAX_CONCURRENT_CONVERSATIONS running after 50 concurrent starts (%s)',
     async (policy) => {
