@@ -1,12 +1,6 @@
 import { z } from 'zod';
 import { ConversationIdSchema } from './rest.js';
-import {
-  StatusUpdateSchema,
-  StoredEventSchema,
-  StreamDeltaSchema,
-  type ServerEvent,
-  type UserActionAck,
-} from './events.js';
+import type { ServerEvent, UserActionAck } from './events.js';
 
 /** The Socket.IO handshake query (`conversation_id`, `latest_event_id`, `start`). */
 export const ConnectQuerySchema = z.object({
@@ -36,18 +30,3 @@ export interface ServerToClientEvents {
 export interface ClientToServerEvents {
   oh_user_action: (payload: unknown, ack?: (response: UserActionAck) => void) => void;
 }
-
-/**
- * A conversation's live traffic between replicas, on the conversation's own
- * Redis channel: workers and gateways publish what they stored (or a status,
- * or a token delta), and only the gateways with a subscriber to that
- * conversation listen. Stored events go this way rather than straight to the
- * Socket.IO room so that each gateway merges them with its replays, without
- * gaps or repeats, per connection.
- */
-export const RoomMessageSchema = z.discriminatedUnion('type', [
-  z.object({ type: z.literal('events'), events: z.array(StoredEventSchema).min(1) }),
-  z.object({ type: z.literal('status'), status: StatusUpdateSchema }),
-  z.object({ type: z.literal('stream'), delta: StreamDeltaSchema }),
-]);
-export type RoomMessage = z.infer<typeof RoomMessageSchema>;

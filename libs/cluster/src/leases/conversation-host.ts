@@ -15,7 +15,8 @@ import type { ClusterKeys } from '../redis/cluster-keys.js';
 import { TOO_MANY_CONVERSATIONS_NOTICE } from '../clustered-conversation-manager.js';
 import type { UserConcurrencyLimiter } from '../limits/user-concurrency.limiter.js';
 import type { ConnectionRegistry } from '../realtime/connection-registry.js';
-import type { ConversationInbox, InboxMessage } from './conversation-inbox.js';
+import type { InboxMessage } from '@cs/protocol';
+import type { ConversationInbox } from './conversation-inbox.js';
 import {
   CONVERSATION_QUEUE,
   conversationJobId,

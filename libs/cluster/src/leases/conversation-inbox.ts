@@ -1,21 +1,6 @@
 import type { Redis } from 'ioredis';
-import { StoredEventSchema } from '@cs/protocol';
-import { z } from 'zod';
+import { InboxMessageSchema, type InboxMessage } from '@cs/protocol';
 import type { ClusterKeys } from '../redis/cluster-keys.js';
-
-/** What a gateway tells a conversation's lease holder. */
-export const InboxMessageSchema = z.discriminatedUnion('type', [
-  /**
-   * New user events are stored: read them. They come along when small, so
-   * that the holder need not read them back from Postgres.
-   */
-  z.object({ type: z.literal('wake'), events: z.array(StoredEventSchema).optional() }),
-  /** Stop the conversation (REST stop, delete). */
-  z.object({ type: z.literal('stop') }),
-  /** Stop it because its user started one too many (evict_oldest). */
-  z.object({ type: z.literal('evict') }),
-]);
-export type InboxMessage = z.infer<typeof InboxMessageSchema>;
 
 const WAKE = JSON.stringify({ type: 'wake' });
 /** Larger wake-ups go without their events: the holder reads them from Postgres. */

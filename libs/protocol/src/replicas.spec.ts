@@ -1,0 +1,57 @@
+import { describe, expect, it } from 'vitest';
+import { InboxMessageSchema, RoomMessageSchema, type StoredEvent } from './index.js';
+
+const answer: StoredEvent = {
+  id: 3,
+  timestamp: '2026-11-30T12:00:00.000Z',
+  source: 'agent',
+  action: 'message',
+  args: { content: 'echo: hi' },
+  message: 'echo: hi',
+  cause: 2,
+};
+
+describe('RoomMessageSchema', () => {
+  it('reads stored events, a status update and a token delta', () => {
+    const messages = [
+      { type: 'events', events: [answer] },
+      {
+        type: 'status',
+        status: { status_update: true, type: 'info', id: 'STATUS$READY', message: 'ready' },
+      },
+      { type: 'stream', delta: { stream: true, cause: 2, delta: 'ec' } },
+    ];
+    for (const message of messages) {
+      expect(RoomMessageSchema.parse(JSON.parse(JSON.stringify(message)))).toEqual(message);
+    }
+  });
+
+  it('refuses empty batches, events without an id, and unknown kinds', () => {
+    const { id: _id, ...withoutId } = answer;
+    for (const message of [
+      { type: 'events', events: [] },
+      { type: 'events', events: [withoutId] },
+      { type: 'status', status: { type: 'info' } },
+      { type: 'stream', delta: { stream: true, cause: -1, delta: '' } },
+      { type: 'other' },
+      'events',
+    ]) {
+      expect(RoomMessageSchema.safeParse(message).success, JSON.stringify(message)).toBe(false);
+    }
+  });
+});
+
+describe('InboxMessageSchema', () => {
+  it('reads wake-ups with or without their events, stops and evictions', () => {
+    for (const message of [
+      { type: 'wake' },
+      { type: 'wake', events: [answer] },
+      { type: 'stop' },
+      { type: 'evict' },
+    ]) {
+      expect(InboxMessageSchema.parse(message)).toEqual(message);
+    }
+    expect(InboxMessageSchema.safeParse({ type: 'wake', events: [{}] }).success).toBe(false);
+    expect(InboxMessageSchema.safeParse({ type: 'restart' }).success).toBe(false);
+  });
+});

@@ -1,0 +1,33 @@
+// What the replicas tell each other through Redis: the conversations' live
+// traffic to the gateways, and messages to a conversation's lease holder.
+import { z } from 'zod';
+import { StatusUpdateSchema, StoredEventSchema, StreamDeltaSchema } from './events.js';
+
+/**
+ * A conversation's live traffic between replicas, on the conversation's own
+ * Redis channel: workers and gateways publish what they stored (or a status,
+ * or a token delta), and only the gateways with a subscriber to that
+ * conversation listen. Stored events go this way rather than straight to the
+ * Socket.IO room so that each gateway merges them with its replays, without
+ * gaps or repeats, per connection.
+ */
+export const RoomMessageSchema = z.discriminatedUnion('type', [
+  z.object({ type: z.literal('events'), events: z.array(StoredEventSchema).min(1) }),
+  z.object({ type: z.literal('status'), status: StatusUpdateSchema }),
+  z.object({ type: z.literal('stream'), delta: StreamDeltaSchema }),
+]);
+export type RoomMessage = z.infer<typeof RoomMessageSchema>;
+
+/** What a gateway tells a conversation's lease holder, on the holder's inbox channel. */
+export const InboxMessageSchema = z.discriminatedUnion('type', [
+  /**
+   * New user events are stored: read them. They come along when small, so
+   * that the holder need not read them back from Postgres.
+   */
+  z.object({ type: z.literal('wake'), events: z.array(StoredEventSchema).optional() }),
+  /** Stop the conversation (REST stop, delete). */
+  z.object({ type: z.literal('stop') }),
+  /** Stop it because its user started one too many (evict_oldest). */
+  z.object({ type: z.literal('evict') }),
+]);
+export type InboxMessage = z.infer<typeof InboxMessageSchema>;
