@@ -46,7 +46,7 @@ const USAGE = `usage: npm run bench -- [options]
   --sustained-conversations N    clients of the sustained load (default 1000)
   --sustained-levels a,b,…       lower load levels measured first (default 1,10,100)
   --sustained-rates a,b,…        offered rates (msg/s) for the sustained conversations, each
-                                 sending at its share of the rate (default 250,500,1000,1250)
+                                 sending at its share of the rate (default 250,500,1000,1100,1250)
   --duration S                   seconds per sustained level (default 20)
   --memory-sockets N             idle sockets for the gateway memory probe (default 10000)
   --memory-conversations N       idle conversations for the worker memory probe (default 5000)
@@ -72,7 +72,7 @@ function parseOptions(argv) {
       'failover-conversations': { type: 'string', default: '100' },
       'sustained-conversations': { type: 'string', default: '1000' },
       'sustained-levels': { type: 'string', default: '1,10,100' },
-      'sustained-rates': { type: 'string', default: '250,500,1000,1250' },
+      'sustained-rates': { type: 'string', default: '250,500,1000,1100,1250' },
       duration: { type: 'string', default: '20' },
       'memory-sockets': { type: 'string', default: '10000' },
       'memory-conversations': { type: 'string', default: '5000' },

@@ -605,7 +605,9 @@ export function renderMarkdown(data, chart) {
       ' unmeasured round trips (V8 compiles the hot path meanwhile). Sustained load runs closed-loop levels first (1, 10, 100, 1,000' +
       ' clients, each sending again as soon as its echo arrives: the most the cluster answers),' +
       ' then paced levels: the 1,000 conversations each sending at its share of an offered rate' +
-      ' (250 to 1,250 msg/s), latency counted from when each message was due.',
+      ' (250 to 1,250 msg/s), latency counted from when each message was due; throughput counts' +
+      ' the answers that arrived within the measured window, so a level paced at exactly' +
+      ' 1,000 msg/s reads a little above or below it.',
     '',
     '```sh',
     'npm run bench                                   # every scenario, 2 gateways + 2 workers',
