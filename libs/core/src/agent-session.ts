@@ -131,8 +131,14 @@ export class AgentSession {
   private readonly catchUpMs: number;
   private readonly pageSize: number;
 
-  /** Every stored event read so far; ids are gap-free, so `history[id].id === id`. */
-  private readonly history: StoredEvent[] = [];
+  /**
+   * Every stored event read so far, as JSON (ids are gap-free, so entry `id`
+   * is event `id`). One string per event rather than a tree of objects: a
+   * worker holds the histories of thousands of conversations, and the garbage
+   * collector marks a string at once where it would trace every object of an
+   * event (long histories made for pauses of hundreds of milliseconds).
+   */
+  private readonly history: string[] = [];
   /** User events settled by a stored state change (their ids). */
   private readonly handled = new Set<number>();
   /** User events this session deliberately skips (stale stops, unknown actions). */
@@ -331,7 +337,7 @@ export class AgentSession {
     this.instructions = snapshot.conversation.instructions;
     // `loading` says nothing: a holder that died while starting leaves one behind.
     for (let id = this.loadingEventId - 1; id >= 0; id -= 1) {
-      const event = this.history[id];
+      const event = this.eventAt(id);
       const change = event ? readAgentStateChange(event) : null;
       if (change && change.agentState !== 'loading') return change.agentState;
     }
@@ -569,12 +575,19 @@ export class AgentSession {
    * when the turn began.
    */
   private historyFor(trigger: StoredEvent, end: number): StoredEvent[] {
-    const seen = this.history.slice(0, trigger.id + 1);
-    for (let id = trigger.id + 1; id < end; id += 1) {
-      const event = this.history[id]!;
-      if (event.source !== 'user' && (event.cause ?? -1) < trigger.id) seen.push(event);
+    const seen: StoredEvent[] = [];
+    for (let id = 0; id < end; id += 1) {
+      const event = this.eventAt(id)!;
+      if (id <= trigger.id || (event.source !== 'user' && (event.cause ?? -1) < trigger.id))
+        seen.push(event);
     }
     return seen;
+  }
+
+  /** The stored event `id` of the history (a copy), if read. */
+  private eventAt(id: number): StoredEvent | undefined {
+    const json = this.history[id];
+    return json === undefined ? undefined : (JSON.parse(json) as StoredEvent);
   }
 
   /** Mid-turn: a pause or stop that arrived ends the turn at once. */
@@ -664,7 +677,7 @@ export class AgentSession {
     for (const event of events) {
       if (event.id < this.history.length) continue;
       if (event.id > this.history.length) return false;
-      this.history.push(event);
+      this.history.push(JSON.stringify(event));
       this.noteSettled(event);
       if (event.source === 'user') {
         this.pending.push(event);
