@@ -331,9 +331,9 @@ export function renderMarkdown(data, chart) {
   const loads = shownRuns.map((r) => r.loadAtStart).filter((l) => typeof l === 'number');
   if (loads.length > 0) {
     lines.push(
-      `The machine was not idle: its 1-minute load average was ${loads.join(', ')} when the` +
-        ` run(s) started (other work on the same ${m.cores} cores), so absolute numbers are` +
-        ' pessimistic and noisy; the CPU table below shows who used the cores.',
+      `The machine's 1-minute load average was ${loads.join(', ')} when the run(s) started` +
+        ` (work outside the benchmark competes for the same ${m.cores} cores and makes the` +
+        ' numbers noisier); the CPU table below shows who used the cores.',
       '',
     );
   }
