@@ -3,6 +3,8 @@ import {
   AgentSession,
   LeaseLostError,
   agentStateChangeDraft,
+  isSettledState,
+  readAgentStateChange,
   type AgentFactory,
   type ConversationBroadcaster,
   type ConversationRef,
@@ -15,7 +17,7 @@ import type { ClusterKeys } from '../redis/cluster-keys.js';
 import { TOO_MANY_CONVERSATIONS_NOTICE } from '../clustered-conversation-manager.js';
 import type { UserConcurrencyLimiter } from '../limits/user-concurrency.limiter.js';
 import type { ConnectionRegistry } from '../realtime/connection-registry.js';
-import type { InboxMessage } from '@cs/protocol';
+import { isAction, type InboxMessage } from '@cs/protocol';
 import type { ConversationInbox } from './conversation-inbox.js';
 import {
   CONVERSATION_QUEUE,
@@ -473,12 +475,10 @@ export class ConversationHost {
     });
     const pending: number[] = [];
     for (const event of recent) {
-      if (event.source === 'user' && 'action' in event && event.action === 'message')
+      if (event.source === 'user' && isAction(event) && event.action === 'message')
         pending.push(event.id);
-      if ('observation' in event && event.observation === 'agent_state_changed') {
-        const state = (event.extras as { agent_state?: string }).agent_state;
-        if (state !== 'running' && state !== 'loading') break;
-      }
+      const change = readAgentStateChange(event);
+      if (change && isSettledState(change.agentState)) break;
     }
     return pending;
   }
