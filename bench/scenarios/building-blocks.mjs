@@ -259,21 +259,25 @@ export async function runBuildingBlocks(ctx) {
   return { blocks };
 }
 
+/** The sum of one percentile of the named blocks (a name twice counts twice), or null if one is missing. */
+function pathSum(blocks, percentileKey, names) {
+  const parts = names.map((name) => blocks[name]?.[percentileKey]);
+  if (parts.some((value) => typeof value !== 'number')) return null;
+  return parts.reduce((a, b) => a + b, 0);
+}
+
 /**
  * The round trip's path in building blocks: socket ack + 2 × Postgres insert +
  * 2 × Redis hop (the wake-up to the worker, the answer to the gateway).
  */
 export function roundTripBudget(blocks, percentileKey) {
-  const part = (key) => blocks[key]?.[percentileKey];
-  const parts = [
-    part('socketio_ack'),
-    part('pg_insert'),
-    part('pg_insert'),
-    part('redis_hop'),
-    part('redis_hop'),
-  ];
-  if (parts.some((value) => value === null || value === undefined)) return null;
-  return parts.reduce((a, b) => a + b, 0);
+  return pathSum(blocks, percentileKey, [
+    'socketio_ack',
+    'pg_insert',
+    'pg_insert',
+    'redis_hop',
+    'redis_hop',
+  ]);
 }
 
 /**
@@ -282,14 +286,11 @@ export function roundTripBudget(blocks, percentileKey) {
  * 2 × Redis hop (the wake-up, the answer).
  */
 export function builtPathBudget(blocks, percentileKey) {
-  const part = (key) => blocks[key]?.[percentileKey];
-  const parts = [
-    part('socketio_ack'),
-    2 * (part('pg_append') ?? NaN),
-    part('redis_hop'),
-    part('redis_hop'),
-  ];
-  if (parts.some((value) => value === null || value === undefined || Number.isNaN(value)))
-    return null;
-  return parts.reduce((a, b) => a + b, 0);
+  return pathSum(blocks, percentileKey, [
+    'socketio_ack',
+    'pg_append',
+    'pg_append',
+    'redis_hop',
+    'redis_hop',
+  ]);
 }
