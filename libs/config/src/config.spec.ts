@@ -43,6 +43,42 @@ describe('loadConfig', () => {
     );
   });
 
+  it('signs development tokens only with a generated secret unless told to', () => {
+    const generated = loadConfig('standalone', {});
+    expect(generated.auth.devTokens).toBe(true);
+    expect(generated.http.host).toBe('127.0.0.1');
+    const operator = loadConfig('standalone', { AUTH_JWT_SECRET: cluster.AUTH_JWT_SECRET });
+    expect(operator.auth.devTokens).toBe(false);
+    expect(operator.http.host).toBe('0.0.0.0');
+    const jwks = loadConfig('standalone', { AUTH_JWKS_URL: 'https://idp.example.com/jwks' });
+    expect(jwks.auth.devTokens).toBe(false);
+    const explicit = loadConfig('standalone', {
+      AUTH_JWT_SECRET: cluster.AUTH_JWT_SECRET,
+      AUTH_DEV_TOKENS: 'true',
+    });
+    expect(explicit.auth.devTokens).toBe(true);
+    expect(explicit.http.host).toBe('127.0.0.1');
+    expect(loadConfig('standalone', { HOST: '0.0.0.0' }).http.host).toBe('0.0.0.0');
+  });
+
+  it('allows no cross-origin access unless origins are named', () => {
+    expect(loadConfig('standalone', {}).http.corsOrigins).toEqual([]);
+    expect(
+      loadConfig('standalone', { CORS_ORIGINS: 'https://app.example.com, http://localhost:5173' })
+        .http.corsOrigins,
+    ).toEqual(['https://app.example.com', 'http://localhost:5173']);
+    expect(problemsOf('standalone', { CORS_ORIGINS: '*' })).toHaveLength(1);
+  });
+
+  it('reads the log level and the per-user connection cap', () => {
+    const defaults = loadConfig('standalone', {});
+    expect(defaults.log.level).toBe('info');
+    expect(defaults.limits.maxConnectionsPerUser).toBe(50);
+    expect(loadConfig('standalone', { LOG_LEVEL: 'log' }).log.level).toBe('info');
+    expect(loadConfig('standalone', { LOG_FORMAT: 'json' }).log.format).toBe('json');
+    expect(problemsOf('standalone', { LOG_LEVEL: 'verbose' })).toHaveLength(1);
+  });
+
   it('names each invalid variable in its own line', () => {
     const problems = problemsOf('standalone', {
       PORT: 'eighty',

@@ -22,7 +22,24 @@ const url = (protocols: string[]) =>
 
 const EnvSchema = z.object({
   PORT: port.default(3000),
-  HOST: z.string().min(1).default('0.0.0.0'),
+  HOST: z.string().min(1).optional(),
+  CORS_ORIGINS: z
+    .string()
+    .transform((value) =>
+      value
+        .split(',')
+        .map((origin) => origin.trim())
+        .filter(Boolean),
+    )
+    .pipe(
+      z.array(
+        z
+          .string()
+          .regex(/^https?:\/\/[^/\s]+$/, 'must list origins such as https://app.example.com'),
+      ),
+    )
+    .optional(),
+  MAX_CONNECTIONS_PER_USER: positiveInt.max(100_000).default(50),
   WORKER_HTTP_PORT: port.default(3001),
   DATABASE_URL: url(['postgres:', 'postgresql:']).optional(),
   DATA_DIR: z.string().min(1).default('./.data'),
@@ -49,7 +66,12 @@ const EnvSchema = z.object({
   MIGRATE_ON_START: bool.default(true),
   MAX_ITERATIONS: positiveInt.max(10_000).default(100),
   WORKER_ID: z.string().min(1).max(128).optional(),
-  LOG_LEVEL: z.enum(['error', 'warn', 'log', 'debug', 'verbose']).default('log'),
+  LOG_LEVEL: z
+    .enum(['error', 'warn', 'info', 'log', 'debug'])
+    .transform((level) => (level === 'log' ? 'info' : level))
+    .default('info'),
+  LOG_FORMAT: z.enum(['json', 'pretty']).optional(),
+  OTEL_EXPORTER_OTLP_ENDPOINT: url(['http:', 'https:']).optional(),
 });
 
 export type Env = z.infer<typeof EnvSchema>;
@@ -57,7 +79,13 @@ export type Env = z.infer<typeof EnvSchema>;
 /** The validated configuration of one process. */
 export interface AppConfig {
   role: ProcessRole;
-  http: { host: string; port: number; workerPort: number };
+  http: {
+    host: string;
+    port: number;
+    workerPort: number;
+    /** Origins of other sites allowed to call the API and open sockets (none by default). */
+    corsOrigins: string[];
+  };
   database: { url: string | undefined; dataDir: string; migrateOnStart: boolean };
   redis: { url: string | undefined; keyPrefix: string };
   auth: {
@@ -73,11 +101,20 @@ export interface AppConfig {
     idleTimeoutMs: number;
     rateLimitPerMinute: number;
     maxIterations: number;
+    /** Sockets and SSE streams one user may hold open on one process. */
+    maxConnectionsPerUser: number;
   };
   cluster: { leaseTtlMs: number; workerConcurrency: number; workerId: string | undefined };
   agent: { default: string };
-  logLevel: Env['LOG_LEVEL'];
+  log: { level: LogLevel; format: 'json' | 'pretty' };
+  /** OTLP/HTTP endpoint of the trace collector; traces are off when unset. */
+  otlpEndpoint: string | undefined;
 }
+
+export type LogLevel = 'error' | 'warn' | 'info' | 'debug';
+
+/** Every environment variable the configuration reads. */
+export const CONFIG_VARIABLES: readonly string[] = Object.keys(EnvSchema.shape);
 
 /** Thrown with one line per invalid variable. */
 export class ConfigError extends Error {
@@ -119,11 +156,23 @@ export function loadConfig(
   if (e.AUTH_JWT_SECRET && e.AUTH_JWKS_URL) {
     problems.push('AUTH_JWKS_URL: set either AUTH_JWT_SECRET or AUTH_JWKS_URL, not both');
   }
+  if (e.AUTH_DEV_TOKENS === true && role !== 'standalone' && !e.AUTH_JWT_SECRET) {
+    problems.push('AUTH_DEV_TOKENS: development tokens need AUTH_JWT_SECRET on this process');
+  }
   if (problems.length > 0) throw new ConfigError(problems);
 
+  // Development tokens sign with a generated secret, never with an operator's
+  // one unless the operator says so; while they are on, only this host is served.
+  const operatorKeys = e.AUTH_JWT_SECRET !== undefined || e.AUTH_JWKS_URL !== undefined;
+  const devTokens = e.AUTH_DEV_TOKENS ?? (role === 'standalone' && !operatorKeys);
   return {
     role,
-    http: { host: e.HOST, port: e.PORT, workerPort: e.WORKER_HTTP_PORT },
+    http: {
+      host: e.HOST ?? (devTokens ? '127.0.0.1' : '0.0.0.0'),
+      port: e.PORT,
+      workerPort: e.WORKER_HTTP_PORT,
+      corsOrigins: e.CORS_ORIGINS ?? [],
+    },
     database: { url: e.DATABASE_URL, dataDir: e.DATA_DIR, migrateOnStart: e.MIGRATE_ON_START },
     redis: { url: e.REDIS_URL, keyPrefix: e.KEY_PREFIX },
     auth: {
@@ -131,7 +180,7 @@ export function loadConfig(
       jwksUrl: e.AUTH_JWKS_URL,
       issuer: e.AUTH_JWT_ISSUER,
       audience: e.AUTH_JWT_AUDIENCE,
-      devTokens: e.AUTH_DEV_TOKENS ?? role === 'standalone',
+      devTokens,
     },
     limits: {
       maxConcurrentConversations: e.MAX_CONCURRENT_CONVERSATIONS,
@@ -139,6 +188,7 @@ export function loadConfig(
       idleTimeoutMs: e.IDLE_TIMEOUT_MS,
       rateLimitPerMinute: e.RATE_LIMIT_PER_MINUTE,
       maxIterations: e.MAX_ITERATIONS,
+      maxConnectionsPerUser: e.MAX_CONNECTIONS_PER_USER,
     },
     cluster: {
       leaseTtlMs: e.LEASE_TTL_MS,
@@ -146,7 +196,11 @@ export function loadConfig(
       workerId: e.WORKER_ID,
     },
     agent: { default: e.AGENT },
-    logLevel: e.LOG_LEVEL,
+    log: {
+      level: e.LOG_LEVEL as LogLevel,
+      format: e.LOG_FORMAT ?? (process.stdout.isTTY ? 'pretty' : 'json'),
+    },
+    otlpEndpoint: e.OTEL_EXPORTER_OTLP_ENDPOINT,
   };
 }
 

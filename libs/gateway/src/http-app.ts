@@ -13,7 +13,13 @@ import { ConversationGateway } from './realtime/conversation.gateway.js';
 import { EventStreamService } from './realtime/event-stream.service.js';
 import { LifecycleService } from './observability/lifecycle.service.js';
 
-const LOG_LEVELS: LogLevel[] = ['fatal', 'error', 'warn', 'log', 'debug', 'verbose'];
+/** Nest's levels for each configured level (`info` is Nest's `log`). */
+const NEST_LEVELS: Record<AppConfig['log']['level'], LogLevel[]> = {
+  error: ['fatal', 'error'],
+  warn: ['fatal', 'error', 'warn'],
+  info: ['fatal', 'error', 'warn', 'log'],
+  debug: ['fatal', 'error', 'warn', 'log', 'debug', 'verbose'],
+};
 
 /** The demo page: `libs/gateway/public`, copied beside the build by scripts/build.mjs. */
 export const PUBLIC_DIR = fileURLToPath(new URL('../public', import.meta.url));
@@ -28,14 +34,14 @@ export async function createHttpApp(
   config: AppConfig,
   configure: (app: NestExpressApplication) => void = () => undefined,
 ): Promise<NestExpressApplication> {
-  const levels = LOG_LEVELS.slice(0, LOG_LEVELS.indexOf(config.logLevel) + 1);
   const app = await NestFactory.create<NestExpressApplication>(module as never, {
     bodyParser: false,
-    logger: levels,
+    logger: NEST_LEVELS[config.log.level],
   });
   app.disable('x-powered-by');
   app.set('query parser', 'simple');
-  app.enableCors({ origin: true });
+  // No cross-origin access unless the operator names the origins.
+  if (config.http.corsOrigins.length > 0) app.enableCors({ origin: config.http.corsOrigins });
   app.use(requireJsonBodies);
   app.useBodyParser('json', { limit: MAX_PAYLOAD_BYTES, type: 'application/json' });
   app.useGlobalFilters(new HttpErrorFilter());
