@@ -1,6 +1,7 @@
 export * from './agent-state.js';
 export * from './errors.js';
 export * from './events.js';
+export * from './json-limits.js';
 export * from './limits.js';
 export * from './replicas.js';
 export * from './rest.js';

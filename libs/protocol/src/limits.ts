@@ -11,3 +11,7 @@ export const MAX_URLS_PER_MESSAGE = 32;
 export const MAX_URL_CHARS = 4096;
 export const MAX_PAGE_LIMIT = 100;
 export const DEFAULT_PAGE_LIMIT = 20;
+/** A conversation's `metadata`, as the UTF-8 bytes of its JSON text. */
+export const MAX_METADATA_BYTES = 16 * 1024;
+/** How deep any JSON document of the wire (a REST body, a socket payload) may nest. */
+export const MAX_JSON_DEPTH = 32;

@@ -2,8 +2,12 @@ import { describe, expect, it } from 'vitest';
 import {
   ConnectQuerySchema,
   CreateConversationBodySchema,
+  ListConversationsQuerySchema,
   ListEventsQuerySchema,
+  MAX_JSON_DEPTH,
   MAX_MESSAGE_CONTENT_CHARS,
+  MAX_METADATA_BYTES,
+  PatchConversationBodySchema,
   UserActionSchema,
   describeZodError,
 } from './index.js';
@@ -87,6 +91,55 @@ describe('query schemas', () => {
     expect(problem(ListEventsQuerySchema, { limit: '101' }).field).toBe('limit');
     expect(problem(ListEventsQuerySchema, { start_id: '-1' }).field).toBe('start_id');
     expect(ListEventsQuerySchema.parse({})).toEqual({ start_id: 0, reverse: false, limit: 20 });
+  });
+
+  it('takes a page_id only as base64url text', () => {
+    const page_id = Buffer.from(JSON.stringify(['1', 'x'])).toString('base64url');
+    expect(ListConversationsQuerySchema.parse({ page_id })).toMatchObject({ page_id });
+    for (const bad of ['', 'a b', 'abc=', 'a+b/c', '-1!', 'x'.repeat(513), ['a', 'b']]) {
+      expect(problem(ListConversationsQuerySchema, { page_id: bad }).field).toBe('page_id');
+    }
+  });
+});
+
+/** Metadata `{"a":{"a":…{}}}` with `depth` levels of braces. */
+function nestedMetadata(depth: number): Record<string, unknown> {
+  let value: Record<string, unknown> = {};
+  for (let level = 1; level < depth; level += 1) value = { a: value };
+  return value;
+}
+
+/** Metadata whose JSON text is exactly `bytes` UTF-8 bytes long, in 2-byte characters. */
+function metadataOfBytes(bytes: number): Record<string, unknown> {
+  const overhead = '{"k":""}'.length;
+  const text = 'é'.repeat(Math.floor((bytes - overhead) / 2)) + 'x'.repeat((bytes - overhead) % 2);
+  return { k: text };
+}
+
+describe.each([
+  ['CreateConversationBodySchema', CreateConversationBodySchema],
+  ['PatchConversationBodySchema', PatchConversationBodySchema],
+])('%s metadata', (_name, schema) => {
+  it('takes at most MAX_METADATA_BYTES as JSON (UTF-8), naming metadata beyond', () => {
+    expect(MAX_METADATA_BYTES).toBe(16 * 1024);
+    const fits = metadataOfBytes(MAX_METADATA_BYTES);
+    expect(new TextEncoder().encode(JSON.stringify(fits)).length).toBe(MAX_METADATA_BYTES);
+    expect(schema.safeParse({ metadata: fits }).success).toBe(true);
+    // One byte more, though far fewer characters than bytes.
+    const over = problem(schema, { metadata: metadataOfBytes(MAX_METADATA_BYTES + 1) });
+    expect(over.field).toBe('metadata');
+    expect(over.message).toMatch(/16384 bytes/);
+    // Many small keys (36k of them made 20 MB list pages).
+    const keys = Object.fromEntries(Array.from({ length: 36_000 }, (_, n) => [`k${n}`, 1]));
+    expect(problem(schema, { metadata: keys }).field).toBe('metadata');
+  });
+
+  it('takes metadata nested at most MAX_JSON_DEPTH deep, naming metadata beyond', () => {
+    expect(schema.safeParse({ metadata: nestedMetadata(MAX_JSON_DEPTH) }).success).toBe(true);
+    const deeper = problem(schema, { metadata: nestedMetadata(MAX_JSON_DEPTH + 1) });
+    expect(deeper).toEqual({ field: 'metadata', message: 'metadata: nested more than 32 deep' });
+    // Measuring the size of 5,000 levels would throw a RangeError: the depth is checked first.
+    expect(problem(schema, { metadata: nestedMetadata(5_000) }).field).toBe('metadata');
   });
 });
 

@@ -1,10 +1,13 @@
 import { z } from 'zod';
 import { AgentStateSchema, ConversationStatusSchema } from './agent-state.js';
 import { StoredEventSchema } from './events.js';
+import { jsonByteLength, jsonDepthWithin } from './json-limits.js';
 import {
   DEFAULT_PAGE_LIMIT,
   MAX_INSTRUCTIONS_CHARS,
+  MAX_JSON_DEPTH,
   MAX_MESSAGE_CONTENT_CHARS,
+  MAX_METADATA_BYTES,
   MAX_PAGE_LIMIT,
   MAX_TITLE_CHARS,
 } from './limits.js';
@@ -27,7 +30,20 @@ export const AgentNameSchema = z
   .max(64)
   .regex(/^[a-z0-9][a-z0-9_.-]*$/, 'must be an agent name');
 
-export const MetadataSchema = z.record(z.string().max(256), z.unknown());
+/**
+ * A conversation's free-form `metadata`: at most `MAX_METADATA_BYTES` as JSON
+ * and nested at most `MAX_JSON_DEPTH` deep (the depth first, since measuring
+ * the size stringifies it).
+ */
+export const MetadataSchema = z
+  .record(z.string().max(256), z.unknown())
+  .superRefine((metadata, ctx) => {
+    if (!jsonDepthWithin(metadata, MAX_JSON_DEPTH)) {
+      ctx.addIssue({ code: 'custom', message: `nested more than ${MAX_JSON_DEPTH} deep` });
+    } else if (jsonByteLength(metadata) > MAX_METADATA_BYTES) {
+      ctx.addIssue({ code: 'custom', message: `larger than ${MAX_METADATA_BYTES} bytes as JSON` });
+    }
+  });
 
 export const CreateConversationBodySchema = z.strictObject({
   initial_user_msg: z.string().max(MAX_MESSAGE_CONTENT_CHARS).optional(),
@@ -53,7 +69,13 @@ export type PatchConversationBody = z.infer<typeof PatchConversationBodySchema>;
 
 export const ListConversationsQuerySchema = z.object({
   limit: queryInt(1, MAX_PAGE_LIMIT).default(DEFAULT_PAGE_LIMIT),
-  page_id: z.string().min(1).max(512).optional(),
+  /** The opaque cursor of the previous page (base64url); the store decodes and checks it. */
+  page_id: z
+    .string()
+    .min(1)
+    .max(512)
+    .regex(/^[A-Za-z0-9_-]+$/, 'must be a page id')
+    .optional(),
   all: queryBool.default(false),
 });
 export type ListConversationsQuery = z.infer<typeof ListConversationsQuerySchema>;

@@ -12,6 +12,12 @@ describe('conversation page cursor', () => {
     expect(decodeCursor(cursor)).toEqual(position);
   });
 
+  it('takes every time from 1970 to the 18-digit bound', () => {
+    for (const updatedAtMicros of ['0', '7', '999999999999999999']) {
+      expect(decodeCursor(encodeCursor({ updatedAtMicros, id }))).toEqual({ updatedAtMicros, id });
+    }
+  });
+
   it('refuses anything else as an invalid page_id', () => {
     const valid = encodeCursor({ updatedAtMicros: '1', id });
     const invalid = [
@@ -24,6 +30,14 @@ describe('conversation page cursor', () => {
       Buffer.from(JSON.stringify(['1', 'not-a-uuid'])).toString('base64url'),
       Buffer.from(JSON.stringify([1, id])).toString('base64url'),
       Buffer.from(JSON.stringify(['9'.repeat(19), id])).toString('base64url'),
+      // Negative (out of Postgres' timestamp range: a 500 once) or not as the server writes it.
+      encodeCursor({ updatedAtMicros: '-1', id }),
+      encodeCursor({ updatedAtMicros: '-999999999999999999', id }),
+      encodeCursor({ updatedAtMicros: '-0', id }),
+      encodeCursor({ updatedAtMicros: '01', id }),
+      encodeCursor({ updatedAtMicros: '+1', id }),
+      encodeCursor({ updatedAtMicros: '1', id: id.toUpperCase() }),
+      Buffer.from(`[ "1", "${id}" ]`).toString('base64url'),
     ];
     for (const cursor of invalid) {
       expect(() => decodeCursor(cursor)).toThrow(BadRequestError);

@@ -7,7 +7,10 @@ import { BadRequestError } from '@cs/core';
 import type { ListPosition } from './repositories/conversation.repository.js';
 
 const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
-const MICROS = /^-?\d{1,18}$/;
+// Microseconds since 1970, as Postgres prints a non-negative bigint: no sign,
+// no leading zero, at most 18 digits (year 33658), so that the query's
+// timestamp arithmetic stays in range. A negative one overflowed it (a 500).
+const MICROS = /^(?:0|[1-9]\d{0,17})$/;
 
 export function isUuid(value: string): boolean {
   return UUID.test(value);
@@ -31,7 +34,9 @@ export function decodeCursor(cursor: string): ListPosition {
     typeof parsed[0] !== 'string' ||
     typeof parsed[1] !== 'string' ||
     !MICROS.test(parsed[0]) ||
-    !isUuid(parsed[1])
+    !isUuid(parsed[1]) ||
+    // Ids come out of Postgres in lower case; no other spelling is a cursor it made.
+    parsed[1] !== parsed[1].toLowerCase()
   ) {
     throw invalid();
   }

@@ -1,0 +1,74 @@
+/**
+ * How deep and how large untrusted JSON may be (PROTOCOL.md, "Limits").
+ * Everything that recurses over a value (JSON.stringify, deep equality,
+ * Postgres' jsonb input) fails with a RangeError or a stack-depth error a few
+ * thousand levels down, so deeper values are refused before anything touches
+ * them. The walk is iterative and stops at the first container past the
+ * limit: a 1 MiB body nested half a million deep costs no stack, and nothing
+ * below the limit is looked at.
+ *
+ * Depth counts containers: a primitive is 0 deep, `{}` and `[]` are 1 deep,
+ * `{"a":{}}` is 2 deep. A REST body or a socket payload is one JSON document,
+ * so its own braces count.
+ */
+import { MAX_JSON_DEPTH } from './limits.js';
+
+type PathKey = string | number;
+
+interface PendingContainer {
+  value: object;
+  depth: number;
+  key: PathKey | undefined;
+  parent: PendingContainer | undefined;
+}
+
+/**
+ * The path (keys and indexes from the top) to the first container nested
+ * deeper than `max`, or undefined when there is none. Values from
+ * `JSON.parse` are trees; a cyclic object ends here too, as one too deep.
+ */
+export function findJsonTooDeep(
+  value: unknown,
+  max: number = MAX_JSON_DEPTH,
+): PathKey[] | undefined {
+  if (!isContainer(value)) return undefined;
+  const stack: PendingContainer[] = [{ value, depth: 1, key: undefined, parent: undefined }];
+  for (let entry = stack.pop(); entry !== undefined; entry = stack.pop()) {
+    if (entry.depth > max) return pathOf(entry);
+    const children: Array<[PathKey, unknown]> = Array.isArray(entry.value)
+      ? entry.value.map((child: unknown, index) => [index, child])
+      : Object.entries(entry.value);
+    for (const [key, child] of children) {
+      if (isContainer(child)) {
+        stack.push({ value: child, depth: entry.depth + 1, key, parent: entry });
+      }
+    }
+  }
+  return undefined;
+}
+
+/** True when no container in `value` is nested deeper than `max`. */
+export function jsonDepthWithin(value: unknown, max: number = MAX_JSON_DEPTH): boolean {
+  return findJsonTooDeep(value, max) === undefined;
+}
+
+/**
+ * The UTF-8 bytes of `JSON.stringify(value)`. JSON.stringify recurses: call
+ * it only on values found within the depth limit.
+ */
+export function jsonByteLength(value: unknown): number {
+  const text = JSON.stringify(value) ?? '';
+  return new TextEncoder().encode(text).length;
+}
+
+function isContainer(value: unknown): value is object {
+  return typeof value === 'object' && value !== null;
+}
+
+function pathOf(entry: PendingContainer): PathKey[] {
+  const path: PathKey[] = [];
+  for (let at: PendingContainer | undefined = entry; at?.key !== undefined; at = at.parent) {
+    path.push(at.key);
+  }
+  return path.reverse();
+}
