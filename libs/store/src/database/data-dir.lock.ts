@@ -5,8 +5,8 @@
  * crashed holder's lock is taken over at once when its pid is gone (zombies
  * count as gone: PID 1 here does not reap orphans), else once it goes stale.
  */
-import { readFileSync } from 'node:fs';
-import { mkdir, readFile, rm, writeFile } from 'node:fs/promises';
+import { chmodSync, mkdirSync, readFileSync } from 'node:fs';
+import { readFile, rm, writeFile } from 'node:fs/promises';
 import { hostname } from 'node:os';
 import { join, resolve } from 'node:path';
 import lockfile from 'proper-lockfile';
@@ -50,12 +50,25 @@ const STALE_MS = 30_000;
 const LOCK_NAME = 'lock';
 const OWNER_NAME = 'lock-owner.json';
 
+/** Only the owner may list, read or write the data folder (PGlite's own files are 0666). */
+export const DATA_DIR_MODE = 0o700;
+
+/**
+ * Makes the folder if it is missing and sets it to `DATA_DIR_MODE` either
+ * way: mkdir's mode only applies to a folder it creates, and through the
+ * umask, so a folder that existed with another mode would keep it.
+ */
+export function makePrivateDir(dir: string): void {
+  mkdirSync(dir, { recursive: true, mode: DATA_DIR_MODE });
+  chmodSync(dir, DATA_DIR_MODE);
+}
+
 export async function lockDataDir(
   dataDir: string,
   options: DataDirLockOptions = {},
 ): Promise<DataDirLock> {
   const dir = resolve(dataDir);
-  await mkdir(dir, { recursive: true });
+  makePrivateDir(dir);
   const lockfilePath = join(dir, LOCK_NAME);
   const ownerPath = join(dir, OWNER_NAME);
   const lockOptions = {

@@ -13,6 +13,7 @@ import type {
   SqlSession,
   SqlTransaction,
 } from './sql-database.js';
+import { makePrivateDir } from './data-dir.lock.js';
 import { INT8_OID, parseInt8 } from './sql-database.js';
 
 export interface PgliteOptions {
@@ -23,12 +24,15 @@ export interface PgliteOptions {
 /**
  * Opens PGlite in `dataDir`, or in memory when it is undefined. Nothing stops
  * two processes from opening the same folder: use `openEmbeddedDatabase`,
- * which locks it, for anything but tests.
+ * which locks it, for anything but tests. The folder is made private (0700):
+ * PGlite writes its files readable and writable by anyone (0666).
  */
 export async function openPglite(
   dataDir: string | undefined,
   options: PgliteOptions = {},
 ): Promise<SqlDatabase> {
+  // A plain path is a folder of the file system; `memory://` and the like are not.
+  if (dataDir !== undefined && !/^[a-z]+:\/\//i.test(dataDir)) makePrivateDir(dataDir);
   const db = await PGlite.create({
     ...(dataDir === undefined ? {} : { dataDir }),
     parsers: { [INT8_OID]: parseInt8 },
