@@ -1,7 +1,7 @@
 // Where the tests find Postgres and Redis: DATABASE_URL / REDIS_URL, with the
 // defaults of PROTOCOL.md. Each test file makes its own database.
 import { randomBytes, randomUUID } from 'node:crypto';
-import type { ConversationRef, ConversationStore } from '@cs/core';
+import { refOf, type ConversationRef, type ConversationStore } from '@cs/core';
 import type { Redis } from 'ioredis';
 import pg from 'pg';
 
@@ -78,5 +78,5 @@ export async function createEchoConversation(
     agent: { name: 'echo', config: {} },
     instructions: null,
   });
-  return { tenantId: owner.tenantId, userId: owner.userId, conversationId: conversation.id };
+  return refOf(conversation);
 }

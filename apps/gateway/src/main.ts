@@ -29,6 +29,7 @@ import {
   ConversationRoomHub,
   GatewayModule,
   READINESS_CHECKS,
+  ROOM_BROADCASTER,
   ROOM_TRAFFIC_SOURCE,
   ServiceMetrics,
   USER_ACTION_RATE_LIMITER,
@@ -72,9 +73,10 @@ async function main(): Promise<void> {
   const connections = new ConnectionRegistry(redis, keys, gatewayId, GATEWAY_LIVENESS_MS);
   await connections.start();
   const jobs = new ConversationJobs(redis, keys);
+  const broadcaster = new RedisRoomBroadcaster(publisher, keys);
   const manager = new ClusteredConversationManager({
     store,
-    broadcaster: new RedisRoomBroadcaster(publisher, keys),
+    broadcaster,
     jobs,
     inbox: new ConversationInbox(publisher, null, keys),
     limiter,
@@ -94,6 +96,7 @@ async function main(): Promise<void> {
     { provide: AGENT_FACTORY, useValue: new AgentRegistry() },
     { provide: READINESS_CHECKS, useValue: readiness },
     { provide: ROOM_TRAFFIC_SOURCE, useValue: rooms },
+    { provide: ROOM_BROADCASTER, useValue: broadcaster },
     {
       provide: USER_ACTION_RATE_LIMITER,
       useValue: new RedisUserActionRateLimiter(redis, keys, config.limits.rateLimitPerMinute),
@@ -101,7 +104,9 @@ async function main(): Promise<void> {
   ]);
 
   const app = await createHttpApp(module, config, (nest) => {
-    nest.useWebSocketAdapter(new RedisIoAdapter(nest, redis, subscriber, keys.socketIo));
+    nest.useWebSocketAdapter(
+      new RedisIoAdapter(nest, config.http.corsOrigins, redis, subscriber, keys.socketIo),
+    );
   });
   // After a Redis outage, whatever was published meanwhile is read from Postgres.
   const hub = app.get(ConversationRoomHub);

@@ -1,6 +1,6 @@
 import type { INestApplicationContext } from '@nestjs/common';
-import { IoAdapter } from '@nestjs/platform-socket.io';
 import { createAdapter } from '@socket.io/redis-adapter';
+import { ConfiguredIoAdapter } from '@cs/gateway';
 import type { Redis } from 'ioredis';
 import type { Server, ServerOptions } from 'socket.io';
 
@@ -8,14 +8,15 @@ import type { Server, ServerOptions } from 'socket.io';
  * Socket.IO on the classic Redis adapter: rooms and server-side emits span
  * every gateway, and workers reach them through the Redis emitter (same key).
  */
-export class RedisIoAdapter extends IoAdapter {
+export class RedisIoAdapter extends ConfiguredIoAdapter {
   constructor(
     app: INestApplicationContext,
+    corsOrigins: readonly string[],
     private readonly pub: Redis,
     private readonly sub: Redis,
     private readonly key: string,
   ) {
-    super(app);
+    super(app, corsOrigins);
   }
 
   override createIOServer(port: number, options?: ServerOptions): Server {

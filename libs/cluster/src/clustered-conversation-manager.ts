@@ -3,6 +3,8 @@ import {
   NotFoundError,
   agentStateChangeDraft,
   readAgentStateChange,
+  refOf,
+  roomKey,
   userActionDraft,
   type AppendedEvent,
   type Attachment,
@@ -118,12 +120,14 @@ export class ClusteredConversationManager implements ConversationManager {
     action: UserAction,
     idempotencyKey?: string,
   ): Promise<AppendedEvent> {
-    const [appended] = await this.deps.store.append(ref.tenantId, ref.conversationId, [
-      userActionDraft(action, idempotencyKey),
-    ]);
+    const [appended] = await this.deps.store.append(
+      ref.tenantId,
+      ref.conversationId,
+      [userActionDraft(action, idempotencyKey)],
+      { incarnation: ref.incarnation },
+    );
     if (!appended) throw new Error('the store appended nothing');
-    if (!appended.duplicate)
-      this.deps.broadcaster.publishEvents(ref.conversationId, [appended.event]);
+    if (!appended.duplicate) this.deps.broadcaster.publishEvents(roomKey(ref), [appended.event]);
     const holders = appended.duplicate
       ? 0
       : await this.deps.inbox.send(ref.conversationId, { type: 'wake', events: [appended.event] });
@@ -178,8 +182,10 @@ export class ClusteredConversationManager implements ConversationManager {
   }
 
   /** Stops a conversation evicted by `evict_oldest`, wherever it runs. */
-  private async evict(victim: ConversationRef): Promise<void> {
-    const before = await this.deps.store.getConversation(victim.tenantId, victim.conversationId);
+  private async evict(key: Omit<ConversationRef, 'incarnation'>): Promise<void> {
+    const before = await this.deps.store.getConversation(key.tenantId, key.conversationId);
+    if (!before) return; // deleted meanwhile: it holds no slot any more
+    const victim = refOf(before);
     const holders = await this.deps.inbox.send(victim.conversationId, { type: 'evict' });
     if (holders === 0) {
       await this.settleUnheld(victim);
@@ -188,7 +194,7 @@ export class ClusteredConversationManager implements ConversationManager {
     }
     // Its holder stores the notice and stops; but a holder that was just starting
     // and found its slot already gone leaves without a word. Check once it has left.
-    void this.noticeEvictionOnceLeft(victim, before?.lastEventId ?? -1).catch(() => undefined);
+    void this.noticeEvictionOnceLeft(victim, before.lastEventId).catch(() => undefined);
   }
 
   private async noticeEvictionOnceLeft(victim: ConversationRef, afterId: number): Promise<void> {
@@ -212,12 +218,15 @@ export class ClusteredConversationManager implements ConversationManager {
   /** Stores why the conversation stopped and tells its room. */
   private async storeEvictionNotice(victim: ConversationRef): Promise<void> {
     const [stopped] = await this.deps.store
-      .append(victim.tenantId, victim.conversationId, [
-        agentStateChangeDraft('stopped', { reason: StatusId.TooManyConversations }),
-      ])
+      .append(
+        victim.tenantId,
+        victim.conversationId,
+        [agentStateChangeDraft('stopped', { reason: StatusId.TooManyConversations })],
+        { incarnation: victim.incarnation },
+      )
       .catch(() => []);
-    if (stopped) this.deps.broadcaster.publishEvents(victim.conversationId, [stopped.event]);
-    this.deps.broadcaster.publishStatus(victim.conversationId, TOO_MANY_CONVERSATIONS_NOTICE);
+    if (stopped) this.deps.broadcaster.publishEvents(roomKey(victim), [stopped.event]);
+    this.deps.broadcaster.publishStatus(roomKey(victim), TOO_MANY_CONVERSATIONS_NOTICE);
   }
 
   /** A conversation nobody holds: drop its queued job, free its slot, mark it STOPPED. */

@@ -3,8 +3,15 @@ import { describe, expect, it, vi } from 'vitest';
 import { isAction } from '@cs/protocol';
 import type { AgentState, EventBody, StatusUpdate } from '@cs/protocol';
 import type { Agent } from './agent.js';
-import { AgentSession, SessionClosedError } from './agent-session.js';
-import type { ConversationRef, EventDraft } from './conversation.js';
+import {
+  AGENT_FAILED_MESSAGE,
+  AgentSession,
+  OUTPUT_REFUSED_MESSAGE,
+  STORE_FAILED_MESSAGE,
+  SessionClosedError,
+} from './agent-session.js';
+import { BadRequestError } from './errors.js';
+import { refOf, type ConversationRef, type EventDraft } from './conversation.js';
 import { agentStateChangeDraft, readAgentStateChange } from './session/agent-state-change.js';
 import {
   GatedAgent,
@@ -40,21 +47,18 @@ async function fixture() {
   const clock = new ManualClock();
   const store = new InMemoryConversationStore({ clock });
   const broadcaster = new RecordingBroadcaster();
-  const ref: ConversationRef = {
+  const { conversation: created } = await store.createConversation({
+    id: randomUUID(),
     tenantId: `tenant-${randomUUID()}`,
     userId: 'user-1',
-    conversationId: randomUUID(),
-  };
-  await store.createConversation({
-    id: ref.conversationId,
-    tenantId: ref.tenantId,
-    userId: ref.userId,
     appName: 'app',
     title: 'test',
     metadata: {},
     agent: { name: 'test', config: {} },
     instructions: 'be brief',
   });
+  const ref: ConversationRef = refOf(created);
+  const reporting = { reportError: (_message: string, _error: unknown): void => undefined };
 
   /** A new session holding a freshly acquired lease (as a starting holder would). */
   async function newSession(
@@ -69,7 +73,12 @@ async function fixture() {
       ref,
       leaseEpoch,
       agent,
-      options: { maxIterations, clock, catchUpIntervalMs },
+      options: {
+        maxIterations,
+        clock,
+        catchUpIntervalMs,
+        reportError: (message, error) => reporting.reportError(message, error),
+      },
     });
   }
 
@@ -106,6 +115,9 @@ async function fixture() {
     );
 
   return {
+    set reportError(report: (message: string, error: unknown) => void) {
+      reporting.reportError = report;
+    },
     clock,
     store,
     broadcaster,
@@ -553,8 +565,10 @@ describe(AgentSession.name, () => {
     await session.close();
   });
 
-  it('stores error with a short reason when the agent throws, and answers the next message', async () => {
+  it('stores error with a safe message when the agent throws, reports the detail, and answers the next message', async () => {
     const f = await fixture();
+    const reported: unknown[] = [];
+    f.reportError = (_message, error) => reported.push(error);
     const agent = new ScriptedAgent(async function* (turn) {
       await Promise.resolve();
       if (messageText(turn.trigger) === 'boom')
@@ -569,14 +583,72 @@ describe(AgentSession.name, () => {
     const failure = f.events().at(-1)!;
     expect(readAgentStateChange(failure)).toEqual({ agentState: 'error', reason: 'agent_error' });
     expect(failure.cause).toBe(boomId);
-    expect(JSON.stringify(failure)).toContain('model exploded');
+    // The exception's text (a backend's host names, a stack) reaches the logs, not the users.
+    expect(JSON.stringify(failure)).not.toContain('model exploded');
     expect(JSON.stringify(failure)).not.toContain('secret.ts');
+    expect(failure).toMatchObject({ message: AGENT_FAILED_MESSAGE });
+    expect(reported).toEqual([
+      expect.objectContaining({ message: expect.stringContaining('model exploded') }),
+    ]);
     expect(f.broadcaster.statusesOf(f.ref.conversationId).map((s) => s.id)).toEqual([
       'AGENT_ERROR$ERROR',
     ]);
 
     const nextId = await f.userSays('again', session);
     await vi.waitFor(() => expect(f.answers()).toEqual([['fine', nextId]]));
+    await session.close();
+  });
+
+  it('ends a turn whose output the store refuses in error once, and answers the next message', async () => {
+    const f = await fixture();
+    let runs = 0;
+    const agent = new ScriptedAgent(async function* (turn) {
+      await Promise.resolve();
+      runs += 1;
+      yield say(messageText(turn.trigger) === 'poison' ? 'bad \u0000 text' : 'fine');
+    });
+    // What Postgres does with a NUL: the store refuses the write for what it holds.
+    f.store.beforeAppend = (_id, drafts) => {
+      if (JSON.stringify(drafts).includes('\\u0000')) {
+        throw new BadRequestError('text contains characters that cannot be stored');
+      }
+    };
+    const session = await f.newSession(agent);
+    await session.start();
+    const poisonId = await f.userSays('poison', session);
+    const nextId = await f.userSays('next', session);
+    await vi.waitFor(() => expect(f.answers()).toEqual([['fine', nextId]]));
+    expect(runs).toBe(2);
+    const settled = f.events().filter((e) => e.cause === poisonId && readAgentStateChange(e));
+    expect(settled.map((e) => readAgentStateChange(e)?.agentState)).toEqual(['error']);
+    expect(settled[0]).toMatchObject({ message: OUTPUT_REFUSED_MESSAGE });
+    await session.close();
+  });
+
+  it('runs the agent at most three times for a message whose answer keeps failing to store', async () => {
+    const f = await fixture();
+    let runs = 0;
+    const agent = new ScriptedAgent(async function* () {
+      await Promise.resolve();
+      runs += 1;
+      yield say('never stored');
+    });
+    f.store.beforeAppend = (_id, drafts) => {
+      if (hasAgentEvent(drafts)) throw new Error('connection reset');
+    };
+    const session = await f.newSession(agent);
+    await session.start();
+    const messageId = await f.userSays('hello', session);
+    await vi.waitFor(
+      () => {
+        f.clock.advance(CATCH_UP_MS);
+        expect(session.agentState).toBe('error');
+      },
+      { timeout: 5_000, interval: 50 },
+    );
+    expect(runs).toBe(3);
+    const failure = f.events().at(-1)!;
+    expect(failure).toMatchObject({ cause: messageId, message: STORE_FAILED_MESSAGE });
     await session.close();
   });
 

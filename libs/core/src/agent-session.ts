@@ -25,8 +25,8 @@
 import { StatusId, isAction } from '@cs/protocol';
 import type { AgentState, StatusUpdate, StoredEvent } from '@cs/protocol';
 import type { Agent, AgentOutput } from './agent.js';
-import type { ConversationRef, EventDraft } from './conversation.js';
-import { LeaseLostError, NotFoundError } from './errors.js';
+import { roomKey, type ConversationRef, type EventDraft } from './conversation.js';
+import { DomainError, LeaseLostError, NotFoundError } from './errors.js';
 import type { ConversationBroadcaster } from './ports/broadcaster.port.js';
 import { systemClock, type Clock } from './ports/clock.port.js';
 import type { ConversationStore } from './ports/conversation-store.port.js';
@@ -50,6 +50,11 @@ export interface AgentSessionOptions {
   clock?: Clock;
   /** Events read per page when restoring and catching up (default 500). */
   readPageSize?: number;
+  /**
+   * Where what went wrong is told in full (logs): clients see only a safe
+   * message (an agent's exception text may hold a backend's host names).
+   */
+  reportError?: (message: string, error: unknown) => void;
 }
 
 export interface AgentSessionInit {
@@ -115,10 +120,21 @@ type Work =
 
 const DEFAULT_CATCH_UP_MS = 1000;
 const DEFAULT_PAGE_SIZE = 500;
-const MAX_REASON_CHARS = 200;
+/** After a failed store write the loop waits this long, doubled each time, before trying again. */
+const RETRY_BASE_MS = 100;
+const RETRY_MAX_MS = 5_000;
+/** Times the agent runs for one message whose turn could not be stored; then it ends in error. */
+const MAX_TURN_ATTEMPTS = 3;
+
+/** What clients see of a turn that failed; the detail goes to `reportError`. */
+export const AGENT_FAILED_MESSAGE = 'The agent failed to answer.';
+export const OUTPUT_REFUSED_MESSAGE = 'The agent produced an answer that could not be stored.';
+export const STORE_FAILED_MESSAGE = 'The answer could not be stored; send the message again.';
 
 export class AgentSession {
   readonly ref: ConversationRef;
+  /** The room its live traffic goes to (`roomKey` of its ref). */
+  readonly room: string;
   readonly leaseEpoch: number;
   /** Resolves (never rejects) once the session can write no more, with why it ended. */
   readonly closed: Promise<SessionEndReason>;
@@ -163,6 +179,12 @@ export class AgentSession {
   private retryWanted = false;
   private wakePending = false;
   private wakeWaiter: (() => void) | null = null;
+  private backoffWaiter: (() => void) | null = null;
+  /** Store failures in a row (the backoff doubles with each). */
+  private failures = 0;
+  /** Times the agent ran for a message whose turn did not settle yet, by message id. */
+  private readonly attempts = new Map<number, number>();
+  private readonly reportError: (message: string, error: unknown) => void;
   private syncRun: Promise<void> | null = null;
   private syncAgain = false;
 
@@ -179,12 +201,14 @@ export class AgentSession {
     this.store = init.store;
     this.broadcaster = init.broadcaster;
     this.ref = { ...init.ref };
+    this.room = roomKey(init.ref);
     this.leaseEpoch = init.leaseEpoch;
     this.agent = init.agent;
     this.clock = init.options.clock ?? systemClock;
     this.maxIterations = init.options.maxIterations;
     this.catchUpMs = init.options.catchUpIntervalMs ?? DEFAULT_CATCH_UP_MS;
     this.pageSize = init.options.readPageSize ?? DEFAULT_PAGE_SIZE;
+    this.reportError = init.options.reportError ?? (() => undefined);
     this.activityAt = this.clock.now();
     this.closed = new Promise((resolve) => {
       this.resolveClosed = resolve;
@@ -272,7 +296,7 @@ export class AgentSession {
     }
     this.shutdownRequested = true;
     this.beginClosing();
-    if (notice) this.safely(() => this.broadcaster.publishStatus(this.ref.conversationId, notice));
+    if (notice) this.safely(() => this.broadcaster.publishStatus(this.room, notice));
     await this.quiesce();
     if (this.writable && this.loadingEventId >= 0 && this.currentState !== 'stopped') {
       try {
@@ -353,6 +377,8 @@ export class AgentSession {
 
   private async loop(): Promise<void> {
     while (!this.closing) {
+      if (this.failures > 0) await this.backOff();
+      if (this.closing) break;
       this.wakePending = false;
       this.retryWanted = false;
       try {
@@ -362,20 +388,39 @@ export class AgentSession {
         if (work?.kind === 'control') await this.applyControl(work.event, work.target);
         else if (work?.kind === 'message') await this.runTurn(work.event);
         else await this.waitForWake();
+        this.failures = 0;
       } catch (error) {
         if (this.closing || error instanceof ClosingSignal || error instanceof LeaseLostError) {
           break;
         }
-        // A store failure: retry on the next wake-up or catch-up poll. An
-        // unsettled turn is simply run again; its final batch is atomic. The
-        // write may have committed with only its answer lost: read before
+        // A store failure: retry on the next wake-up or catch-up poll, no
+        // sooner than the backoff allows. An unsettled turn is simply run
+        // again (at most MAX_TURN_ATTEMPTS times); its final batch is atomic.
+        // The write may have committed with only its answer lost: read before
         // acting again, so that a stored answer is seen and not given twice.
         this.error = error;
+        this.failures += 1;
+        this.reportError('a store write failed; retrying', error);
         this.unread = true;
         this.retryWanted = true;
         await this.waitForWake();
       }
     }
+  }
+
+  /** Waits out the backoff of the failures so far (cut short by closing). */
+  private backOff(): Promise<void> {
+    const delay = Math.min(RETRY_BASE_MS * 2 ** (this.failures - 1), RETRY_MAX_MS);
+    return new Promise<void>((resolve) => {
+      const timer = setTimeout(resolve, delay);
+      timer.unref();
+      this.backoffWaiter = () => {
+        clearTimeout(timer);
+        resolve();
+      };
+    }).finally(() => {
+      this.backoffWaiter = null;
+    });
   }
 
   /** What to do next: control actions first (in id order), then the oldest message unless paused. */
@@ -416,6 +461,14 @@ export class AgentSession {
   // ---------------------------------------------------------------- one turn
 
   private async runTurn(trigger: StoredEvent): Promise<void> {
+    const attempts = (this.attempts.get(trigger.id) ?? 0) + 1;
+    if (attempts > MAX_TURN_ATTEMPTS) {
+      // The agent answered before and its answer could never be stored: not again.
+      await this.endTurnInError(trigger.id, STORE_FAILED_MESSAGE);
+      this.attempts.delete(trigger.id);
+      return;
+    }
+    this.attempts.set(trigger.id, attempts);
     const turn: Turn = {
       trigger,
       controller: new AbortController(),
@@ -448,29 +501,30 @@ export class AgentSession {
           ]);
           break;
         case 'failed': {
-          const detail = describeFailure(outcome.error);
+          this.reportError(`the agent of ${this.ref.conversationId} failed`, outcome.error);
           await this.writeInTurn(turn, [
             ...held,
             agentStateChangeDraft('error', {
               cause,
               reason: AGENT_ERROR_REASON,
-              message: `The agent failed: ${detail}`,
+              message: AGENT_FAILED_MESSAGE,
             }),
           ]);
-          this.safely(() =>
-            this.broadcaster.publishStatus(this.ref.conversationId, {
-              status_update: true,
-              type: 'error',
-              id: StatusId.AgentError,
-              message: `The agent failed: ${detail}`,
-            }),
-          );
+          this.announceError(AGENT_FAILED_MESSAGE);
           break;
         }
         case 'interrupted':
           // Paused, stopped, closed or lease lost: the turn stays unhandled.
           break;
       }
+      if (outcome.kind !== 'interrupted') this.attempts.delete(trigger.id);
+    } catch (error) {
+      if (!isRefusedWrite(error)) throw error;
+      // The store refuses what the agent produced (a NUL, a lone surrogate,
+      // too large): trying again would produce it again. The turn ends here.
+      this.reportError(`the store refused an output of ${this.ref.conversationId}`, error);
+      await this.endTurnInError(trigger.id, OUTPUT_REFUSED_MESSAGE);
+      this.attempts.delete(trigger.id);
     } finally {
       clearTimeout(turn.runningTimer);
       // A shared reason: a default one is a new DOMException, stack and all, every turn.
@@ -479,6 +533,25 @@ export class AgentSession {
       await turn.writes.catch(() => undefined);
       if (this.turn === turn) this.turn = null;
     }
+  }
+
+  /** Settles a turn in `error` (`agent_error`) with a message safe to show, and says so. */
+  private async endTurnInError(cause: number, message: string): Promise<void> {
+    await this.write([
+      agentStateChangeDraft('error', { cause, reason: AGENT_ERROR_REASON, message }),
+    ]);
+    this.announceError(message);
+  }
+
+  private announceError(message: string): void {
+    this.safely(() =>
+      this.broadcaster.publishStatus(this.room, {
+        status_update: true,
+        type: 'error',
+        id: StatusId.AgentError,
+        message,
+      }),
+    );
   }
 
   /**
@@ -538,7 +611,7 @@ export class AgentSession {
         const output = step.value;
         if (output.type === 'delta') {
           this.safely(() =>
-            this.broadcaster.publishStream(this.ref.conversationId, {
+            this.broadcaster.publishStream(this.room, {
               stream: true,
               cause: trigger.id,
               delta: output.delta,
@@ -617,6 +690,7 @@ export class AgentSession {
     try {
       const appended = await this.store.append(this.ref.tenantId, this.ref.conversationId, drafts, {
         leaseEpoch: this.leaseEpoch,
+        incarnation: this.ref.incarnation,
       });
       events = appended.map((a) => a.event).sort((a, b) => a.id - b.id);
     } catch (error) {
@@ -634,7 +708,7 @@ export class AgentSession {
     }
     // A user event stored in between, not seen yet, leaves a gap: read it first.
     if (!this.accept(events)) this.unread = true;
-    this.safely(() => this.broadcaster.publishEvents(this.ref.conversationId, events));
+    this.safely(() => this.broadcaster.publishEvents(this.room, events));
     return events;
   }
 
@@ -709,11 +783,16 @@ export class AgentSession {
     waiter?.();
   }
 
+  private releaseBackoff(): void {
+    this.backoffWaiter?.();
+  }
+
   private beginClosing(): void {
     this.closing = true;
     this.poll?.cancel();
     this.turn?.controller.abort();
     this.releaseWaiter();
+    this.releaseBackoff();
   }
 
   private loseLease(): void {
@@ -757,11 +836,9 @@ function isUserMessage(event: StoredEvent): boolean {
   return isAction(event) && event.action === 'message';
 }
 
-/** A short, single-line reason for a failed turn: no stack, bounded length. */
-function describeFailure(error: unknown): string {
-  const text = error instanceof Error ? error.message : String(error);
-  const line = (text.split('\n')[0] ?? '').trim() || 'unknown error';
-  return line.length > MAX_REASON_CHARS ? `${line.slice(0, MAX_REASON_CHARS - 1)}…` : line;
+/** A write the store refused for what it holds: the same write would be refused again. */
+function isRefusedWrite(error: unknown): boolean {
+  return error instanceof DomainError && error.code === 'BAD_REQUEST';
 }
 
 /** Resolves with the promise's value, or `ABORTED` as soon as the signal aborts. */

@@ -12,6 +12,29 @@ export interface ConversationRef {
   tenantId: string;
   userId: string;
   conversationId: string;
+  /**
+   * Which conversation of that id: an id may be used again after a delete.
+   * Rooms, channels and appends name it (see `roomOf`).
+   */
+  incarnation: string;
+}
+
+/** A conversation's room: the live traffic of one incarnation of one id. */
+export type RoomRef = Pick<ConversationRef, 'conversationId' | 'incarnation'>;
+
+/** The key of a conversation's room, in every process and on Redis. */
+export function roomKey(room: RoomRef): string {
+  return `${room.conversationId}.${room.incarnation}`;
+}
+
+/** The ref of a stored conversation (its owner's limits apply). */
+export function refOf(record: ConversationRecord): ConversationRef {
+  return {
+    tenantId: record.tenantId,
+    userId: record.userId,
+    conversationId: record.id,
+    incarnation: record.incarnation,
+  };
 }
 
 /** A conversation row as the store returns it. */
@@ -29,6 +52,7 @@ export interface ConversationRecord {
   lastEventId: number;
   leaseEpoch: number;
   leaseOwner: string | null;
+  incarnation: string;
   metrics: ConversationMetrics;
   createdAt: Date;
   updatedAt: Date;

@@ -3,7 +3,7 @@ import { describe, expect, it, vi } from 'vitest';
 import { isAction } from '@cs/protocol';
 import type { UserAction } from '@cs/protocol';
 import type { Agent } from './agent.js';
-import type { ConversationRef } from './conversation.js';
+import { refOf, type ConversationRef } from './conversation.js';
 import { ConcurrencyLimitError, UnavailableError } from './errors.js';
 import { readAgentStateChange } from './session/agent-state-change.js';
 import {
@@ -53,9 +53,8 @@ function fixture(
   });
 
   async function conversation(userId = 'user-1', agent = 'echo'): Promise<ConversationRef> {
-    const ref = { tenantId, userId, conversationId: randomUUID() };
-    await store.createConversation({
-      id: ref.conversationId,
+    const { conversation: created } = await store.createConversation({
+      id: randomUUID(),
       tenantId,
       userId,
       appName: 'app',
@@ -64,7 +63,7 @@ function fixture(
       agent: { name: agent, config: {} },
       instructions: null,
     });
-    return ref;
+    return refOf(created);
   }
 
   const message = (content: string, client_event_id?: string): UserAction => ({

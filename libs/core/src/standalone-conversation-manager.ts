@@ -14,7 +14,7 @@ import { StatusId } from '@cs/protocol';
 import type { ConversationStatus, StatusUpdate, UserAction } from '@cs/protocol';
 import type { AgentFactory } from './agent.js';
 import { AgentSession, SessionClosedError, type SessionEndReason } from './agent-session.js';
-import type { ConversationRef } from './conversation.js';
+import { roomKey, type ConversationRef } from './conversation.js';
 import type { Attachment, ConversationManager } from './conversation-manager.js';
 import { ConcurrencyLimitError, NotFoundError, UnavailableError } from './errors.js';
 import type { ConversationBroadcaster } from './ports/broadcaster.port.js';
@@ -152,12 +152,15 @@ export class StandaloneConversationManager implements ConversationManager {
     idempotencyKey?: string,
   ): Promise<AppendedEvent> {
     this.assertOpen();
-    const [appended] = await this.store.append(ref.tenantId, ref.conversationId, [
-      userActionDraft(action, idempotencyKey),
-    ]);
+    const [appended] = await this.store.append(
+      ref.tenantId,
+      ref.conversationId,
+      [userActionDraft(action, idempotencyKey)],
+      { incarnation: ref.incarnation },
+    );
     if (!appended) throw new Error('the store appended nothing');
     if (!appended.duplicate) {
-      this.broadcaster.publishEvents(ref.conversationId, [appended.event]);
+      this.broadcaster.publishEvents(roomKey(ref), [appended.event]);
     }
     const entry = this.live.get(ref.conversationId);
     if (entry && !entry.stopping) {
@@ -259,7 +262,7 @@ export class StandaloneConversationManager implements ConversationManager {
       resolveDone = resolve;
     });
     return {
-      ref: { tenantId: ref.tenantId, userId: ref.userId, conversationId: ref.conversationId },
+      ref: { ...ref },
       userKey,
       seq: this.seq++,
       startedAt: this.clock.now(),
@@ -298,6 +301,7 @@ export class StandaloneConversationManager implements ConversationManager {
         options: {
           maxIterations: this.options.maxIterations,
           clock: this.clock,
+          reportError: this.reportError,
           ...(this.options.catchUpIntervalMs === undefined
             ? {}
             : { catchUpIntervalMs: this.options.catchUpIntervalMs }),
@@ -356,7 +360,7 @@ export class StandaloneConversationManager implements ConversationManager {
     entry.stopping = true;
     await entry.ready.catch(() => undefined);
     if (entry.session && !entry.session.isClosed) await entry.session.stop(reason, notice);
-    else if (notice) this.broadcaster.publishStatus(entry.ref.conversationId, notice);
+    else if (notice) this.broadcaster.publishStatus(roomKey(entry.ref), notice);
     await entry.done;
   }
 

@@ -9,6 +9,7 @@ import { LifecycleService } from './observability/lifecycle.service.js';
 import { ConversationRoomHub } from './realtime/conversation-room-hub.js';
 import { ConversationGateway } from './realtime/conversation.gateway.js';
 import { EventStreamService } from './realtime/event-stream.service.js';
+import { ConnectionLimiter } from './realtime/connection-limiter.js';
 
 /**
  * The client-facing edge shared by the gateway and the standalone app: REST,
@@ -32,6 +33,7 @@ export class GatewayModule {
         ConversationGateway,
         EventStreamService,
         LifecycleService,
+        ConnectionLimiter,
       ],
       exports: [
         ConversationRoomHub,

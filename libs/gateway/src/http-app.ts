@@ -9,6 +9,7 @@ import type { AppConfig } from '@cs/config';
 import { MAX_PAYLOAD_BYTES } from '@cs/protocol';
 import { HttpErrorFilter } from './http/error.filter.js';
 import { mapError } from './http/error-mapping.js';
+import { ConfiguredIoAdapter } from './realtime/configured-io.adapter.js';
 import { ConversationGateway } from './realtime/conversation.gateway.js';
 import { EventStreamService } from './realtime/event-stream.service.js';
 import { LifecycleService } from './observability/lifecycle.service.js';
@@ -21,8 +22,8 @@ const NEST_LEVELS: Record<AppConfig['log']['level'], LogLevel[]> = {
   debug: ['fatal', 'error', 'warn', 'log', 'debug', 'verbose'],
 };
 
-/** The demo page: `libs/gateway/public`, copied beside the build by scripts/build.mjs. */
-export const PUBLIC_DIR = fileURLToPath(new URL('../public', import.meta.url));
+/** The web app (web/), built by scripts/build.mjs with Vite into `dist/web`. */
+export const PUBLIC_DIR = fileURLToPath(new URL('../../../web', import.meta.url));
 
 /**
  * Creates the HTTP + Socket.IO application of a gateway or standalone process:
@@ -57,6 +58,7 @@ export async function createHttpApp(
   SwaggerModule.setup('docs', app, document, { jsonDocumentUrl: 'docs-json' });
   if (existsSync(PUBLIC_DIR)) app.useStaticAssets(PUBLIC_DIR, { index: 'index.html' });
 
+  app.useWebSocketAdapter(new ConfiguredIoAdapter(app, config.http.corsOrigins));
   configure(app);
   await app.init();
   // Errors raised by Express middleware (body parsing) get the contract's body too.

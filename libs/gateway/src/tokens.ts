@@ -7,3 +7,8 @@ export const READINESS_CHECKS = Symbol('READINESS_CHECKS');
 export const AGENT_FACTORY = Symbol('AGENT_FACTORY');
 /** Optional: where a cluster gateway's rooms get their live traffic (`RoomTrafficSource`). */
 export const ROOM_TRAFFIC_SOURCE = Symbol('ROOM_TRAFFIC_SOURCE');
+/**
+ * Optional: where the gateway tells a conversation's room something (a
+ * deletion) in a cluster (the Redis broadcaster); the local room hub otherwise.
+ */
+export const ROOM_BROADCASTER = Symbol('ROOM_BROADCASTER');

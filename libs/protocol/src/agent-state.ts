@@ -31,5 +31,17 @@ export const StatusId = {
   Stopped: 'STATUS$STOPPED',
   TooManyConversations: 'AGENT_ERROR$TOO_MANY_CONVERSATIONS',
   AgentError: 'AGENT_ERROR$ERROR',
+  /** The connection is closed next: its token expired (reconnect with a fresh one). */
+  TokenExpired: 'STATUS$TOKEN_EXPIRED',
+  /** The connection is closed next: its conversation was deleted. */
+  ConversationDeleted: 'STATUS$CONVERSATION_DELETED',
+  TitleUpdated: 'STATUS$TITLE_UPDATED',
+  LlmRetry: 'STATUS$LLM_RETRY',
 } as const;
+
+/** Status updates after which the server closes the connection that received them. */
+export const CLOSING_STATUS_IDS: ReadonlySet<string> = new Set([
+  StatusId.TokenExpired,
+  StatusId.ConversationDeleted,
+]);
 export type StatusId = (typeof StatusId)[keyof typeof StatusId];

@@ -10,6 +10,7 @@ function plain(conversationId: string): PlainAppend {
     count: 1,
     clientEventIds: [],
     leaseEpoch: null,
+    incarnation: null,
     agentState: null,
     stateSet: '{}',
     stateDeleted: [],

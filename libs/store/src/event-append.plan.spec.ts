@@ -133,7 +133,7 @@ describe('planAppend', () => {
 });
 
 describe('eventRowsJson', () => {
-  it('writes the rows of a plan as a JSON array, each payload serialized once', () => {
+  it('writes the rows of a plan as a JSON array, each payload serialized once and measured in UTF-8 bytes', () => {
     const key = 'quote " and \\ backslash';
     const drafts = [
       message('one "quoted" ünïcode', { clientEventId: key }),
@@ -146,6 +146,7 @@ describe('eventRowsJson', () => {
         source: 'user',
         type: 'message',
         payload: drafts[0]!.payload,
+        size_bytes: Buffer.byteLength(JSON.stringify(drafts[0]!.payload)),
         cause: null,
         client_event_id: key,
       },
@@ -154,6 +155,7 @@ describe('eventRowsJson', () => {
         source: 'agent',
         type: 'message',
         payload: drafts[1]!.payload,
+        size_bytes: Buffer.byteLength(JSON.stringify(drafts[1]!.payload)),
         cause: 0,
         client_event_id: null,
       },

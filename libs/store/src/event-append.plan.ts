@@ -24,11 +24,19 @@ export interface PreparedDraft {
   payload: Record<string, unknown>;
   /** `payload` as JSON text, serialized once. */
   payloadJson: string;
+  /** Its size in UTF-8 bytes (stored, so that pages can be cut by bytes). */
+  payloadBytes: number;
   cause: number | null;
   clientEventId: string | null;
   /** The agent state an `agent_state_changed` observation moves to. */
   agentState: AgentState | null;
 }
+
+/**
+ * The largest event body the log takes: a user action is at most 1 MiB on
+ * the wire; an agent's output, a tool's result, no more than twice that.
+ */
+export const MAX_EVENT_BYTES = 2 * 1024 * 1024;
 
 // Keys of the envelope: a body carrying them would shadow the stored ones.
 const ENVELOPE_KEYS = ['id', 'timestamp', 'source', 'cause', 'client_event_id'];
@@ -58,6 +66,10 @@ export function prepareDraft(draft: EventDraft): PreparedDraft {
   const stripped: Record<string, unknown> = { ...draft.body };
   for (const key of ENVELOPE_KEYS) delete stripped[key];
   const payloadJson = JSON.stringify(stripped);
+  const payloadBytes = Buffer.byteLength(payloadJson);
+  if (payloadBytes > MAX_EVENT_BYTES) {
+    throw new BadRequestError(`an event is at most ${MAX_EVENT_BYTES >> 20} MiB`, 'body');
+  }
   const payload = JSON.parse(payloadJson) as Record<string, unknown>;
 
   let agentState: AgentState | null = null;
@@ -72,6 +84,7 @@ export function prepareDraft(draft: EventDraft): PreparedDraft {
     type: eventType(draft.body),
     payload,
     payloadJson,
+    payloadBytes,
     cause: draft.cause ?? null,
     clientEventId: draft.clientEventId ?? null,
     agentState,
@@ -174,7 +187,8 @@ export function eventRowsJson(
   const items = rows.map(
     (row) =>
       `{"id":${row.id},"source":${JSON.stringify(row.source)},"type":${JSON.stringify(row.type)},` +
-      `"payload":${row.prepared.payloadJson},"cause":${row.cause ?? 'null'},` +
+      `"payload":${row.prepared.payloadJson},"size_bytes":${row.prepared.payloadBytes},` +
+      `"cause":${row.cause ?? 'null'},` +
       `"client_event_id":${row.client_event_id === null ? 'null' : JSON.stringify(row.client_event_id)}}`,
   );
   return `[${items.join(',')}]`;

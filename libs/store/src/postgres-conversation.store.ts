@@ -15,6 +15,8 @@ import type {
   ConversationSnapshot,
   ConversationStore,
   EventDraft,
+  EventPage,
+  EventPageRange,
   EventRange,
   NewConversation,
 } from '@cs/core';
@@ -29,7 +31,7 @@ import type { ConversationStatus, StoredEvent } from '@cs/protocol';
 import { CONVERSATION_STATUSES } from '@cs/protocol';
 import { AppendBatcher, type AppendBatcherLimits } from './append-batcher.js';
 import { decodeCursor, encodeCursor, isUuid } from './conversation-page.cursor.js';
-import type { SqlDatabase } from './database/sql-database.js';
+import type { SqlDatabase, SqlQueryable } from './database/sql-database.js';
 import { UNIQUE_VIOLATION, sqlErrorCode } from './database/sql-database.js';
 import type { AppendPlan, FoldedDeltas, PreparedDraft } from './event-append.plan.js';
 import { eventRowsJson, foldDeltas, planAppend, prepareDraft } from './event-append.plan.js';
@@ -44,7 +46,7 @@ function plainAppend(
   conversationId: string,
   fresh: AppendPlan['fresh'],
   folded: FoldedDeltas,
-  leaseEpoch: number | null,
+  writer: Writer,
 ): PlainAppend {
   return {
     tenantId,
@@ -52,13 +54,22 @@ function plainAppend(
     rowsJson: eventRowsJson(fresh),
     count: fresh.length,
     clientEventIds: fresh.flatMap((row) => row.client_event_id ?? []),
-    leaseEpoch,
+    leaseEpoch: writer.leaseEpoch,
+    incarnation: writer.incarnation,
     agentState: folded.agentState,
     stateSet: folded.conversation.set,
     stateDeleted: folded.conversation.deleted,
     metrics: folded.metrics,
   };
 }
+
+/** Who writes an append: its lease epoch and the incarnation it knows (null: none). */
+interface Writer {
+  leaseEpoch: number | null;
+  incarnation: string | null;
+}
+
+const ANY_WRITER: Writer = { leaseEpoch: null, incarnation: null };
 
 /** A few connections of the pool stay free for reads while appends queue. */
 const DEFAULT_BATCHING: AppendBatcherLimits = { maxInFlight: 4, maxBatch: 100 };
@@ -85,14 +96,20 @@ export class PostgresConversationStore implements ConversationStore {
 
   async createConversation(
     input: NewConversation,
+    drafts: readonly EventDraft[] = [],
   ): Promise<{ conversation: ConversationRecord; created: boolean }> {
     if (!isUuid(input.id)) {
       throw new BadRequestError('conversation_id must be a UUID', 'conversation_id');
     }
+    const prepared = drafts.map(prepareDraft);
     // Two rounds: an id seen taken but then not found was either another
     // tenant's, or deleted in between; the second insert tells them apart.
     for (let round = 0; round < 2; round += 1) {
-      const inserted = await guardData(() => this.conversations.insertIfAbsent(input));
+      const inserted = await guardData(() =>
+        prepared.length === 0
+          ? this.conversations.insertIfAbsent(input)
+          : this.insertWithEvents(input, prepared),
+      );
       if (inserted) return { conversation: inserted, created: true };
       const existing = await this.conversations.find(input.tenantId, input.id);
       if (existing) {
@@ -101,6 +118,20 @@ export class PostgresConversationStore implements ConversationStore {
       }
     }
     throw new ConflictError('conversation_id is already taken');
+  }
+
+  /** The row and its first events in one transaction: all of it is stored, or none. */
+  private insertWithEvents(
+    input: NewConversation,
+    prepared: readonly PreparedDraft[],
+  ): Promise<ConversationRecord | null> {
+    return this.database.transaction(async (tx) => {
+      const conversations = new ConversationRepository(tx);
+      const inserted = await conversations.insertIfAbsent(input);
+      if (!inserted) return null;
+      await this.appendWithin(tx, input.tenantId, input.id, prepared, ANY_WRITER);
+      return conversations.find(input.tenantId, input.id);
+    });
   }
 
   async getConversation(
@@ -235,19 +266,22 @@ export class PostgresConversationStore implements ConversationStore {
   ): Promise<AppendedEvent[]> {
     if (!isUuid(conversationId)) throw new NotFoundError();
     const prepared = drafts.map(prepareDraft);
-    const leaseEpoch = options.leaseEpoch ?? null;
+    const writer: Writer = {
+      leaseEpoch: options.leaseEpoch ?? null,
+      incarnation: options.incarnation ?? null,
+    };
     const plan = planAppend(prepared, NOTHING_STORED, 0);
     const folded = foldDeltas(prepared);
     const plain =
       folded.user.empty &&
       folded.app.empty &&
       plan.outcomes.every((outcome) => outcome.kind === 'new' && !outcome.duplicate);
-    if (!plain) return this.appendInTransaction(tenantId, conversationId, prepared, leaseEpoch);
+    if (!plain) return this.appendInTransaction(tenantId, conversationId, prepared, writer);
 
     let head: AppendedHead | null;
     try {
       head = await guardData(() =>
-        this.batcher.append(plainAppend(tenantId, conversationId, plan.fresh, folded, leaseEpoch)),
+        this.batcher.append(plainAppend(tenantId, conversationId, plan.fresh, folded, writer)),
       );
     } catch (error) {
       // A client_event_id stored meanwhile: nothing was written; tell repeat from conflict.
@@ -255,7 +289,7 @@ export class PostgresConversationStore implements ConversationStore {
       head = null;
     }
     // Left undone: gone, held under a newer epoch, or a key stored before. The transaction says which.
-    if (!head) return this.appendInTransaction(tenantId, conversationId, prepared, leaseEpoch);
+    if (!head) return this.appendInTransaction(tenantId, conversationId, prepared, writer);
     const { firstId, at } = head;
     return plan.fresh.map((row) => ({
       event: toStoredEvent({ ...row, id: firstId + row.id, created_at: at }),
@@ -273,62 +307,76 @@ export class PostgresConversationStore implements ConversationStore {
     tenantId: string,
     conversationId: string,
     prepared: readonly PreparedDraft[],
-    leaseEpoch: number | null,
+    writer: Writer,
+  ): Promise<AppendedEvent[]> {
+    return guardData(() =>
+      this.database.transaction((tx) =>
+        this.appendWithin(tx, tenantId, conversationId, prepared, writer),
+      ),
+    );
+  }
+
+  /** `appendInTransaction`'s work, in a transaction the caller holds. */
+  private async appendWithin(
+    tx: SqlQueryable,
+    tenantId: string,
+    conversationId: string,
+    prepared: readonly PreparedDraft[],
+    writer: Writer,
   ): Promise<AppendedEvent[]> {
     const clientEventIds = [...new Set(prepared.flatMap((draft) => draft.clientEventId ?? []))];
-    return guardData(() =>
-      this.database.transaction(async (tx) => {
-        const conversations = new ConversationRepository(tx);
-        const events = new EventRepository(tx);
+    const conversations = new ConversationRepository(tx);
+    const events = new EventRepository(tx);
 
-        const head = await conversations.lockForAppend(tenantId, conversationId);
-        if (!head) throw new NotFoundError();
-        if (leaseEpoch !== null && leaseEpoch !== head.leaseEpoch) {
-          throw new LeaseLostError(conversationId, leaseEpoch, head.leaseEpoch);
-        }
-        // Read under the lock: a concurrent append of the same key has committed by now.
-        const stored =
-          clientEventIds.length === 0
-            ? NOTHING_STORED
-            : await events.findByClientEventIds(tenantId, conversationId, clientEventIds);
-        // Ids are offsets here: the one-row statement assigns them from last_event_id.
-        const plan = planAppend(prepared, stored, 0);
-        if (plan.fresh.length === 0) {
-          return plan.outcomes.map((outcome) => {
-            if (outcome.kind !== 'stored') throw new Error('a new event without a row');
-            return { event: outcome.event, duplicate: true };
-          });
-        }
+    const head = await conversations.lockForAppend(tenantId, conversationId);
+    // Another conversation under the same id is not the one the writer knows.
+    if (!head || (writer.incarnation !== null && writer.incarnation !== head.incarnation)) {
+      throw new NotFoundError();
+    }
+    if (writer.leaseEpoch !== null && writer.leaseEpoch !== head.leaseEpoch) {
+      throw new LeaseLostError(conversationId, writer.leaseEpoch, head.leaseEpoch);
+    }
+    // Read under the lock: a concurrent append of the same key has committed by now.
+    const stored =
+      clientEventIds.length === 0
+        ? NOTHING_STORED
+        : await events.findByClientEventIds(tenantId, conversationId, clientEventIds);
+    // Ids are offsets here: the one-row statement assigns them from last_event_id.
+    const plan = planAppend(prepared, stored, 0);
+    if (plan.fresh.length === 0) {
+      return plan.outcomes.map((outcome) => {
+        if (outcome.kind !== 'stored') throw new Error('a new event without a row');
+        return { event: outcome.event, duplicate: true };
+      });
+    }
 
-        const folded = foldDeltas(plan.fresh.map((row) => row.prepared));
-        const appended = await events.appendToLog(
-          plainAppend(tenantId, conversationId, plan.fresh, folded, leaseEpoch),
-        );
-        // The row is locked by this transaction, its lease checked: it cannot have gone.
-        if (!appended) throw new Error(`conversation ${conversationId} vanished during an append`);
-        const states = new ScopedStateRepository(tx);
-        if (!folded.user.empty) {
-          await states.mergeUserState(
-            tenantId,
-            head.appName,
-            head.userId,
-            folded.user.set,
-            folded.user.deleted,
-          );
-        }
-        if (!folded.app.empty) {
-          await states.mergeAppState(tenantId, head.appName, folded.app.set, folded.app.deleted);
-        }
-
-        const written: StoredEvent[] = plan.fresh.map((row) =>
-          toStoredEvent({ ...row, id: appended.firstId + row.id, created_at: appended.at }),
-        );
-        return plan.outcomes.map((outcome): AppendedEvent => {
-          if (outcome.kind === 'stored') return { event: outcome.event, duplicate: true };
-          return { event: written[outcome.index]!, duplicate: outcome.duplicate };
-        });
-      }),
+    const folded = foldDeltas(plan.fresh.map((row) => row.prepared));
+    const appended = await events.appendToLog(
+      plainAppend(tenantId, conversationId, plan.fresh, folded, writer),
     );
+    // The row is locked by this transaction, its lease checked: it cannot have gone.
+    if (!appended) throw new Error(`conversation ${conversationId} vanished during an append`);
+    const states = new ScopedStateRepository(tx);
+    if (!folded.user.empty) {
+      await states.mergeUserState(
+        tenantId,
+        head.appName,
+        head.userId,
+        folded.user.set,
+        folded.user.deleted,
+      );
+    }
+    if (!folded.app.empty) {
+      await states.mergeAppState(tenantId, head.appName, folded.app.set, folded.app.deleted);
+    }
+
+    const written: StoredEvent[] = plan.fresh.map((row) =>
+      toStoredEvent({ ...row, id: appended.firstId + row.id, created_at: appended.at }),
+    );
+    return plan.outcomes.map((outcome): AppendedEvent => {
+      if (outcome.kind === 'stored') return { event: outcome.event, duplicate: true };
+      return { event: written[outcome.index]!, duplicate: outcome.duplicate };
+    });
   }
 
   lastEventIds(refs: readonly ConversationKey[]): Promise<Map<string, number>> {
@@ -338,6 +386,28 @@ export class PostgresConversationStore implements ConversationStore {
       keys.map((ref) => ref.tenantId),
       keys.map((ref) => ref.conversationId),
     );
+  }
+
+  async readEventPage(
+    tenantId: string,
+    conversationId: string,
+    range: EventPageRange,
+  ): Promise<EventPage> {
+    if (!Number.isSafeInteger(range.limit) || range.limit < 1) {
+      throw new BadRequestError('limit must be a positive integer', 'limit');
+    }
+    if (!isUuid(conversationId)) return { events: [], hasMore: false };
+    const fromId = Math.max(0, range.fromId ?? 0);
+    const toId = range.toId ?? null;
+    if (toId !== null && toId < fromId) return { events: [], hasMore: false };
+    return this.events.readPage(tenantId, conversationId, {
+      fromId,
+      toId,
+      reverse: range.reverse ?? false,
+      limit: range.limit,
+      maxBytes: range.maxBytes,
+      incarnation: range.incarnation ?? null,
+    });
   }
 
   async readEvents(

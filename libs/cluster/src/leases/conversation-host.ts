@@ -5,6 +5,7 @@ import {
   agentStateChangeDraft,
   isSettledState,
   readAgentStateChange,
+  roomKey,
   type AgentFactory,
   type ConversationBroadcaster,
   type ConversationRef,
@@ -157,6 +158,7 @@ export class ConversationHost {
       tenantId: job.data.tenantId,
       userId: job.data.userId,
       conversationId: job.data.conversationId,
+      incarnation: job.data.incarnation,
     };
     const { store, inbox, options } = this.deps;
     const id = ref.conversationId;
@@ -165,7 +167,8 @@ export class ConversationHost {
       throw new WaitingError();
     }
     const record = await store.getConversation(ref.tenantId, id);
-    if (!record) return 'deleted';
+    // Gone, or deleted and its id used again: this job was for the one that went.
+    if (!record || record.incarnation !== ref.incarnation) return 'deleted';
     // BullMQ hands a job to the worker that held it before when it stalled (this
     // process was paused, or Redis was away, past the lock): that earlier run lost
     // its lease and must end, and must not tear down this run's entry on its way out.
@@ -453,7 +456,7 @@ export class ConversationHost {
       { leaseEpoch: hosted.epoch },
     );
     broadcaster.publishEvents(
-      ref.conversationId,
+      roomKey(ref),
       appended.map((a) => a.event),
     );
     await store.setStatus(ref.tenantId, ref.conversationId, 'ERROR');

@@ -31,7 +31,12 @@ export class ConversationJobs {
   async start(ref: ConversationRef): Promise<void> {
     await this.queue.add(
       'run',
-      { tenantId: ref.tenantId, userId: ref.userId, conversationId: ref.conversationId },
+      {
+        tenantId: ref.tenantId,
+        userId: ref.userId,
+        conversationId: ref.conversationId,
+        incarnation: ref.incarnation,
+      },
       { jobId: conversationJobId(ref.conversationId) },
     );
   }

@@ -21,7 +21,8 @@ export class RedisUserActionRateLimiter {
     private readonly limitPerMinute: number,
   ) {}
 
-  async reserve(tenantId: string, userId: string): Promise<ActionReservation | null> {
+  /** Reserves `count` actions at once (all or none). */
+  async reserve(tenantId: string, userId: string, count = 1): Promise<ActionReservation | null> {
     if (this.limitPerMinute === 0) return { cancel: () => Promise.resolve() };
     const key = this.keys.userActions(tenantId, userId);
     const member = randomUUID();
@@ -29,12 +30,13 @@ export class RedisUserActionRateLimiter {
       this.redis,
       'reserve-action-1',
       [key],
-      [this.limitPerMinute, WINDOW_MS, member],
+      [this.limitPerMinute, WINDOW_MS, member, count],
     )) as number;
     if (reserved < 0) return null;
+    const members = [member, ...Array.from({ length: count - 1 }, (_, i) => `${member}#${i + 2}`)];
     return {
       cancel: async () => {
-        await this.redis.zrem(key, member);
+        await this.redis.zrem(key, ...members);
       },
     };
   }

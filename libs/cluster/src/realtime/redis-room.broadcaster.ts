@@ -16,23 +16,23 @@ export class RedisRoomBroadcaster implements ConversationBroadcaster {
     private readonly keys: ClusterKeys,
   ) {}
 
-  publishEvents(conversationId: string, events: readonly StoredEvent[]): void {
-    if (events.length > 0) this.publish(conversationId, { type: 'events', events: [...events] });
+  publishEvents(room: string, events: readonly StoredEvent[]): void {
+    if (events.length > 0) this.publish(room, { type: 'events', events: [...events] });
   }
 
-  publishStatus(conversationId: string, status: StatusUpdate): void {
-    this.publish(conversationId, { type: 'status', status });
+  publishStatus(room: string, status: StatusUpdate): void {
+    this.publish(room, { type: 'status', status });
   }
 
-  publishStream(conversationId: string, delta: StreamDelta): void {
-    this.publish(conversationId, { type: 'stream', delta });
+  publishStream(room: string, delta: StreamDelta): void {
+    this.publish(room, { type: 'stream', delta });
   }
 
-  private publish(conversationId: string, message: RoomMessage): void {
+  private publish(room: string, message: RoomMessage): void {
     // Live traffic is a hint on top of Postgres: subscribers that miss it
     // catch up from the store, so a failed publish is not the caller's error.
     this.publisher
-      .publish(this.keys.conversationRoom(conversationId), JSON.stringify(message))
+      .publish(this.keys.conversationRoom(room), JSON.stringify(message))
       .catch(() => undefined);
   }
 }

@@ -10,10 +10,7 @@ import type { ClusterKeys } from '../redis/cluster-keys.js';
  * dropped (subscribers catch up from Postgres at the next event).
  */
 export class RedisRoomSubscriber {
-  private readonly sinks = new Map<
-    string,
-    { conversationId: string; sink: ConversationBroadcaster }
-  >();
+  private readonly sinks = new Map<string, { room: string; sink: ConversationBroadcaster }>();
   private resync: (() => void) | null = null;
   private connectedOnce: boolean;
 
@@ -54,9 +51,9 @@ export class RedisRoomSubscriber {
    * that is missed. During an outage it resolves at once: the subscription
    * is made on reconnection, followed by a resync.
    */
-  async open(conversationId: string, sink: ConversationBroadcaster): Promise<void> {
-    const channel = this.keys.conversationRoom(conversationId);
-    this.sinks.set(channel, { conversationId, sink });
+  async open(room: string, sink: ConversationBroadcaster): Promise<void> {
+    const channel = this.keys.conversationRoom(room);
+    this.sinks.set(channel, { room, sink });
     const subscribed = this.subscriber.subscribe(channel);
     if (this.connectedOnce && this.subscriber.status !== 'ready') {
       subscribed.catch(() => undefined);
@@ -65,8 +62,8 @@ export class RedisRoomSubscriber {
     await subscribed;
   }
 
-  close(conversationId: string): void {
-    const channel = this.keys.conversationRoom(conversationId);
+  close(room: string): void {
+    const channel = this.keys.conversationRoom(room);
     this.sinks.delete(channel);
     this.subscriber.unsubscribe(channel).catch(() => undefined);
   }
@@ -85,10 +82,10 @@ export class RedisRoomSubscriber {
       return;
     }
     if (!parsed.success) return;
-    const { conversationId, sink } = target;
+    const { room, sink } = target;
     const message = parsed.data;
-    if (message.type === 'events') sink.publishEvents(conversationId, message.events);
-    else if (message.type === 'status') sink.publishStatus(conversationId, message.status);
-    else sink.publishStream(conversationId, message.delta);
+    if (message.type === 'events') sink.publishEvents(room, message.events);
+    else if (message.type === 'status') sink.publishStatus(room, message.status);
+    else sink.publishStream(room, message.delta);
   }
 }

@@ -16,9 +16,12 @@ export class ClusterKeys {
     return `${this.prefix}:socket.io`;
   }
 
-  /** The conversation's live traffic to the gateways with subscribers to it. */
-  conversationRoom(conversationId: string): string {
-    return `${this.prefix}:conv:{${conversationId}}:room`;
+  /**
+   * The live traffic of a conversation's room (`roomKey`: its id and
+   * incarnation) to the gateways with subscribers to it.
+   */
+  conversationRoom(room: string): string {
+    return `${this.prefix}:room:{${room}}`;
   }
 
   /** Wake-ups and control messages for the conversation's lease holder. */

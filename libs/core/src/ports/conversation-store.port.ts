@@ -17,6 +17,13 @@ export interface AppendOptions {
    * current `lease_epoch`; it is stored on every event written.
    */
   leaseEpoch?: number;
+  /**
+   * The incarnation the writer knows. When given, the append fails with
+   * `NotFoundError` (and writes nothing) unless the conversation of that id
+   * is still this one: a deleted conversation's writers never reach the one
+   * that reuses its id.
+   */
+  incarnation?: string;
 }
 
 export interface AppendedEvent {
@@ -33,6 +40,16 @@ export interface EventRange {
   /** Newest first when true. */
   reverse?: boolean;
   limit: number;
+}
+
+export interface EventPageRange extends EventRange {
+  maxBytes: number;
+  incarnation?: string;
+}
+
+export interface EventPage {
+  events: StoredEvent[];
+  hasMore: boolean;
 }
 
 export interface ConversationPageRequest {
@@ -61,12 +78,14 @@ export interface ConversationSnapshot {
  */
 export interface ConversationStore {
   /**
-   * Creates a conversation. Repeating an id the same tenant and user already
-   * own returns the stored one with `created: false`; an id owned by anyone
-   * else throws `ConflictError`.
+   * Creates a conversation with its first events (`drafts`), in one
+   * transaction: all of it is stored or none. Repeating an id the same tenant
+   * and user already own returns the stored one with `created: false` and
+   * stores nothing; an id owned by anyone else throws `ConflictError`.
    */
   createConversation(
     input: NewConversation,
+    drafts?: readonly EventDraft[],
   ): Promise<{ conversation: ConversationRecord; created: boolean }>;
   getConversation(tenantId: string, conversationId: string): Promise<ConversationRecord | null>;
   getSnapshot(tenantId: string, conversationId: string): Promise<ConversationSnapshot | null>;
@@ -122,6 +141,17 @@ export interface ConversationStore {
     options?: AppendOptions,
   ): Promise<AppendedEvent[]>;
   readEvents(tenantId: string, conversationId: string, range: EventRange): Promise<StoredEvent[]>;
+  /**
+   * A page for a client (REST, replays): at most `range.limit` events and,
+   * past the first, `range.maxBytes` bytes of them as JSON, with `hasMore`
+   * when the range holds more. With `range.incarnation`, nothing unless the
+   * conversation of that id is still that one.
+   */
+  readEventPage(
+    tenantId: string,
+    conversationId: string,
+    range: EventPageRange,
+  ): Promise<EventPage>;
   /**
    * The `last_event_id` of each conversation found (by id), in one read: how a
    * holder of many conversations sees which have new events.

@@ -16,6 +16,8 @@ import {
   type NewConversation,
 } from '../conversation.js';
 import { ConflictError, LeaseLostError, NotFoundError } from '../errors.js';
+import { refOf } from '../conversation.js';
+import { randomUUID } from 'node:crypto';
 import { systemClock, type Clock } from '../ports/clock.port.js';
 import type {
   ConversationKey,
@@ -25,6 +27,8 @@ import type {
   ConversationPageResult,
   ConversationSnapshot,
   ConversationStore,
+  EventPage,
+  EventPageRange,
   EventRange,
 } from '../ports/conversation-store.port.js';
 import { applyDelta, mergeScopes, splitStateDelta } from '../state.js';
@@ -69,15 +73,16 @@ export class InMemoryConversationStore implements ConversationStore {
     this.clock = options.clock ?? systemClock;
   }
 
-  createConversation(
+  async createConversation(
     input: NewConversation,
+    drafts: readonly EventDraft[] = [],
   ): Promise<{ conversation: ConversationRecord; created: boolean }> {
     const existing = this.conversations.get(input.id);
     if (existing) {
       const owned =
         existing.record.tenantId === input.tenantId && existing.record.userId === input.userId;
-      if (!owned) return Promise.reject(new ConflictError('conversation id already taken'));
-      return Promise.resolve({ conversation: clone(existing.record), created: false });
+      if (!owned) throw new ConflictError('conversation id already taken');
+      return { conversation: clone(existing.record), created: false };
     }
     const now = new Date(this.clock.now());
     const record: ConversationRecord = {
@@ -87,12 +92,21 @@ export class InMemoryConversationStore implements ConversationStore {
       lastEventId: -1,
       leaseEpoch: 0,
       leaseOwner: null,
+      incarnation: randomUUID(),
       metrics: { ...EMPTY_METRICS },
       createdAt: now,
       updatedAt: now,
     };
     this.conversations.set(input.id, { record, state: {}, events: [] });
-    return Promise.resolve({ conversation: clone(record), created: true });
+    if (drafts.length > 0) {
+      try {
+        await this.append(input.tenantId, input.id, drafts);
+      } catch (error) {
+        this.conversations.delete(input.id); // all of it or none
+        throw error;
+      }
+    }
+    return { conversation: clone(record), created: true };
   }
 
   getConversation(tenantId: string, conversationId: string): Promise<ConversationRecord | null> {
@@ -191,7 +205,7 @@ export class InMemoryConversationStore implements ConversationStore {
     for (const { record } of this.conversations.values()) {
       if (record.status === 'STARTING' || record.status === 'RUNNING') {
         record.status = 'STOPPED';
-        reset.push({ tenantId: record.tenantId, userId: record.userId, conversationId: record.id });
+        reset.push(refOf(record));
       }
     }
     return Promise.resolve(reset);
@@ -214,6 +228,9 @@ export class InMemoryConversationStore implements ConversationStore {
     if (this.beforeAppend) await this.beforeAppend(conversationId, drafts, options);
     const entry = this.find(tenantId, conversationId);
     if (!entry) throw new NotFoundError();
+    if (options?.incarnation !== undefined && options.incarnation !== entry.record.incarnation) {
+      throw new NotFoundError();
+    }
     const { record } = entry;
     const epoch = options?.leaseEpoch;
     if (epoch !== undefined && epoch !== record.leaseEpoch) {
@@ -277,6 +294,39 @@ export class InMemoryConversationStore implements ConversationStore {
     let rows = entry.events.filter((row) => row.event.id >= from && row.event.id <= to);
     if (range.reverse) rows = rows.reverse();
     return Promise.resolve(rows.slice(0, range.limit).map((row) => clone(row.event)));
+  }
+
+  async readEventPage(
+    tenantId: string,
+    conversationId: string,
+    range: EventPageRange,
+  ): Promise<EventPage> {
+    const entry = this.find(tenantId, conversationId);
+    if (
+      !entry ||
+      (range.incarnation !== undefined && range.incarnation !== entry.record.incarnation)
+    )
+      return { events: [], hasMore: false };
+    const candidates = await this.readEvents(tenantId, conversationId, {
+      ...range,
+      limit: range.limit + 1,
+    });
+    const events: StoredEvent[] = [];
+    let bytes = 0;
+    for (const event of candidates) {
+      const {
+        id: _id,
+        timestamp: _t,
+        source: _s,
+        cause: _c,
+        client_event_id: _k,
+        ...body
+      } = event as StoredEvent & { client_event_id?: string };
+      bytes += Buffer.byteLength(JSON.stringify(body));
+      if (events.length === range.limit || (events.length > 0 && bytes > range.maxBytes)) break;
+      events.push(event);
+    }
+    return { events, hasMore: events.length < candidates.length };
   }
 
   // ------------------------------------------------------------ test helpers

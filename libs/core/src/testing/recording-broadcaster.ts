@@ -3,41 +3,46 @@ import type { StatusUpdate, StoredEvent, StreamDelta } from '@cs/protocol';
 import type { ConversationBroadcaster } from '../ports/broadcaster.port.js';
 
 export type Broadcast =
-  | { kind: 'events'; conversationId: string; events: StoredEvent[] }
-  | { kind: 'status'; conversationId: string; status: StatusUpdate }
-  | { kind: 'stream'; conversationId: string; delta: StreamDelta };
+  | { kind: 'events'; room: string; events: StoredEvent[] }
+  | { kind: 'status'; room: string; status: StatusUpdate }
+  | { kind: 'stream'; room: string; delta: StreamDelta };
 
 export class RecordingBroadcaster implements ConversationBroadcaster {
   readonly sent: Broadcast[] = [];
 
-  publishEvents(conversationId: string, events: readonly StoredEvent[]): void {
-    this.sent.push({ kind: 'events', conversationId, events: structuredClone([...events]) });
+  publishEvents(room: string, events: readonly StoredEvent[]): void {
+    this.sent.push({ kind: 'events', room, events: structuredClone([...events]) });
   }
 
-  publishStatus(conversationId: string, status: StatusUpdate): void {
-    this.sent.push({ kind: 'status', conversationId, status: { ...status } });
+  publishStatus(room: string, status: StatusUpdate): void {
+    this.sent.push({ kind: 'status', room, status: { ...status } });
   }
 
-  publishStream(conversationId: string, delta: StreamDelta): void {
-    this.sent.push({ kind: 'stream', conversationId, delta: { ...delta } });
+  publishStream(room: string, delta: StreamDelta): void {
+    this.sent.push({ kind: 'stream', room, delta: { ...delta } });
   }
 
-  /** Every stored event published to a room, flattened in publish order. */
-  eventsOf(conversationId: string): StoredEvent[] {
+  /** Every stored event published to a conversation's rooms (by id or room key), in order. */
+  eventsOf(conversation: string): StoredEvent[] {
     return this.sent.flatMap((b) =>
-      b.kind === 'events' && b.conversationId === conversationId ? b.events : [],
+      b.kind === 'events' && inRoomOf(b.room, conversation) ? b.events : [],
     );
   }
 
-  statusesOf(conversationId: string): StatusUpdate[] {
+  statusesOf(conversation: string): StatusUpdate[] {
     return this.sent.flatMap((b) =>
-      b.kind === 'status' && b.conversationId === conversationId ? [b.status] : [],
+      b.kind === 'status' && inRoomOf(b.room, conversation) ? [b.status] : [],
     );
   }
 
-  streamsOf(conversationId: string): StreamDelta[] {
+  streamsOf(conversation: string): StreamDelta[] {
     return this.sent.flatMap((b) =>
-      b.kind === 'stream' && b.conversationId === conversationId ? [b.delta] : [],
+      b.kind === 'stream' && inRoomOf(b.room, conversation) ? [b.delta] : [],
     );
   }
+}
+
+/** A room key is `<conversation id>.<incarnation>` (see `roomKey`). */
+function inRoomOf(room: string, conversation: string): boolean {
+  return room === conversation || room.startsWith(`${conversation}.`);
 }

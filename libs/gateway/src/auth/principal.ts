@@ -6,6 +6,8 @@ export interface Principal {
   userId: string;
   roles: readonly string[];
   isAdmin: boolean;
+  /** When the token's access ends (its `exp`, ms since the epoch): connections close then. */
+  expiresAt: number;
 }
 
 /**

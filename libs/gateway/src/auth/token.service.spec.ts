@@ -50,6 +50,7 @@ describe(TokenService.name, () => {
         userId: 'user-1',
         roles: ['admin'],
         isAdmin: true,
+        expiresAt: expect.any(Number),
       });
     });
 
@@ -157,6 +158,7 @@ describe(TokenService.name, () => {
         userId: 'user-1',
         roles: [],
         isAdmin: false,
+        expiresAt: expect.any(Number),
       });
       await expect(
         tokens.verify(await token(ec, 'ES256', { tid: 'tenant-2' }, { kid: 'ec-1' })),

@@ -77,6 +77,7 @@ export class TokenService {
       userId: claims.data.sub,
       roles,
       isAdmin: roles.includes('admin'),
+      expiresAt: claims.data.exp * 1000,
     };
   }
 

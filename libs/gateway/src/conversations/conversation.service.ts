@@ -1,14 +1,19 @@
-import { Inject, Injectable } from '@nestjs/common';
+import { Inject, Injectable, Optional } from '@nestjs/common';
 import { z } from 'zod';
 import type { AppConfig } from '@cs/config';
 import {
   BadRequestError,
   ConflictError,
   RateLimitedError,
+  agentStateChangeDraft,
+  refOf,
+  roomKey,
   userActionDraft,
   toConversationInfo,
   type AgentFactory,
   type AppendedEvent,
+  type EventPage,
+  type ConversationBroadcaster,
   type ConversationManager,
   type ConversationRecord,
   type ConversationRef,
@@ -19,6 +24,7 @@ import {
   ActionBodySchema,
   EventSourceSchema,
   ObservationBodySchema,
+  StatusId,
   type ConversationInfo,
   type ConversationPage,
   type ConversationStateResponse,
@@ -39,12 +45,19 @@ import {
   APP_CONFIG,
   CONVERSATION_MANAGER,
   CONVERSATION_STORE,
+  ROOM_BROADCASTER,
   USER_ACTION_RATE_LIMITER,
 } from '../tokens.js';
+import { ConversationRoomHub } from '../realtime/conversation-room-hub.js';
 
 /** The app name of conversations created through this API. */
 export const DEFAULT_APP_NAME = 'default';
-const MAX_REPLAY_EVENTS = 10_000;
+/** PROTOCOL.md: a page of events is at most 4 MiB (then `has_more`). */
+const MAX_EVENT_PAGE_BYTES = 4 * 1024 * 1024;
+/** A replay holds at most this much of a client's history in memory at once. */
+const REPLAY_PAGE_BYTES = 1024 * 1024;
+/** PROTOCOL.md: `replay_json` holds at most this many events. */
+const MAX_REPLAY_EVENTS = 1_000;
 const INITIAL_MESSAGE_KEY = 'initial_user_msg';
 
 const ReplayEventSchema = z.union([
@@ -65,7 +78,14 @@ export class ConversationService {
     @Inject(CONVERSATION_MANAGER) private readonly manager: ConversationManager,
     @Inject(USER_ACTION_RATE_LIMITER) private readonly rateLimiter: UserActionRateLimiter,
     @Inject(AGENT_FACTORY) private readonly agents: AgentFactory,
-  ) {}
+    hub: ConversationRoomHub,
+    @Optional() @Inject(ROOM_BROADCASTER) broadcaster: ConversationBroadcaster | null,
+  ) {
+    this.rooms = broadcaster ?? hub;
+  }
+
+  /** Where rooms are told of a deletion: every gateway's (cluster) or this process's. */
+  private readonly rooms: ConversationBroadcaster;
 
   /** The conversation if the caller may see it; `NOT_FOUND` otherwise. */
   async find(principal: Principal, conversationId: string): Promise<ConversationRecord> {
@@ -86,41 +106,72 @@ export class ConversationService {
     if (!this.agents.has(agentName))
       throw new BadRequestError(`unknown agent ${agentName}`, 'agent');
     const replay = body.replay_json === undefined ? [] : parseReplay(body.replay_json);
-    const { conversation, created } = await this.store.createConversation({
-      id: body.conversation_id ?? randomUUID(),
-      tenantId: principal.tenantId,
-      userId: principal.userId,
-      appName: DEFAULT_APP_NAME,
-      title: body.title ?? '',
-      metadata: body.metadata ?? {},
-      agent: { name: agentName, config: {} },
-      instructions: body.conversation_instructions ?? null,
-    });
-    if (created && replay.length > 0) {
-      // The replayed history is answered already: mark it so the agent resumes after it.
-      const marker: EventDraft = {
-        source: 'environment',
-        cause: replay.length - 1,
-        body: {
-          observation: 'agent_state_changed',
-          content: '',
-          extras: { agent_state: 'awaiting_user_input', reason: 'replayed' },
-          message: '',
-        },
-      };
-      await this.store.append(principal.tenantId, conversation.id, [...replay, marker]);
-    }
-    const ref = refOf(conversation);
-    if (created && body.initial_user_msg !== undefined) {
-      await this.sendUserAction(
-        principal,
-        conversation.id,
-        {
-          action: 'message',
-          args: { content: body.initial_user_msg, image_urls: [], file_urls: [] },
-        },
-        INITIAL_MESSAGE_KEY,
+    const drafts = [...replay, ...replayedMarkers(replay)];
+    if (body.initial_user_msg !== undefined) {
+      drafts.push(
+        userActionDraft(
+          {
+            action: 'message',
+            args: { content: body.initial_user_msg, image_urls: [], file_urls: [] },
+          },
+          INITIAL_MESSAGE_KEY,
+        ),
       );
+    }
+    const id = body.conversation_id ?? randomUUID();
+    // The create, its initial message and each replayed event are user actions.
+    const actions = 1 + replay.length + (body.initial_user_msg === undefined ? 0 : 1);
+    const reservation = await this.rateLimiter.reserve(
+      principal.tenantId,
+      principal.userId,
+      actions,
+    );
+    if (!reservation) {
+      // A repeat of the caller's own create stores nothing: it is not refused.
+      const existing = await this.store.getConversation(principal.tenantId, id);
+      if (!existing || existing.userId !== principal.userId) throw new RateLimitedError();
+      return this.created(existing, false, body);
+    }
+    let result: { conversation: ConversationRecord; created: boolean };
+    try {
+      // The row, the replay and the first message: all of it is stored, or none.
+      result = await this.store.createConversation(
+        {
+          id,
+          tenantId: principal.tenantId,
+          userId: principal.userId,
+          appName: DEFAULT_APP_NAME,
+          title: body.title ?? '',
+          metadata: body.metadata ?? {},
+          agent: { name: agentName, config: {} },
+          instructions: body.conversation_instructions ?? null,
+        },
+        drafts,
+      );
+    } catch (error) {
+      await reservation.cancel();
+      throw error;
+    }
+    if (!result.created) await reservation.cancel();
+    return this.created(result.conversation, result.created, body);
+  }
+
+  /**
+   * Starts the agent when the create carried a first message (again on a
+   * repeat whose agent never started: the first attempt's start was refused).
+   */
+  private async created(
+    conversation: ConversationRecord,
+    created: boolean,
+    body: CreateConversationBody,
+  ): Promise<{
+    created: boolean;
+    conversation_id: string;
+    conversation_status: ConversationStatus;
+  }> {
+    const ref = refOf(conversation);
+    if (body.initial_user_msg !== undefined && (created || conversation.agentState === null)) {
+      await this.manager.ensureRunning(ref);
     }
     return {
       created,
@@ -157,10 +208,22 @@ export class ConversationService {
     return toConversationInfo(updated);
   }
 
+  /**
+   * Stops and deletes the conversation, then closes every socket and stream
+   * of it, on every gateway: its room hears the deletion and each member
+   * closes (a reused id gets another room, so none can stay behind).
+   */
   async delete(principal: Principal, conversationId: string): Promise<void> {
     const conversation = await this.find(principal, conversationId);
-    await this.manager.stop(refOf(conversation));
+    const ref = refOf(conversation);
+    await this.manager.stop(ref);
     await this.store.deleteConversation(principal.tenantId, conversationId);
+    this.rooms.publishStatus(roomKey(ref), {
+      status_update: true,
+      type: 'error',
+      id: StatusId.ConversationDeleted,
+      message: 'the conversation was deleted',
+    });
   }
 
   async start(principal: Principal, conversationId: string): Promise<ConversationStatus> {
@@ -248,24 +311,33 @@ export class ConversationService {
     if (query.end_id !== undefined && query.end_id < query.start_id) {
       throw new BadRequestError('end_id must not be below start_id', 'end_id');
     }
-    const events = await this.store.readEvents(principal.tenantId, conversationId, {
+    const page = await this.store.readEventPage(principal.tenantId, conversationId, {
       fromId: query.start_id,
       toId: query.end_id,
       reverse: query.reverse,
-      limit: query.limit + 1,
+      limit: query.limit,
+      maxBytes: MAX_EVENT_PAGE_BYTES,
     });
-    return { events: events.slice(0, query.limit), has_more: events.length > query.limit };
+    return { events: page.events, has_more: page.hasMore };
   }
 
-  /** Stored events after `afterId`, for replays (no visibility check: callers did it). */
-  readAfter(
-    tenantId: string,
-    conversationId: string,
+  /**
+   * A page of stored events from `fromId`, for replays (no visibility check:
+   * callers did it); nothing once the conversation is not this one any more.
+   */
+  readPage(
+    conversation: ConversationRecord,
     fromId: number,
     toId: number | undefined,
     limit: number,
-  ): Promise<StoredEvent[]> {
-    return this.store.readEvents(tenantId, conversationId, { fromId, toId, limit });
+  ): Promise<EventPage> {
+    return this.store.readEventPage(conversation.tenantId, conversation.id, {
+      fromId,
+      toId,
+      limit,
+      maxBytes: REPLAY_PAGE_BYTES,
+      incarnation: conversation.incarnation,
+    });
   }
 
   async state(principal: Principal, conversationId: string): Promise<ConversationStateResponse> {
@@ -300,13 +372,19 @@ export class ConversationService {
   }
 }
 
-/** The manager acts for the conversation's owner, whose limits apply. */
-function refOf(conversation: ConversationRecord): ConversationRef {
-  return {
-    tenantId: conversation.tenantId,
-    userId: conversation.userId,
-    conversationId: conversation.id,
-  };
+/**
+ * A replayed history was answered already: each of its user events gets a
+ * settled state change caused by it, so that no agent runs it again. A new
+ * conversation's events are numbered from 0, so the replay's index is its id.
+ */
+function replayedMarkers(replay: readonly EventDraft[]): EventDraft[] {
+  const markers: EventDraft[] = [];
+  replay.forEach((draft, id) => {
+    if (draft.source === 'user') {
+      markers.push(agentStateChangeDraft('awaiting_user_input', { cause: id, reason: 'replayed' }));
+    }
+  });
+  return markers;
 }
 
 function parseReplay(json: string): EventDraft[] {

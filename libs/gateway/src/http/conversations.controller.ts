@@ -182,6 +182,6 @@ export class ConversationsController {
         : parseInput(z.object({ 'Last-Event-ID': LastEventIdSchema }), {
             'Last-Event-ID': lastEventId,
           })['Last-Event-ID'];
-    await this.streams.openStream(conversation, afterId, request, response);
+    await this.streams.openStream(principal, conversation, afterId, request, response);
   }
 }

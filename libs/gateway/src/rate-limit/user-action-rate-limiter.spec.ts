@@ -24,6 +24,17 @@ describe(InMemoryUserActionRateLimiter.name, () => {
     expect(await limiter.reserve('t', 'a')).toBeNull();
   });
 
+  it('reserves several actions at once, all or none', async () => {
+    const limiter = new InMemoryUserActionRateLimiter(5, () => 5);
+    expect(await limiter.reserve('t', 'a', 6)).toBeNull();
+    const four = await limiter.reserve('t', 'a', 4);
+    expect(four).not.toBeNull();
+    expect(await limiter.reserve('t', 'a', 2)).toBeNull();
+    await four!.cancel();
+    expect(await limiter.reserve('t', 'a', 5)).not.toBeNull();
+    expect(await limiter.reserve('t', 'a')).toBeNull();
+  });
+
   it('forgets users whose window is empty', async () => {
     let now = 0;
     const limiter = new InMemoryUserActionRateLimiter(5, () => now);

@@ -9,8 +9,8 @@ export interface RateLimitReservation {
  * action turned out to be an idempotent repeat or was refused.
  */
 export interface UserActionRateLimiter {
-  /** Null when the user's window is full. */
-  reserve(tenantId: string, userId: string): Promise<RateLimitReservation | null>;
+  /** Reserves `count` actions (default 1), all or none; null when the window has no room. */
+  reserve(tenantId: string, userId: string, count?: number): Promise<RateLimitReservation | null>;
 }
 
 export const RATE_LIMIT_WINDOW_MS = 60_000;
@@ -25,23 +25,25 @@ export class InMemoryUserActionRateLimiter implements UserActionRateLimiter {
     private readonly now: () => number = Date.now,
   ) {}
 
-  reserve(tenantId: string, userId: string): Promise<RateLimitReservation | null> {
+  reserve(tenantId: string, userId: string, count = 1): Promise<RateLimitReservation | null> {
     if (this.limitPerMinute === 0) return Promise.resolve({ cancel: () => Promise.resolve() });
     const key = JSON.stringify([tenantId, userId]);
     const now = this.now();
     if (++this.reservations % SWEEP_EVERY === 0) this.sweep(now);
     const log = (this.windows.get(key) ?? []).filter((t) => t > now - RATE_LIMIT_WINDOW_MS);
-    if (log.length >= this.limitPerMinute) {
+    if (log.length + count > this.limitPerMinute) {
       this.windows.set(key, log);
       return Promise.resolve(null);
     }
-    log.push(now);
+    for (let i = 0; i < count; i += 1) log.push(now);
     this.windows.set(key, log);
     return Promise.resolve({
       cancel: () => {
         const current = this.windows.get(key);
-        const index = current?.lastIndexOf(now) ?? -1;
-        if (current && index >= 0) current.splice(index, 1);
+        for (let i = 0; i < count; i += 1) {
+          const index = current?.lastIndexOf(now) ?? -1;
+          if (current && index >= 0) current.splice(index, 1);
+        }
         return Promise.resolve();
       },
     });

@@ -20,8 +20,8 @@ export interface ConversationSubscriber {
  */
 export interface RoomTrafficSource {
   /** Starts delivering the conversation's traffic to `sink`; resolves once it flows. */
-  open(conversationId: string, sink: ConversationBroadcaster): Promise<void>;
-  close(conversationId: string): void;
+  open(room: string, sink: ConversationBroadcaster): Promise<void>;
+  close(room: string): void;
 }
 
 /** A subscriber's place in a room: `ready` once live traffic reaches it. */
@@ -56,23 +56,23 @@ export class ConversationRoomHub implements ConversationBroadcaster {
    * feed replays from the store only after that, so that nothing stored in
    * between is missed.
    */
-  join(conversationId: string, subscriber: ConversationSubscriber): RoomMembership {
-    let room = this.rooms.get(conversationId);
-    if (!room) {
-      const ready = this.source?.open(conversationId, this) ?? Promise.resolve();
+  join(room: string, subscriber: ConversationSubscriber): RoomMembership {
+    let joined = this.rooms.get(room);
+    if (!joined) {
+      const ready = this.source?.open(room, this) ?? Promise.resolve();
       ready.catch(() => undefined); // each member awaits it and handles a failure
-      room = { subscribers: new Set(), ready };
-      this.rooms.set(conversationId, room);
+      joined = { subscribers: new Set(), ready };
+      this.rooms.set(room, joined);
     }
-    const joined = room;
-    joined.subscribers.add(subscriber);
+    const member = joined;
+    member.subscribers.add(subscriber);
     return {
-      ready: joined.ready,
+      ready: member.ready,
       leave: () => {
-        joined.subscribers.delete(subscriber);
-        if (joined.subscribers.size > 0 || this.rooms.get(conversationId) !== joined) return;
-        this.rooms.delete(conversationId);
-        this.source?.close(conversationId);
+        member.subscribers.delete(subscriber);
+        if (member.subscribers.size > 0 || this.rooms.get(room) !== member) return;
+        this.rooms.delete(room);
+        this.source?.close(room);
       },
     };
   }
@@ -84,8 +84,8 @@ export class ConversationRoomHub implements ConversationBroadcaster {
     return count;
   }
 
-  hasSubscribers(conversationId: string): boolean {
-    return this.rooms.has(conversationId);
+  hasSubscribers(room: string): boolean {
+    return this.rooms.has(room);
   }
 
   /** Every local subscriber catches up from the store. */
@@ -94,19 +94,21 @@ export class ConversationRoomHub implements ConversationBroadcaster {
       for (const subscriber of room.subscribers) subscriber.resync();
   }
 
-  publishEvents(conversationId: string, events: readonly StoredEvent[]): void {
-    for (const subscriber of this.members(conversationId)) subscriber.offerEvents(events);
+  publishEvents(room: string, events: readonly StoredEvent[]): void {
+    for (const subscriber of this.members(room)) subscriber.offerEvents(events);
   }
 
-  publishStatus(conversationId: string, status: StatusUpdate): void {
-    for (const subscriber of this.members(conversationId)) subscriber.sendStatus(status);
+  publishStatus(room: string, status: StatusUpdate): void {
+    for (const subscriber of this.members(room)) subscriber.sendStatus(status);
   }
 
-  publishStream(conversationId: string, delta: StreamDelta): void {
-    for (const subscriber of this.members(conversationId)) subscriber.sendStream(delta);
+  publishStream(room: string, delta: StreamDelta): void {
+    for (const subscriber of this.members(room)) subscriber.sendStream(delta);
   }
 
-  private members(conversationId: string): Iterable<ConversationSubscriber> {
-    return this.rooms.get(conversationId)?.subscribers ?? [];
+  /** A copy: a subscriber may leave while it is being sent to. */
+  private members(room: string): Iterable<ConversationSubscriber> {
+    const joined = this.rooms.get(room);
+    return joined ? [...joined.subscribers] : [];
   }
 }

@@ -24,8 +24,13 @@ import { ConversationService } from '../conversations/conversation.service.js';
 import { mapError } from '../http/error-mapping.js';
 import { parseInput } from '../http/validation.js';
 import { ServiceMetrics } from '@cs/observability';
+import { ConnectionLimiter } from './connection-limiter.js';
 import { ConversationRoomHub } from './conversation-room-hub.js';
-import { OrderedEventFeed } from './ordered-event-feed.js';
+import {
+  LiveConnection,
+  REPLAY_LOW_WATER_BYTES,
+  type ConnectionTransport,
+} from './live-connection.js';
 
 /** What a socket carries once its handshake was accepted. */
 interface ConversationSocketData {
@@ -33,8 +38,9 @@ interface ConversationSocketData {
   conversation: ConversationRecord;
   latestEventId: number;
   start: boolean;
-  feed?: OrderedEventFeed;
-  leave?: () => void;
+  connection?: LiveConnection;
+  /** Gives the user's connection place back (idempotent). */
+  release?: () => void;
 }
 
 /** No server-side events between replicas: conversation traffic has its own channels. */
@@ -59,21 +65,18 @@ class HandshakeError extends Error {
   }
 }
 
-/** The room a conversation's sockets join (hash-tagged for Redis Cluster). */
-export function conversationRoom(conversationId: string): string {
-  return `conversation:{${conversationId}}`;
-}
-
 /**
  * The Socket.IO door: one socket per client and conversation. The handshake
- * authenticates and authorizes; the connection replays what the client missed
- * and streams what comes next, each event once and in order; `oh_user_action`
- * stores user actions with an acknowledgement.
+ * authenticates, takes one of the user's connection places and authorizes;
+ * the connection (a `LiveConnection`) replays what the client missed and
+ * streams what comes next, each event once and in order, until the client
+ * leaves, its token expires or the conversation is deleted; `oh_user_action`
+ * stores user actions with an acknowledgement. Cross-origin pages are let in
+ * only from `CORS_ORIGINS` (see `ConfiguredIoAdapter`).
  */
 @WebSocketGateway({
   path: '/socket.io',
   maxHttpBufferSize: MAX_TRANSPORT_BYTES,
-  cors: { origin: true },
   transports: ['websocket', 'polling'],
 })
 export class ConversationGateway
@@ -88,6 +91,7 @@ export class ConversationGateway
     private readonly tokens: TokenService,
     private readonly conversations: ConversationService,
     private readonly hub: ConversationRoomHub,
+    private readonly limiter: ConnectionLimiter,
     @Inject(ServiceMetrics) private readonly metrics: ServiceMetrics,
   ) {}
 
@@ -95,7 +99,10 @@ export class ConversationGateway
     server.use((socket, next) => {
       this.authenticate(socket).then(
         () => next(),
-        (error: unknown) => next(handshakeError(error)),
+        (error: unknown) => {
+          socket.data.release?.();
+          next(handshakeError(error));
+        },
       );
     });
   }
@@ -112,7 +119,7 @@ export class ConversationGateway
   }
 
   async handleConnection(socket: ConversationSocket): Promise<void> {
-    const { conversation, latestEventId, start } = socket.data;
+    const { conversation, latestEventId, start, principal } = socket.data;
     this.metrics.socketsConnected.inc();
     socket.on('oh_user_action', (payload, ack) => {
       this.onUserAction(socket, payload).then(
@@ -122,33 +129,29 @@ export class ConversationGateway
         (error: unknown) => this.logger.error(error),
       );
     });
-    await socket.join(conversationRoom(conversation.id));
-    const feed = new OrderedEventFeed({
+    const connection = new LiveConnection({
+      hub: this.hub,
+      conversation,
+      principal,
       afterId: latestEventId,
-      read: (fromId, toId, limit) =>
-        this.conversations.readAfter(conversation.tenantId, conversation.id, fromId, toId, limit),
-      send: (event) => socket.emit('oh_event', event),
+      read: (fromId, toId, limit) => this.conversations.readPage(conversation, fromId, toId, limit),
+      transport: socketTransport(socket),
+      onEnd: (why) => this.logger.log(`socket of ${conversation.id} closed: ${why}`),
       onError: (error) => this.logger.warn(`replay of ${conversation.id} failed: ${String(error)}`),
     });
-    socket.data.feed = feed;
-    const room = this.hub.join(conversation.id, {
-      offerEvents: (events) => feed.offer(events),
-      resync: () => feed.resync(),
-      sendStatus: (status) => socket.emit('oh_event', status),
-      sendStream: (delta) => socket.emit('oh_event', delta),
-    });
-    socket.data.leave = room.leave;
+    socket.data.connection = connection;
     try {
       await this.conversations.attach(socket.id, conversation);
       // A client that left during the handshake must not stay counted.
       if (socket.disconnected) {
+        connection.dispose();
         await this.conversations.detach(socket.id);
         return;
       }
       // The replay (once live traffic flows) and the start are independent:
       // the feed orders what the start brings.
       await Promise.all([
-        room.ready.then(() => feed.start()),
+        connection.start(),
         start && socket.connected ? this.conversations.ensureRunning(conversation) : undefined,
       ]);
     } catch (error) {
@@ -166,10 +169,10 @@ export class ConversationGateway
   }
 
   async handleDisconnect(socket: ConversationSocket): Promise<void> {
-    if (!socket.data.conversation) return;
+    socket.data.release?.();
+    if (!socket.data.connection) return;
     this.metrics.socketsConnected.dec();
-    socket.data.feed?.close();
-    socket.data.leave?.();
+    socket.data.connection.dispose();
     await this.conversations
       .detach(socket.id)
       .catch((error: unknown) => this.logger.warn(String(error)));
@@ -179,14 +182,22 @@ export class ConversationGateway
     const auth = socket.handshake.auth as { token?: unknown } | undefined;
     const principal = await this.tokens.verify(auth?.token);
     const query = socket.handshake.query;
-    if (!ConversationIdSchema.safeParse(query.conversation_id).success) {
+    const raw = query.conversation_id;
+    if (raw === undefined || raw === '') {
+      throw new HandshakeError({ code: 'BAD_REQUEST', message: 'conversation_id is required' });
+    }
+    if (!ConversationIdSchema.safeParse(raw).success) {
       throw new HandshakeError({ code: 'NOT_FOUND', message: 'conversation not found' });
     }
     const { conversation_id, latest_event_id, start } = parseInput(ConnectQuerySchema, {
-      conversation_id: query.conversation_id,
+      conversation_id: raw,
       latest_event_id: query.latest_event_id,
       start: query.start,
     });
+    // The place is taken before any lookup, and given back however the socket ends.
+    const release = this.limiter.acquire(principal);
+    socket.data.release = release;
+    socket.conn.once('close', release);
     const conversation = await this.conversations.find(principal, conversation_id);
     socket.data.principal = principal;
     socket.data.conversation = conversation;
@@ -201,6 +212,8 @@ export class ConversationGateway
       }
       const action = parseInput(UserActionSchema, payload);
       const { principal, conversation } = socket.data;
+      // The append names the conversation's incarnation: one deleted since
+      // (its id maybe taken again) is NOT_FOUND, never someone else's.
       const appended = await this.conversations.sendUserActionTo(principal, conversation, action);
       return { ok: true, event_id: appended.event.id };
     } catch (error) {
@@ -208,6 +221,41 @@ export class ConversationGateway
       return { ok: false, error: body.error };
     }
   }
+}
+
+/**
+ * A socket as a connection's transport. What waits unsent is counted from
+ * the engine's packets since it last handed its buffer to the transport
+ * (`drain`): a client that stops reading stops those hand-offs.
+ */
+function socketTransport(socket: ConversationSocket): ConnectionTransport {
+  let unsent = 0;
+  const engine = socket.conn;
+  engine.on('packetCreate', (packet: { data?: unknown }) => {
+    const data = packet.data;
+    if (typeof data === 'string') unsent += data.length;
+    else if (data instanceof Buffer) unsent += data.byteLength;
+  });
+  engine.on('drain', () => {
+    unsent = 0;
+  });
+  return {
+    send: (message) => socket.emit('oh_event', message),
+    unsentBytes: () => unsent,
+    drained: () =>
+      unsent < REPLAY_LOW_WATER_BYTES || socket.disconnected
+        ? Promise.resolve()
+        : new Promise<void>((resolve) => {
+            const done = () => {
+              engine.off('drain', done);
+              engine.off('close', done);
+              resolve();
+            };
+            engine.on('drain', done);
+            engine.on('close', done);
+          }),
+    close: () => socket.disconnect(true),
+  };
 }
 
 function failure(code: string, message: string): UserActionAck {

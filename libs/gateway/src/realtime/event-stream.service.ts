@@ -2,15 +2,18 @@ import { Injectable, Logger } from '@nestjs/common';
 import type { Request, Response } from 'express';
 import type { ConversationRecord } from '@cs/core';
 import type { ServerEvent } from '@cs/protocol';
+import type { Principal } from '../auth/principal.js';
 import { ConversationService } from '../conversations/conversation.service.js';
+import { ConnectionLimiter } from './connection-limiter.js';
 import { ConversationRoomHub } from './conversation-room-hub.js';
-import { OrderedEventFeed } from './ordered-event-feed.js';
+import { LiveConnection, REPLAY_LOW_WATER_BYTES } from './live-connection.js';
 
 const HEARTBEAT_MS = 15_000;
 
 /**
  * Server-Sent Events for a conversation: the same gap-free replay-then-live
- * feed as a socket, resumable with `Last-Event-ID`. It never starts the agent.
+ * `LiveConnection` as a socket, resumable with `Last-Event-ID`. It never
+ * starts the agent.
  */
 @Injectable()
 export class EventStreamService {
@@ -20,14 +23,25 @@ export class EventStreamService {
   constructor(
     private readonly conversations: ConversationService,
     private readonly hub: ConversationRoomHub,
+    private readonly limiter: ConnectionLimiter,
   ) {}
 
+  /** Number of open streams. */
+  get openCount(): number {
+    return this.open.size;
+  }
+
   async openStream(
+    principal: Principal,
     conversation: ConversationRecord,
     afterId: number,
-    request: Request,
+    _request: Request,
     response: Response,
   ): Promise<void> {
+    // A client that left during authentication or the lookup is gone already:
+    // its 'close' has fired, so nothing would ever release what it took.
+    if (hasClosed(response)) return;
+    const release = this.limiter.acquire(principal);
     response.status(200).set({
       'content-type': 'text/event-stream; charset=utf-8',
       'cache-control': 'no-cache, no-transform',
@@ -39,31 +53,44 @@ export class EventStreamService {
       const id = 'id' in event && typeof event.id === 'number' ? `id: ${event.id}\n` : '';
       response.write(`${id}event: oh_event\ndata: ${JSON.stringify(event)}\n\n`);
     };
-    const feed = new OrderedEventFeed({
+    const connection = new LiveConnection({
+      hub: this.hub,
+      conversation,
+      principal,
       afterId,
-      read: (fromId, toId, limit) =>
-        this.conversations.readAfter(conversation.tenantId, conversation.id, fromId, toId, limit),
-      send: write,
+      read: (fromId, toId, limit) => this.conversations.readPage(conversation, fromId, toId, limit),
+      transport: {
+        send: write,
+        unsentBytes: () => response.writableLength,
+        drained: () =>
+          response.writableLength < REPLAY_LOW_WATER_BYTES || hasClosed(response)
+            ? Promise.resolve()
+            : new Promise<void>((resolve) => {
+                const done = () => {
+                  response.off('drain', done);
+                  response.off('close', done);
+                  resolve();
+                };
+                response.on('drain', done);
+                response.on('close', done);
+              }),
+        // A client that stopped reading gets no graceful end: its buffer goes.
+        close: () => (response.writableLength > 0 ? response.destroy() : response.end()),
+      },
+      onEnd: (why) => this.logger.log(`stream of ${conversation.id} closed: ${why}`),
       onError: (error) => this.logger.warn(`stream of ${conversation.id}: ${String(error)}`),
-    });
-    const { leave, ready } = this.hub.join(conversation.id, {
-      offerEvents: (events) => feed.offer(events),
-      resync: () => feed.resync(),
-      sendStatus: write,
-      sendStream: write,
     });
     const heartbeat = setInterval(() => response.write(': keep-alive\n\n'), HEARTBEAT_MS);
     heartbeat.unref();
     this.open.add(response);
-    request.on('close', () => {
+    response.on('close', () => {
       clearInterval(heartbeat);
-      feed.close();
-      leave();
+      connection.dispose();
+      release();
       this.open.delete(response);
     });
     try {
-      await ready;
-      await feed.start();
+      await connection.start();
     } catch (error) {
       this.logger.warn(`replay of ${conversation.id} failed: ${String(error)}`);
       response.end();
@@ -75,4 +102,15 @@ export class EventStreamService {
     for (const response of this.open) response.end();
     this.open.clear();
   }
+}
+
+/** True once the client's connection is gone (or the response was ended). */
+function hasClosed(response: Response): boolean {
+  return (
+    response.closed ||
+    response.destroyed ||
+    response.writableEnded ||
+    !response.socket ||
+    response.socket.destroyed
+  );
 }

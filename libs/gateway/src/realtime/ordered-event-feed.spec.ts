@@ -19,9 +19,8 @@ function storeOf(last: number) {
   let gate: Promise<void> = Promise.resolve();
   const read = vi.fn(async (fromId: number, toId: number | undefined, limit: number) => {
     await gate;
-    return stored
-      .filter((e) => e.id >= fromId && (toId === undefined || e.id <= toId))
-      .slice(0, limit);
+    const range = stored.filter((e) => e.id >= fromId && (toId === undefined || e.id <= toId));
+    return { events: range.slice(0, limit), hasMore: range.length > limit };
   });
   return {
     stored,
@@ -43,6 +42,44 @@ function storeOf(last: number) {
 }
 
 describe(OrderedEventFeed.name, () => {
+  it('reads on while pages say more follow, however short they are', async () => {
+    const stored = Array.from({ length: 7 }, (_, id) => event(id));
+    // Pages cut by bytes: two events each, well under the page size.
+    const read = vi.fn(async (fromId: number) => {
+      const range = stored.filter((e) => e.id >= fromId);
+      return { events: range.slice(0, 2), hasMore: range.length > 2 };
+    });
+    const sent: number[] = [];
+    const feed = new OrderedEventFeed({ afterId: -1, read, send: (e) => sent.push(e.id) });
+    await feed.start();
+    expect(sent).toEqual([0, 1, 2, 3, 4, 5, 6]);
+    expect(read).toHaveBeenCalledTimes(4);
+  });
+
+  it('waits for the subscriber before each page of a replay', async () => {
+    const store = storeOf(30);
+    const sent: number[] = [];
+    let release: () => void = () => undefined;
+    let waits = 0;
+    const feed = new OrderedEventFeed({
+      afterId: -1,
+      read: store.read,
+      send: (e) => sent.push(e.id),
+      pageSize: 10,
+      beforePage: () => {
+        waits += 1;
+        if (waits === 2) return new Promise<void>((resolve) => (release = resolve));
+        return Promise.resolve();
+      },
+    });
+    const started = feed.start();
+    await vi.waitFor(() => expect(waits).toBe(2));
+    expect(sent).toHaveLength(10); // the second page waits for the client
+    release();
+    await started;
+    expect(sent).toHaveLength(30);
+  });
+
   it('replays everything after the cursor, in pages, then delivers live events', async () => {
     const store = storeOf(25);
     const sent: number[] = [];

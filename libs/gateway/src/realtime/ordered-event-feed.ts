@@ -1,17 +1,26 @@
+import type { EventPage } from '@cs/core';
 import type { StoredEvent } from '@cs/protocol';
 
-/** Reads stored events `fromId..toId` (inclusive; toId open when undefined), in id order. */
+/**
+ * Reads a page of stored events `fromId..toId` (inclusive; toId open when
+ * undefined), in id order; `hasMore` when the range holds more.
+ */
 export type EventPageReader = (
   fromId: number,
   toId: number | undefined,
   limit: number,
-) => Promise<StoredEvent[]>;
+) => Promise<EventPage>;
 
 export interface OrderedEventFeedOptions {
   /** The last id the subscriber already has (-1 for none). */
   afterId: number;
   read: EventPageReader;
   send: (event: StoredEvent) => void;
+  /**
+   * Awaited before each page is read: a subscriber whose client is slow
+   * makes the replay wait rather than buffer the history.
+   */
+  beforePage?: () => Promise<void>;
   /** How long an out-of-order live event waits for the ones before it. */
   gapWaitMs?: number;
   pageSize?: number;
@@ -113,10 +122,12 @@ export class OrderedEventFeed {
     try {
       for (;;) {
         if (upTo !== undefined && this.lastSentId >= upTo) break;
+        await this.options.beforePage?.();
+        if (this.closed) return;
         const page = await this.options.read(this.lastSentId + 1, upTo, this.pageSize);
         if (this.closed) return;
-        for (const event of page) this.deliver(event);
-        if (page.length < this.pageSize) break;
+        for (const event of page.events) this.deliver(event);
+        if (!page.hasMore || page.events.length === 0) break;
       }
     } finally {
       this.replaying = false;

@@ -23,12 +23,13 @@ interface ConversationRow {
   last_event_id: number;
   lease_epoch: number;
   lease_owner: string | null;
+  incarnation: string;
   created_at: Date;
   updated_at: Date;
 }
 
 const COLUMNS = `id, tenant_id, user_id, app_name, title, metadata, agent, instructions, status,
-  agent_state, metrics, last_event_id, lease_epoch, lease_owner, created_at, updated_at`;
+  agent_state, metrics, last_event_id, lease_epoch, lease_owner, incarnation, created_at, updated_at`;
 
 export interface ScopeStates {
   app: Record<string, unknown>;
@@ -54,6 +55,7 @@ export interface AppendHead {
   appName: string;
   lastEventId: number;
   leaseEpoch: number;
+  incarnation: string;
 }
 
 export class ConversationRepository {
@@ -103,7 +105,7 @@ export class ConversationRepository {
     >(
       `SELECT c.id, c.tenant_id, c.user_id, c.app_name, c.title, c.metadata, c.agent,
               c.instructions, c.status, c.agent_state, c.metrics, c.last_event_id,
-              c.lease_epoch, c.lease_owner, c.created_at, c.updated_at,
+              c.lease_epoch, c.lease_owner, c.incarnation, c.created_at, c.updated_at,
               c.state, a.state AS app_state, u.state AS user_state
          FROM conversations c
          LEFT JOIN app_states a
@@ -193,15 +195,21 @@ export class ConversationRepository {
 
   /** Process-wide on purpose: a standalone process starting owns every conversation. */
   async resetRunningStatuses(): Promise<ConversationRef[]> {
-    const { rows } = await this.db.query<{ tenant_id: string; user_id: string; id: string }>(
+    const { rows } = await this.db.query<{
+      tenant_id: string;
+      user_id: string;
+      id: string;
+      incarnation: string;
+    }>(
       `UPDATE conversations SET status = 'STOPPED'
         WHERE status IN ('STARTING', 'RUNNING')
-        RETURNING tenant_id, user_id, id`,
+        RETURNING tenant_id, user_id, id, incarnation`,
     );
     return rows.map((row) => ({
       tenantId: row.tenant_id,
       userId: row.user_id,
       conversationId: row.id,
+      incarnation: row.incarnation,
     }));
   }
 
@@ -252,8 +260,9 @@ export class ConversationRepository {
       app_name: string;
       last_event_id: number;
       lease_epoch: number;
+      incarnation: string;
     }>(
-      `SELECT user_id, app_name, last_event_id, lease_epoch
+      `SELECT user_id, app_name, last_event_id, lease_epoch, incarnation
          FROM conversations
         WHERE tenant_id = $1 AND id = $2
         FOR UPDATE`,
@@ -267,6 +276,7 @@ export class ConversationRepository {
       appName: row.app_name,
       lastEventId: row.last_event_id,
       leaseEpoch: row.lease_epoch,
+      incarnation: row.incarnation,
     };
   }
 }
@@ -286,6 +296,7 @@ function toRecord(row: ConversationRow): ConversationRecord {
     lastEventId: row.last_event_id,
     leaseEpoch: row.lease_epoch,
     leaseOwner: row.lease_owner,
+    incarnation: row.incarnation,
     metrics: { ...EMPTY_METRICS, ...row.metrics },
     createdAt: row.created_at,
     updatedAt: row.updated_at,

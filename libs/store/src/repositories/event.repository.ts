@@ -45,6 +45,8 @@ export interface PlainAppend {
   /** Idempotency keys among the events: one already stored leaves the append undone. */
   clientEventIds: string[];
   leaseEpoch: number | null;
+  /** The conversation's incarnation the writer knows; null: any. */
+  incarnation: string | null;
   agentState: string | null;
   /** Conversation-scope keys to set, as a JSON object, and keys to delete. */
   stateSet: string;
@@ -109,20 +111,21 @@ export class EventRepository {
                 updated_at = greatest(updated_at, clock_timestamp())
           WHERE tenant_id = $1 AND id = $2
             AND ($4::bigint IS NULL OR lease_epoch = $4::bigint)
+            AND ($14::uuid IS NULL OR incarnation = $14::uuid)
             AND NOT EXISTS (
               SELECT 1 FROM events e
                WHERE e.conversation_id = $2 AND e.client_event_id = ANY ($13::text[]))
           RETURNING last_event_id - $3::int + 1 AS first_id, updated_at
        ), written AS (
          INSERT INTO events
-           (conversation_id, id, tenant_id, source, type, payload, cause, client_event_id,
-            lease_epoch, created_at)
-         SELECT $2::uuid, head.first_id + e.id, $1::text, e.source, e.type, e.payload, e.cause,
-                e.client_event_id, $4::bigint, head.updated_at
+           (conversation_id, id, tenant_id, source, type, payload, size_bytes, cause,
+            client_event_id, lease_epoch, created_at)
+         SELECT $2::uuid, head.first_id + e.id, $1::text, e.source, e.type, e.payload,
+                e.size_bytes, e.cause, e.client_event_id, $4::bigint, head.updated_at
            FROM head,
                 jsonb_to_recordset($12::jsonb)
-                  AS e(id bigint, source text, type text, payload jsonb, cause bigint,
-                       client_event_id text)
+                  AS e(id bigint, source text, type text, payload jsonb, size_bytes int,
+                       cause bigint, client_event_id text)
        )
        SELECT first_id, updated_at FROM head`,
       [
@@ -139,6 +142,7 @@ export class EventRepository {
         append.metrics.cost_usd,
         append.rowsJson,
         append.clientEventIds,
+        append.incarnation,
       ],
       PREPARED,
     );
@@ -151,7 +155,7 @@ export class EventRepository {
    * statement, outside any transaction. The rows are locked one by one, by
    * key, in the order of `appends` (sorted by conversation id, so that two
    * such statements never deadlock); each row's tenant and lease epoch are
-   * checked there, and the UPDATE touches only rows locked so. The UPDATE moves last_event_id on by the number of events
+   * checked there (and its incarnation, when given), and the UPDATE touches only rows locked so. The UPDATE moves last_event_id on by the number of events
    * and merges state and metrics; the INSERT takes its ids from what the
    * UPDATE returned. An append is left undone, and missing from the result,
    * when its conversation is gone, held under a newer epoch, or already has
@@ -171,6 +175,7 @@ export class EventRepository {
           conversation_id: append.conversationId,
           count: append.count,
           lease_epoch: append.leaseEpoch,
+          incarnation: append.incarnation,
           agent_state: append.agentState,
           state_deleted: append.stateDeleted,
           iterations: append.metrics.iterations,
@@ -191,20 +196,21 @@ export class EventRepository {
          SELECT *
            FROM jsonb_to_recordset($1::jsonb)
              AS b(tenant_id text, conversation_id uuid, count int, lease_epoch bigint,
-                  agent_state text, state_set jsonb, state_deleted text[], iterations numeric,
+                  incarnation uuid, agent_state text, state_set jsonb, state_deleted text[], iterations numeric,
                   prompt_tokens numeric, completion_tokens numeric, cost_usd numeric,
                   client_event_ids text[], events jsonb)
        ), locked AS MATERIALIZED (
          SELECT c.id
            FROM batch b
            CROSS JOIN LATERAL (
-             SELECT id, tenant_id, lease_epoch
+             SELECT id, tenant_id, lease_epoch, incarnation
                FROM conversations
               WHERE id = b.conversation_id
                 FOR UPDATE
            ) c
           WHERE c.tenant_id = b.tenant_id
             AND (b.lease_epoch IS NULL OR c.lease_epoch = b.lease_epoch)
+            AND (b.incarnation IS NULL OR c.incarnation = b.incarnation)
             AND NOT EXISTS (
               SELECT 1 FROM events e
                WHERE e.conversation_id = b.conversation_id
@@ -230,14 +236,14 @@ export class EventRepository {
                     b.lease_epoch, b.events
        ), written AS (
          INSERT INTO events
-           (conversation_id, id, tenant_id, source, type, payload, cause, client_event_id,
-            lease_epoch, created_at)
+           (conversation_id, id, tenant_id, source, type, payload, size_bytes, cause,
+            client_event_id, lease_epoch, created_at)
          SELECT head.id, head.first_id + e.id, head.tenant_id, e.source, e.type, e.payload,
-                e.cause, e.client_event_id, head.lease_epoch, head.updated_at
+                e.size_bytes, e.cause, e.client_event_id, head.lease_epoch, head.updated_at
            FROM head,
                 jsonb_to_recordset(head.events)
-                  AS e(id bigint, source text, type text, payload jsonb, cause bigint,
-                       client_event_id text)
+                  AS e(id bigint, source text, type text, payload jsonb, size_bytes int,
+                       cause bigint, client_event_id text)
        )
        SELECT id AS conversation_id, first_id, updated_at FROM head`,
       // The ids again as an array: the planner then looks the rows up by key
@@ -248,6 +254,41 @@ export class EventRepository {
     return new Map(
       rows.map((row) => [row.conversation_id, { firstId: row.first_id, at: row.updated_at }]),
     );
+  }
+
+  /**
+   * One page of `fromId` … `toId` (inclusive; open when null), oldest or
+   * newest first: at most `limit` events and, past the first, `maxBytes` of
+   * payload; `hasMore` when the range holds more. With `incarnation`, only
+   * while the conversation of that id is still that one (nothing otherwise).
+   */
+  async readPage(
+    tenantId: string,
+    conversationId: string,
+    range: {
+      fromId: number;
+      toId: number | null;
+      reverse: boolean;
+      limit: number;
+      maxBytes: number;
+      incarnation: string | null;
+    },
+  ): Promise<{ events: StoredEvent[]; hasMore: boolean }> {
+    const { rows } = await this.db.query<EventRow & { kept: boolean }>(
+      range.reverse ? PAGE_DESC : PAGE_ASC,
+      [
+        tenantId,
+        conversationId,
+        range.fromId,
+        range.toId,
+        range.limit,
+        range.maxBytes,
+        range.incarnation,
+      ],
+      PREPARED,
+    );
+    const kept = rows.filter((row) => row.kept);
+    return { events: kept.map(toStoredEvent), hasMore: kept.length < rows.length };
   }
 
   /** Inclusive `fromId` … `toId` (open when null), oldest or newest first. */
@@ -284,6 +325,34 @@ export class EventRepository {
     return rows.map(toStoredEvent);
   }
 }
+
+/**
+ * A page of `readPage`: rows of one direction, each with the bytes of the
+ * range up to and including it; rows past the page's end (kept = false)
+ * carry no payload, and only say that more exist.
+ */
+const PAGE_SQL = (direction: 'ASC' | 'DESC') => `
+  SELECT id, source, cause, client_event_id, created_at,
+         CASE WHEN kept THEN payload END AS payload, kept
+    FROM (
+      SELECT *, (n <= $5 AND (n = 1 OR upto <= $6)) AS kept
+        FROM (
+          SELECT e.id, e.source, e.payload, e.cause, e.client_event_id, e.created_at,
+                 row_number() OVER w AS n,
+                 sum(coalesce(e.size_bytes, octet_length(e.payload::text))) OVER w AS upto
+            FROM events e
+           WHERE e.tenant_id = $1 AND e.conversation_id = $2
+             AND e.id >= $3 AND ($4::bigint IS NULL OR e.id <= $4::bigint)
+             AND ($7::uuid IS NULL OR EXISTS (
+               SELECT 1 FROM conversations c WHERE c.id = $2 AND c.incarnation = $7::uuid))
+          WINDOW w AS (ORDER BY e.id ${direction} ROWS UNBOUNDED PRECEDING)
+           ORDER BY e.id ${direction}
+           LIMIT $5 + 1
+        ) counted
+    ) marked
+   ORDER BY id ${direction}`;
+const PAGE_ASC = PAGE_SQL('ASC');
+const PAGE_DESC = PAGE_SQL('DESC');
 
 /** The wire shape: envelope, then the body; `cause` and `client_event_id` only when set. */
 export function toStoredEvent(row: {

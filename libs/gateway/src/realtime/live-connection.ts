@@ -1,0 +1,153 @@
+/**
+ * One client's live view of one conversation, whatever carries it (a socket
+ * or an SSE response): the gap-free feed, its place in the room, and the
+ * rules that end it: its token's expiry, the conversation's deletion, and a
+ * client that stops reading.
+ */
+import { refOf, roomKey, type ConversationRecord } from '@cs/core';
+import {
+  CLOSING_STATUS_IDS,
+  StatusId,
+  type ServerEvent,
+  type StatusUpdate,
+  type StoredEvent,
+  type StreamDelta,
+} from '@cs/protocol';
+import type { Principal } from '../auth/principal.js';
+import type { ConversationRoomHub, ConversationSubscriber } from './conversation-room-hub.js';
+import { OrderedEventFeed, type EventPageReader } from './ordered-event-feed.js';
+
+/** PROTOCOL.md: a connection with this much unsent for it is closed. */
+export const MAX_UNSENT_BYTES = 8 * 1024 * 1024;
+/** A replay reads its next page only once less than this waits for the client. */
+export const REPLAY_LOW_WATER_BYTES = 1024 * 1024;
+/** setTimeout's longest delay; later expiries are waited for in steps. */
+const MAX_TIMER_MS = 2 ** 31 - 1;
+
+/** What carries a live connection to its client. */
+export interface ConnectionTransport {
+  send(message: ServerEvent): void;
+  /** Bytes written for the client that it has not taken yet. */
+  unsentBytes(): number;
+  /** Resolves once less than `REPLAY_LOW_WATER_BYTES` waits (or the connection ended). */
+  drained(): Promise<void>;
+  /** Ends the connection from the server's side. */
+  close(): void;
+}
+
+export interface LiveConnectionOptions {
+  hub: ConversationRoomHub;
+  conversation: ConversationRecord;
+  principal: Principal;
+  /** The last event id the client has. */
+  afterId: number;
+  read: EventPageReader;
+  transport: ConnectionTransport;
+  /** Why the connection was ended by the server (logged by the caller). */
+  onEnd?: (why: 'expired' | 'deleted' | 'overflow' | 'closed') => void;
+  onError?: (error: unknown) => void;
+  /** The clock of expiries (tests). */
+  now?: () => number;
+}
+
+export class LiveConnection implements ConversationSubscriber {
+  private readonly feed: OrderedEventFeed;
+  private leave: (() => void) | null = null;
+  private expiry: NodeJS.Timeout | undefined;
+  private ended = false;
+
+  constructor(private readonly options: LiveConnectionOptions) {
+    this.feed = new OrderedEventFeed({
+      afterId: options.afterId,
+      read: options.read,
+      send: (event) => this.send(event),
+      beforePage: () => options.transport.drained(),
+      onError: options.onError,
+    });
+  }
+
+  /** Joins the room, then replays what the client missed; live traffic follows. */
+  async start(): Promise<void> {
+    if (this.ended) return;
+    this.scheduleExpiry();
+    const membership = this.options.hub.join(roomKey(refOf(this.options.conversation)), this);
+    this.leave = membership.leave;
+    await membership.ready;
+    if (this.ended) return;
+    await this.feed.start();
+  }
+
+  /** The client left: forget it (idempotent). */
+  dispose(): void {
+    if (this.ended) return;
+    this.ended = true;
+    clearTimeout(this.expiry);
+    this.feed.close();
+    this.leave?.();
+    this.leave = null;
+  }
+
+  get lastDeliveredId(): number {
+    return this.feed.lastDeliveredId;
+  }
+
+  // ------------------------------------------------- ConversationSubscriber
+
+  offerEvents(events: readonly StoredEvent[]): void {
+    this.feed.offer(events);
+  }
+
+  sendStatus(status: StatusUpdate): void {
+    this.send(status);
+    if (CLOSING_STATUS_IDS.has(status.id)) {
+      this.end(status.id === StatusId.TokenExpired ? 'expired' : 'deleted');
+    }
+  }
+
+  sendStream(delta: StreamDelta): void {
+    this.send(delta);
+  }
+
+  resync(): void {
+    this.feed.resync();
+  }
+
+  // ------------------------------------------------------------- internals
+
+  private send(message: ServerEvent): void {
+    if (this.ended) return;
+    this.options.transport.send(message);
+    if (this.options.transport.unsentBytes() > MAX_UNSENT_BYTES) this.end('overflow');
+  }
+
+  private end(why: 'expired' | 'deleted' | 'overflow'): void {
+    if (this.ended) return;
+    this.dispose();
+    this.options.onEnd?.(why);
+    this.options.transport.close();
+  }
+
+  /** At the token's `exp` the client hears why, and the connection closes. */
+  private scheduleExpiry(): void {
+    const now = this.options.now ?? Date.now;
+    const wait = this.options.principal.expiresAt - now();
+    if (wait <= 0) {
+      this.expire();
+      return;
+    }
+    this.expiry = setTimeout(
+      () => (wait > MAX_TIMER_MS ? this.scheduleExpiry() : this.expire()),
+      Math.min(wait, MAX_TIMER_MS),
+    );
+    this.expiry.unref();
+  }
+
+  private expire(): void {
+    this.sendStatus({
+      status_update: true,
+      type: 'error',
+      id: StatusId.TokenExpired,
+      message: 'the token has expired: reconnect with a fresh one',
+    });
+  }
+}
