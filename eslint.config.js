@@ -3,7 +3,17 @@ import globals from 'globals';
 import tseslint from 'typescript-eslint';
 
 export default tseslint.config(
-  { ignores: ['dist/**', 'node_modules/**', 'coverage/**', '.data/**', 'bench/results/**'] },
+  {
+    ignores: [
+      'dist/**',
+      'node_modules/**',
+      'coverage/**',
+      '.data/**',
+      'bench/results/**',
+      'libs/client/dist/**',
+      'test/artifacts/**',
+    ],
+  },
   js.configs.recommended,
   ...tseslint.configs.recommendedTypeChecked,
   {
@@ -30,6 +40,11 @@ export default tseslint.config(
   },
   {
     files: ['apps/*/public/**/*.js', 'libs/*/public/**/*.js'],
+    languageOptions: { globals: { ...globals.browser } },
+  },
+  {
+    // The web app and the client SDK run in browsers (the SDK in Node 20+ too).
+    files: ['web/**/*.{ts,tsx}', 'libs/client/src/**/*.ts'],
     languageOptions: { globals: { ...globals.browser } },
   },
   {

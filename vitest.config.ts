@@ -14,6 +14,7 @@ const alias = {
   '@cs/cluster': lib('cluster'),
   '@cs/gateway': lib('gateway'),
   '@cs/observability': lib('observability'),
+  '@cs/client': lib('client'),
 };
 
 // SWC compiles the sources so that Nest's decorator metadata works in tests.
