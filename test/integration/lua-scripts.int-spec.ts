@@ -51,7 +51,7 @@ describe('reserve-action-1.lua', () => {
       [keys.userActions(tenant, user)],
       count === undefined ? [limit, windowMs, member] : [limit, windowMs, member, count],
     ) as Promise<number>;
-  const logged = () => redis.zrange(keys.userActions(tenant, user), 0, -1);
+  const logged = () => redis.zrange(keys.userActions(tenant, user), '0', '-1');
 
   it('grants actions up to the limit within the window and refuses the next', async () => {
     const before = await redisNow();
@@ -147,9 +147,9 @@ describe('acquire-slot-2.lua, renew-slots-2.lua, release-slot-2.lua', () => {
   /** Renews slots: pairs of conversation id and last activity (0: unchanged). */
   const renew = (ttlMs: number, ...slots: Array<[string, number]>) =>
     runScript(redis, 'renew-slots-2', slotKeys(), [ttlMs, ...slots.flat()]) as Promise<string[]>;
-  const running = async () => (await redis.zrange(keys.userRunning(tenant, user), 0, -1)).sort();
-  const expiries = async () =>
-    (await redis.hgetall(keys.userSlotExpiry(tenant, user))) as Record<string, string>;
+  const running = async () =>
+    (await redis.zrange(keys.userRunning(tenant, user), '0', '-1')).sort();
+  const expiries = () => redis.hgetall(keys.userSlotExpiry(tenant, user));
   const activityOf = async (conversation: string) =>
     Number(await redis.zscore(keys.userRunning(tenant, user), conversation));
 
@@ -271,7 +271,7 @@ describe('acquire-slot-2.lua, renew-slots-2.lua, release-slot-2.lua', () => {
       await runScript(redis, 'acquire-slot-2', bobs, ['mine', 2, 'reject', 60_000]);
       expect(await release('mine')).toBe(1);
       expect(await running()).toEqual(['kept']);
-      expect(await redis.zrange(bobs[0]!, 0, -1)).toEqual(['mine']);
+      expect(await redis.zrange(bobs[0]!, '0', '-1')).toEqual(['mine']);
     });
   });
 });
