@@ -119,6 +119,7 @@ async function main() {
     AUTH_DEV_TOKENS: 'true',
     LEASE_TTL_MS: String(leaseTtlMs),
     MAX_CONCURRENT_CONVERSATIONS: String(limit),
+    // Off: chaos checks delivery under faults, not quotas (the cluster e2e tests the limiter).
     RATE_LIMIT_PER_MINUTE: '0',
     IDLE_TIMEOUT_MS: '3600000',
     LOG_LEVEL: 'warn',

@@ -164,6 +164,7 @@ export class Cluster {
       LEASE_TTL_MS: String(this.options.leaseTtlMs),
       MAX_CONCURRENT_CONVERSATIONS: '10000', // the configuration's maximum
       WORKER_CONCURRENCY: String(this.options.workerConcurrency),
+      // Off: the bench measures throughput (1,000+ msg/s), not quotas; the cluster e2e tests the limiter.
       RATE_LIMIT_PER_MINUTE: '0',
       LOG_LEVEL: 'warn',
       HOST: '127.0.0.1',

@@ -1,7 +1,9 @@
 // The cluster end to end, as clients and operators see it: real gateway and
 // worker processes from dist/, on Postgres and Redis, with workers killed,
 // paused and drained, Redis restarted and a gateway drained mid-conversation.
+import { Redis } from 'ioredis';
 import { afterEach, describe, expect, it, onTestFailed } from 'vitest';
+import { ClusterKeys } from '@cs/cluster';
 import type { StoredEvent } from '@cs/protocol';
 import { ConversationClient, api, ids, isAgentReply } from '../support/clients.js';
 import {
@@ -15,6 +17,7 @@ import {
 } from '../support/cluster.js';
 import type { AppProcess } from '../support/processes.js';
 import { startPrivateRedis, type PrivateRedis } from '../support/redis-server.js';
+import { testRedisUrl } from '../support/services.js';
 
 const LEASE_TTL_MS = 3000;
 /** What a bound measured from outside may exceed the contract's by (polling, scheduling). */
@@ -265,6 +268,87 @@ describe('cluster of gateways and workers', () => {
     } finally {
       controller.abort();
       await reading;
+    }
+  });
+
+  it('counts actions through both gateways against one RATE_LIMIT_PER_MINUTE; repeats do not count', async () => {
+    const limit = 5;
+    const c = await cluster_({
+      gateways: 2,
+      workers: 1,
+      env: { RATE_LIMIT_PER_MINUTE: String(limit) },
+    });
+    const [g1, g2] = c.gateways as [AppProcess, AppProcess];
+    const token = await c.token('ivan');
+    const id = await createConversation(g1.url, token);
+    const redisClient = new Redis(testRedisUrl(), { maxRetriesPerRequest: 1 });
+    const inWindow = () =>
+      redisClient.zcard(new ClusterKeys(c.prefix).userActions(c.tenant, 'ivan'));
+    const client = await ConversationClient.connect(g1.url, token, { conversation_id: id });
+    const post = (gateway: AppProcess, content: string, key?: string) =>
+      api<{ event_id?: number; error?: { code: string } }>(
+        gateway.url,
+        'POST',
+        `/api/conversations/${id}/events`,
+        {
+          token,
+          body: { action: 'message', args: { content } },
+          ...(key === undefined ? {} : { headers: { 'idempotency-key': key } }),
+        },
+      );
+    try {
+      // The create counts too (PROTOCOL.md), once the gateway counts it: what is left is the rest.
+      const used = await inWindow();
+      expect(used).toBeLessThanOrEqual(1);
+
+      // The first action, then repeats of it through both gateways: stored once, counted once.
+      const first = await client.message('first', 'key-first');
+      expect(first.ok, JSON.stringify(first)).toBe(true);
+      const firstId = first.ok ? first.event_id : -1;
+      const restRepeat = await post(g2, 'first', 'key-first');
+      expect([restRepeat.status, restRepeat.body.event_id]).toEqual([200, firstId]);
+      expect(await client.message('first', 'key-first')).toEqual({ ok: true, event_id: firstId });
+      expect(await inWindow()).toBe(used + 1);
+
+      // The rest of the limit, alternately through g2 (REST) and g1 (socket).
+      const sent = ['first'];
+      const perGateway = { g1: 1, g2: 0 };
+      for (let n = 0; used + sent.length < limit; n += 1) {
+        const content = `within ${n}`;
+        if (n % 2 === 0) {
+          const response = await post(g2, content);
+          expect(response.status, JSON.stringify(response.body)).toBe(201);
+          perGateway.g2 += 1;
+        } else {
+          const ack = await client.message(content);
+          expect(ack.ok, JSON.stringify(ack)).toBe(true);
+          perGateway.g1 += 1;
+        }
+        sent.push(content);
+      }
+      // Each gateway took fewer than the limit: only a shared count refuses the next.
+      expect(Math.max(perGateway.g1, perGateway.g2)).toBeLessThan(limit);
+
+      // The next is refused on both gateways, over the socket and over REST.
+      const refusedAck = await client.message('over the limit');
+      expect(refusedAck).toMatchObject({ ok: false, error: { code: 'RATE_LIMITED' } });
+      for (const gateway of [g1, g2]) {
+        const refused = await post(gateway, 'over the limit');
+        expect(refused.status).toBe(429);
+        expect(refused.body.error?.code).toBe('RATE_LIMITED');
+      }
+      // A repeat is still answered, since it stores nothing.
+      const lateRepeat = await post(g1, 'first', 'key-first');
+      expect([lateRepeat.status, lateRepeat.body.event_id]).toEqual([200, firstId]);
+      expect(await client.message('first', 'key-first')).toEqual({ ok: true, event_id: firstId });
+
+      // Exactly the limit is in the window, and stored: refusals and repeats left no trace.
+      expect(await inWindow()).toBe(limit);
+      const stored = await waitForAnswers(g2.url, token, id);
+      expect(userMessages(stored).map(contentOf)).toEqual(sent);
+    } finally {
+      client.close();
+      redisClient.disconnect();
     }
   });
 
