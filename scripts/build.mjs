@@ -1,17 +1,23 @@
 #!/usr/bin/env node
 // Builds every app and lib into dist/ with the Nest CLI, then copies the
-// non-TypeScript assets (SQL migrations, the demo page). tsconfig.build.json
-// includes all apps and libs, so one compile builds them all.
+// non-TypeScript assets (SQL migrations, Lua scripts). tsconfig.build.json
+// includes all apps and libs, so one compile builds them all. Then the client
+// SDK (libs/client, its own package: tsc to libs/client/dist/) and the web app
+// (web/, Vite to dist/web/, served at `/`).
 // `--if-needed` skips the compile when dist/ is newer than every source file.
 import { spawnSync } from 'node:child_process';
-import { cpSync, existsSync, readdirSync, statSync } from 'node:fs';
+import { cpSync, existsSync, readdirSync, rmSync, statSync } from 'node:fs';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
 const root = fileURLToPath(new URL('..', import.meta.url));
-const entries = ['standalone', 'gateway', 'worker'].map((app) =>
-  join(root, 'dist', 'apps', app, 'src', 'main.js'),
-);
+const entries = [
+  ...['standalone', 'gateway', 'worker'].map((app) =>
+    join(root, 'dist', 'apps', app, 'src', 'main.js'),
+  ),
+  join(root, 'libs', 'client', 'dist', 'index.js'),
+  join(root, 'dist', 'web', 'index.html'),
+];
 const stamp = join(root, 'dist', '.build-stamp');
 
 /** Files whose change calls for a rebuild. */
@@ -28,7 +34,7 @@ function* sources(dir) {
 function upToDate() {
   if (!existsSync(stamp) || !entries.every((entry) => existsSync(entry))) return false;
   const built = statSync(stamp).mtimeMs;
-  const inputs = [join(root, 'apps'), join(root, 'libs')];
+  const inputs = [join(root, 'apps'), join(root, 'libs'), join(root, 'web')];
   for (const dir of inputs) for (const file of sources(dir)) if (file.mtimeMs > built) return false;
   for (const file of ['tsconfig.json', 'tsconfig.build.json', 'package-lock.json']) {
     const path = join(root, file);
@@ -49,9 +55,22 @@ if (!existsSync(nest)) {
 const result = spawnSync(nest, ['build', 'standalone'], { cwd: root, stdio: 'inherit' });
 if (result.status !== 0) process.exit(result.status ?? 1);
 
+const bin = (name) => join(root, 'node_modules', '.bin', name);
+rmSync(join(root, 'libs', 'client', 'dist'), { recursive: true, force: true });
+const client = spawnSync(bin('tsc'), ['-p', 'libs/client/tsconfig.build.json'], {
+  cwd: root,
+  stdio: 'inherit',
+});
+if (client.status !== 0) process.exit(client.status ?? 1);
+const web = spawnSync(
+  bin('vite'),
+  ['build', '--config', 'web/vite.config.ts', '--logLevel', 'warn'],
+  { cwd: root, stdio: 'inherit' },
+);
+if (web.status !== 0) process.exit(web.status ?? 1);
+
 const assets = [
   ['libs/store/src/migrations', 'dist/libs/store/src/migrations'],
-  ['libs/gateway/public', 'dist/libs/gateway/public'],
   ['libs/cluster/src/lua', 'dist/libs/cluster/src/lua'],
 ];
 for (const [from, to] of assets) {

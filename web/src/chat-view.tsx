@@ -1,0 +1,303 @@
+// The open conversation: header with its state and controls, notices, the
+// message log (stored messages as articles, streamed text, folded tool calls),
+// the approval panel, the composer.
+import { useEffect, useLayoutEffect, useRef, useState } from 'preact/hooks';
+import type { ConversationInfo, ConversationServiceClient } from '@cs/client';
+import { renderMarkdownOnce } from './markdown.js';
+import {
+  agentStateLabel,
+  buildTimeline,
+  statusLabel,
+  unansweredCalls,
+  type TimelineItem,
+} from './timeline.js';
+import { useConversation, type ConversationView } from './use-conversation.js';
+
+const CONNECTION_LABELS = {
+  connecting: 'Connecting…',
+  connected: 'Live',
+  reconnecting: 'Reconnecting…',
+  closed: 'Disconnected',
+} as const;
+
+export function ChatView(props: {
+  client: ConversationServiceClient;
+  id: string;
+  onInfo: (id: string, patch: Partial<ConversationInfo>) => void;
+  onBack: () => void;
+  onUnauthorized: (message: string) => void;
+}) {
+  const { client, id } = props;
+  const [view, actions] = useConversation(client, id, (patch) => props.onInfo(id, patch));
+  const [draft, setDraft] = useState('');
+  const log = useRef<HTMLDivElement>(null);
+  const stick = useRef(true);
+  const drawn = useRef<{ firstId: number | undefined; height: number }>({
+    firstId: undefined,
+    height: 0,
+  });
+
+  const items = buildTimeline(view.events);
+  const awaitingApproval = view.agentState === 'awaiting_user_confirmation';
+  const pendingCalls = awaitingApproval ? unansweredCalls(items) : [];
+  const streaming = [...view.streams.entries()].filter(([, text]) => text !== '');
+  const firstId = view.events[0]?.id;
+
+  // Keep the newest message in view unless the reader scrolled up; keep the
+  // reader's place when older messages are put above.
+  useLayoutEffect(() => {
+    const element = log.current;
+    if (!element) return;
+    const before = drawn.current;
+    if (stick.current) element.scrollTop = element.scrollHeight;
+    else if (before.firstId !== undefined && firstId !== undefined && firstId < before.firstId) {
+      element.scrollTop += element.scrollHeight - before.height;
+    }
+    drawn.current = { firstId, height: element.scrollHeight };
+  });
+
+  const error = view.error;
+  const unauthorized = error !== undefined && 'code' in error && error.code === 'UNAUTHORIZED';
+  const { onUnauthorized } = props;
+  useEffect(() => {
+    if (unauthorized) onUnauthorized('The service no longer accepts your token. Sign in again.');
+  }, [unauthorized, onUnauthorized]);
+
+  const loadOlder = () => {
+    if (view.hasOlder && !view.loadingOlder) void actions.loadOlder();
+  };
+
+  const onScroll = () => {
+    const element = log.current;
+    if (!element) return;
+    stick.current = element.scrollHeight - element.scrollTop - element.clientHeight < 48;
+    if (element.scrollTop < 120) loadOlder();
+  };
+
+  const submit = (event?: Event) => {
+    event?.preventDefault();
+    const text = draft.trim();
+    if (!text || !view.info) return;
+    actions.send(text);
+    setDraft('');
+    stick.current = true;
+  };
+
+  const title = view.info?.title || 'Untitled conversation';
+  const paused = view.agentState === 'paused';
+  const agentIdle = view.agentState === null || view.agentState === 'stopped';
+
+  return (
+    <section class="chat" aria-labelledby="chat-title">
+      <header class="chat-head">
+        <button type="button" class="back" onClick={props.onBack}>
+          Conversations
+        </button>
+        <div class="chat-title">
+          <h2 id="chat-title">{view.loading ? 'Loading…' : title}</h2>
+          <p class="chat-meta">
+            <span>{view.info ? statusLabel(view.info.status) : ''}</span>
+            <span aria-hidden="true"> · </span>
+            <span>Agent: {agentStateLabel(view.agentState)}</span>
+          </p>
+        </div>
+        <p class={`connection connection-${view.connection}`} role="status">
+          <span class="dot" aria-hidden="true"></span>
+          {CONNECTION_LABELS[view.connection]}
+        </p>
+        <div class="controls" role="group" aria-label="Agent controls">
+          {paused ? (
+            <button type="button" onClick={() => actions.setAgentState('running')}>
+              Resume
+            </button>
+          ) : (
+            <button
+              type="button"
+              disabled={agentIdle}
+              onClick={() => actions.setAgentState('paused')}
+            >
+              Pause
+            </button>
+          )}
+          <button
+            type="button"
+            disabled={agentIdle}
+            onClick={() => actions.setAgentState('stopped')}
+          >
+            Stop
+          </button>
+        </div>
+      </header>
+
+      {view.connection === 'reconnecting' && (
+        <p class="banner banner-warning">
+          Connection lost. Reconnecting… Messages you send meanwhile are delivered once it is back.
+        </p>
+      )}
+      {error && (
+        <p class="banner banner-error" role="alert">
+          {describeError(error)}
+        </p>
+      )}
+      {view.notices.map((notice) => (
+        <div key={notice.key} class={`banner banner-${notice.tone}`} role="alert">
+          <span>{notice.text}</span>
+          <button
+            type="button"
+            class="dismiss"
+            aria-label="Dismiss"
+            onClick={() => actions.dismiss(notice.key)}
+          >
+            ×
+          </button>
+        </div>
+      ))}
+
+      <div
+        class="log"
+        role="log"
+        aria-label="Messages"
+        aria-busy={streaming.length > 0}
+        tabIndex={0}
+        ref={log}
+        onScroll={onScroll}
+      >
+        {view.hasOlder && (
+          <button type="button" class="older" onClick={loadOlder} disabled={view.loadingOlder}>
+            {view.loadingOlder ? 'Loading older messages…' : 'Load older messages'}
+          </button>
+        )}
+        {!view.loading && items.length === 0 && view.pending.length === 0 && (
+          <p class="empty">No messages yet. Say something to start the agent.</p>
+        )}
+        {items.map((item) => (
+          <TimelineEntry key={item.key} item={item} awaitingApproval={awaitingApproval} />
+        ))}
+        {streaming.map(([cause, text]) => (
+          <div key={`s${cause}`} class="message agent streaming" data-streaming="true">
+            <div class="message-text">{text}</div>
+            <span class="visually-hidden">The agent is writing</span>
+          </div>
+        ))}
+        {view.pending.map((message) => (
+          <div key={message.clientEventId} class="message user pending">
+            <div class="message-text">{message.text}</div>
+            <span class="sending">Sending…</span>
+          </div>
+        ))}
+      </div>
+
+      {awaitingApproval && (
+        <div class="approval" role="group" aria-labelledby="approval-title">
+          <p id="approval-title">
+            The agent asks to run{' '}
+            {pendingCalls.length > 0
+              ? pendingCalls.map((tool) => `“${tool}”`).join(', ')
+              : 'a tool'}
+            .
+          </p>
+          <button
+            type="button"
+            class="primary"
+            onClick={() => actions.setAgentState('user_confirmed')}
+          >
+            Approve
+          </button>
+          <button type="button" onClick={() => actions.setAgentState('user_rejected')}>
+            Reject
+          </button>
+        </div>
+      )}
+
+      <form class="composer" onSubmit={submit}>
+        <label for="message" class="visually-hidden">
+          Message
+        </label>
+        <textarea
+          id="message"
+          rows={2}
+          placeholder="Write a message (Enter sends, Shift+Enter adds a line)"
+          value={draft}
+          onInput={(event) => setDraft(event.currentTarget.value)}
+          onKeyDown={(event) => {
+            if (event.key === 'Enter' && !event.shiftKey && !event.isComposing) submit(event);
+          }}
+        />
+        <button type="submit" class="primary" disabled={!draft.trim() || !view.info}>
+          Send
+        </button>
+      </form>
+    </section>
+  );
+}
+
+function TimelineEntry({
+  item,
+  awaitingApproval,
+}: {
+  item: TimelineItem;
+  awaitingApproval: boolean;
+}) {
+  switch (item.kind) {
+    case 'user':
+      return (
+        <article class="message user" title={item.event.timestamp}>
+          <div class="message-text">{item.text}</div>
+        </article>
+      );
+    case 'agent':
+      return (
+        <>
+          <article class="message agent" title={item.event.timestamp}>
+            <div
+              class="markdown"
+              dangerouslySetInnerHTML={{ __html: renderMarkdownOnce(item.event, item.text) }}
+            />
+          </article>
+          {item.interrupted && <p class="note">Interrupted before the answer was complete.</p>}
+        </>
+      );
+    case 'tool': {
+      const waiting = !item.result && awaitingApproval;
+      const state = item.result
+        ? item.result.rejected
+          ? 'rejected'
+          : item.result.inDoubt
+            ? 'interrupted'
+            : item.result.isError
+              ? 'failed'
+              : 'done'
+        : waiting
+          ? 'awaiting approval'
+          : 'running';
+      return (
+        <details class={`tool tool-${state.replace(' ', '-')}`} open={waiting}>
+          <summary>
+            Tool call <code>{item.tool}</code> <span class="tool-state">{state}</span>
+          </summary>
+          {item.args !== undefined && (
+            <>
+              <h3>Arguments</h3>
+              <pre>{JSON.stringify(item.args, null, 2)}</pre>
+            </>
+          )}
+          {item.result && (
+            <>
+              <h3>Result</h3>
+              <pre>{item.result.content}</pre>
+            </>
+          )}
+        </details>
+      );
+    }
+    case 'note':
+      return <p class={`note note-${item.tone}`}>{item.text}</p>;
+  }
+}
+
+function describeError(error: NonNullable<ConversationView['error']>): string {
+  const code = 'code' in error ? error.code : undefined;
+  if (code === 'NOT_FOUND') return 'This conversation does not exist, or was deleted.';
+  if (code === 'UNAUTHORIZED') return 'Your token was refused. Sign in again.';
+  return `Something went wrong: ${error.message}`;
+}

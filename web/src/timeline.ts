@@ -1,0 +1,125 @@
+// What the chat view shows, worked out from the stored events it has loaded:
+// messages, each tool call folded with its result, and notes for errors and
+// stops. Pure, so that the view only draws it.
+import { agentStateOf, isActionEvent, isObservationEvent, type StoredEvent } from '@cs/client';
+
+export type TimelineItem =
+  | { kind: 'user'; key: string; event: StoredEvent; text: string }
+  | { kind: 'agent'; key: string; event: StoredEvent; text: string; interrupted: boolean }
+  | {
+      kind: 'tool';
+      key: string;
+      tool: string;
+      args: unknown;
+      result?: { content: string; isError: boolean; rejected: boolean; inDoubt: boolean };
+    }
+  | { kind: 'note'; key: string; tone: 'error' | 'info'; text: string };
+
+export const TOO_MANY_CONVERSATIONS = 'AGENT_ERROR$TOO_MANY_CONVERSATIONS';
+
+export function buildTimeline(events: readonly StoredEvent[]): TimelineItem[] {
+  const items: TimelineItem[] = [];
+  const calls = new Map<string, Extract<TimelineItem, { kind: 'tool' }>>();
+  for (const event of events) {
+    const key = `e${event.id}`;
+    if (isActionEvent(event)) {
+      if (event.action === 'message' && typeof event.args.content === 'string') {
+        const text = event.args.content;
+        if (event.source === 'user') items.push({ kind: 'user', key, event, text });
+        else if (event.source === 'agent')
+          items.push({
+            kind: 'agent',
+            key,
+            event,
+            text,
+            interrupted: event.args.interrupted === true,
+          });
+      } else if (event.action === 'tool_call') {
+        const tool = typeof event.args.tool === 'string' ? event.args.tool : 'tool';
+        const item: Extract<TimelineItem, { kind: 'tool' }> = {
+          kind: 'tool',
+          key,
+          tool,
+          args: event.args.arguments ?? {},
+        };
+        const callId = event.args.tool_call_id;
+        if (typeof callId === 'string') calls.set(callId, item);
+        items.push(item);
+      }
+    } else if (isObservationEvent(event)) {
+      if (event.observation === 'tool_result') {
+        const callId = event.extras.tool_call_id;
+        const result = {
+          content: event.content,
+          isError: event.extras.is_error === true,
+          rejected: event.extras.rejected === true,
+          inDoubt: event.extras.in_doubt === true,
+        };
+        const call = typeof callId === 'string' ? calls.get(callId) : undefined;
+        if (call) call.result = result;
+        else {
+          const tool = typeof event.extras.tool === 'string' ? event.extras.tool : 'tool';
+          items.push({ kind: 'tool', key, tool, args: undefined, result });
+        }
+      } else if (event.observation === 'error') {
+        items.push({ kind: 'note', key, tone: 'error', text: event.content || event.message });
+      } else {
+        const state = agentStateOf(event);
+        const reason = event.extras.reason;
+        if (state === 'error') {
+          items.push({
+            kind: 'note',
+            key,
+            tone: 'error',
+            text:
+              event.message ||
+              `The agent stopped with an error${typeof reason === 'string' ? ` (${reason})` : ''}.`,
+          });
+        } else if (state === 'stopped' && reason === TOO_MANY_CONVERSATIONS) {
+          items.push({
+            kind: 'note',
+            key,
+            tone: 'info',
+            text: 'Stopped: too many of your conversations were running at once.',
+          });
+        }
+      }
+    }
+  }
+  return items;
+}
+
+/** Tool calls stored but not answered yet (the ones an approval is about). */
+export function unansweredCalls(items: readonly TimelineItem[]): string[] {
+  return items.flatMap((item) => (item.kind === 'tool' && !item.result ? [item.tool] : []));
+}
+
+const AGENT_STATE_LABELS: Record<string, string> = {
+  loading: 'Starting',
+  running: 'Working',
+  awaiting_user_input: 'Waiting for you',
+  paused: 'Paused',
+  stopped: 'Stopped',
+  finished: 'Finished',
+  rejected: 'Rejected',
+  error: 'Error',
+  awaiting_user_confirmation: 'Needs your approval',
+  user_confirmed: 'Approved',
+  user_rejected: 'Rejected by you',
+  rate_limited: 'Rate limited',
+};
+
+export function agentStateLabel(state: string | null | undefined): string {
+  return state ? (AGENT_STATE_LABELS[state] ?? state) : 'Not started';
+}
+
+const STATUS_LABELS: Record<string, string> = {
+  STOPPED: 'Stopped',
+  STARTING: 'Starting',
+  RUNNING: 'Running',
+  ERROR: 'Error',
+};
+
+export function statusLabel(status: string): string {
+  return STATUS_LABELS[status] ?? status;
+}
