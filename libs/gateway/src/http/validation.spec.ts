@@ -2,7 +2,7 @@ import { BadRequestError } from '@cs/core';
 import { CreateConversationBodySchema, MAX_JSON_DEPTH, UserActionSchema } from '@cs/protocol';
 import { describe, expect, it } from 'vitest';
 import { z } from 'zod';
-import { parseInput } from './validation.js';
+import { assertJsonDepth, parseInput } from './validation.js';
 
 /** `{"a":{"a":…{}}}` with `depth` levels of braces. */
 function nested(depth: number): Record<string, unknown> {
@@ -60,5 +60,15 @@ describe(parseInput.name, () => {
     expect(
       refusal(() => parseInput(CreateConversationBodySchema, { colour: 'red' })),
     ).toMatchObject({ field: 'colour', message: 'unknown field colour' });
+  });
+});
+
+describe(assertJsonDepth.name, () => {
+  it('passes input within MAX_JSON_DEPTH and refuses deeper input as BAD_REQUEST', () => {
+    expect(() => assertJsonDepth({ args: nested(MAX_JSON_DEPTH - 1) })).not.toThrow();
+    expect(refusal(() => assertJsonDepth({ args: nested(5_000) }))).toMatchObject({
+      code: 'BAD_REQUEST',
+      field: 'args',
+    });
   });
 });
