@@ -1,0 +1,373 @@
+// The web app in a real browser (Debian's Chromium through playwright-core)
+// against the built standalone app started by the test: what a person does,
+// found by the accessible names of PROTOCOL.md "Web app".
+//
+// Streaming and approval need agents that stream and ask for confirmation
+// (agent modules); their browser tests come with those agents.
+import { mkdirSync, mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import type { Browser, BrowserContext, Page } from 'playwright-core';
+import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { api, devToken } from '../support/clients.js';
+import { launchChromium } from '../support/browser.js';
+import { freePort, ROOT, startApp, type AppProcess } from '../support/processes.js';
+import { uniqueName } from '../support/services.js';
+
+// What the functions run in the page (page.evaluate) see; this file is compiled without the DOM lib.
+declare const window: { __pwned?: unknown };
+declare const document: {
+  documentElement: { scrollWidth: number };
+  activeElement: { id: string; textContent: string | null } | null;
+};
+
+const ARTIFACTS = join(ROOT, 'test', 'artifacts');
+const TIMEOUT = 15_000;
+
+describe('web app', () => {
+  let app: AppProcess;
+  let env: Record<string, string>;
+  let dataDir: string;
+  let browser: Browser;
+  const contexts: BrowserContext[] = [];
+
+  const startService = async () => {
+    app = await startApp('standalone', env);
+  };
+
+  beforeAll(async () => {
+    dataDir = mkdtempSync(join(tmpdir(), 'cs-web-'));
+    env = { DATA_DIR: dataDir, PORT: String(await freePort()), RATE_LIMIT_PER_MINUTE: '0' };
+    [browser] = await Promise.all([launchChromium(), startService()]);
+    mkdirSync(ARTIFACTS, { recursive: true });
+  });
+
+  afterEach(async () => {
+    for (const context of contexts.splice(0)) await context.close();
+  });
+
+  afterAll(async () => {
+    await browser?.close();
+    await app?.stop();
+    rmSync(dataDir, { recursive: true, force: true });
+  });
+
+  /** A fresh browser profile's page, with errors of the page collected. */
+  async function newPage(viewport = { width: 1280, height: 800 }) {
+    const context = await browser.newContext({ viewport });
+    contexts.push(context);
+    const page = await context.newPage();
+    const errors: string[] = [];
+    page.on('pageerror', (error) => errors.push(error.message));
+    return { context, page, errors };
+  }
+
+  /** Signs in as a user of the test's own, through the development token button. */
+  async function signIn(page: Page, user = uniqueName('user')) {
+    await page.goto(app.url);
+    await page.getByLabel('User id (optional)').fill(user);
+    await page.getByRole('button', { name: 'Sign in with a development token' }).click();
+    await page.getByRole('button', { name: 'New conversation' }).waitFor({ timeout: TIMEOUT });
+    return user;
+  }
+
+  async function newConversation(page: Page): Promise<string> {
+    await page.getByRole('button', { name: 'New conversation' }).click();
+    await page.waitForURL(/#\/c\/[0-9a-f-]{36}$/, { timeout: TIMEOUT });
+    return new URL(page.url()).hash.slice('#/c/'.length);
+  }
+
+  async function send(page: Page, text: string) {
+    await page.getByRole('textbox', { name: 'Message' }).fill(text);
+    await page.getByRole('button', { name: 'Send' }).click();
+  }
+
+  const article = (page: Page, text: string | RegExp) =>
+    page.getByRole('article').filter({ hasText: text });
+
+  async function seeReply(page: Page, text: string) {
+    await article(page, `echo: ${text}`).waitFor({ timeout: TIMEOUT });
+  }
+
+  /** The text of every message shown, in order. */
+  async function articleTexts(page: Page): Promise<string[]> {
+    const texts = await page.getByRole('article').allTextContents();
+    return texts.map((text) => text.trim());
+  }
+
+  it('signs in with a development token, creates a conversation, sends a message and shows the reply', async () => {
+    const { page, errors } = await newPage();
+    await signIn(page);
+    const id = await newConversation(page);
+    const listed = page.getByRole('link', { name: /Untitled conversation/ });
+    await listed.waitFor({ timeout: TIMEOUT });
+    await expect(listed.count()).resolves.toBe(1);
+    await send(page, 'hello from the browser');
+    await seeReply(page, 'hello from the browser');
+    await expect(article(page, 'hello from the browser').count()).resolves.toBe(2); // the message and its echo
+    await expect(page.getByRole('textbox', { name: 'Message' }).inputValue()).resolves.toBe('');
+    expect(id).toMatch(/^[0-9a-f-]{36}$/);
+
+    // The history is there after a reload, each message once.
+    await page.reload();
+    await seeReply(page, 'hello from the browser');
+    await expect(article(page, 'echo: hello from the browser').count()).resolves.toBe(1);
+    await expect(page.getByRole('status').filter({ hasText: 'Live' }).count()).resolves.toBe(1);
+    expect(errors).toEqual([]);
+  });
+
+  it('updates two tabs on one conversation, whichever sends', async () => {
+    const { context, page } = await newPage();
+    await signIn(page);
+    await newConversation(page);
+    const other = await context.newPage();
+    await other.goto(page.url());
+    await other.getByRole('status').filter({ hasText: 'Live' }).waitFor({ timeout: TIMEOUT });
+    await page.getByRole('status').filter({ hasText: 'Live' }).waitFor({ timeout: TIMEOUT });
+    await send(page, 'from the first tab');
+    await seeReply(page, 'from the first tab');
+    await seeReply(other, 'from the first tab');
+    await send(other, 'from the second tab');
+    await seeReply(other, 'from the second tab');
+    await seeReply(page, 'from the second tab');
+    for (const tab of [page, other]) {
+      await expect(articleTexts(tab)).resolves.toEqual([
+        'from the first tab',
+        'echo: from the first tab',
+        'from the second tab',
+        'echo: from the second tab',
+      ]);
+    }
+  });
+
+  it('shows the connection lost while the server restarts, reconnects and goes on', async () => {
+    const { page, errors } = await newPage();
+    await signIn(page);
+    await newConversation(page);
+    await send(page, 'before the restart');
+    await seeReply(page, 'before the restart');
+    await app.stop();
+    await page
+      .getByRole('status')
+      .filter({ hasText: 'Reconnecting' })
+      .waitFor({ timeout: TIMEOUT });
+    await expect(page.getByText('Connection lost').count()).resolves.toBe(1);
+    await startService();
+    await page.getByRole('status').filter({ hasText: 'Live' }).waitFor({ timeout: 30_000 });
+    await send(page, 'after the restart');
+    await seeReply(page, 'after the restart');
+    await expect(articleTexts(page)).resolves.toEqual([
+      'before the restart',
+      'echo: before the restart',
+      'after the restart',
+      'echo: after the restart',
+    ]);
+    expect(errors).toEqual([]);
+  }, 90_000);
+
+  it('renders agent output inert: no handler runs, no javascript: link', async () => {
+    const { page } = await newPage();
+    const user = await signIn(page);
+    const token = await devToken(app.url, { user_id: user });
+    const hostile = [
+      '<img src=x onerror="window.__pwned = 1">',
+      '[a markdown link](javascript:window.__pwned=2)',
+      '<a href="javascript:window.__pwned=3">an html link</a>',
+      '<script>window.__pwned = 4</script>',
+      '<svg><script>window.__pwned = 5</script></svg>',
+      '<iframe src="javascript:parent.__pwned=6"></iframe>',
+      '**bold** stays',
+    ].join('\n\n');
+    const created = await api<{ conversation_id: string }>(app.url, 'POST', '/api/conversations', {
+      token,
+      body: {
+        title: 'hostile',
+        replay_json: JSON.stringify([
+          { source: 'user', action: 'message', args: { content: 'show me' }, message: '' },
+          { source: 'agent', action: 'message', args: { content: hostile }, message: '' },
+        ]),
+      },
+    });
+    expect(created.status).toBe(201);
+    await page.goto(`${app.url}/#/c/${created.body.conversation_id}`);
+    const message = article(page, 'bold stays');
+    await message.waitFor({ timeout: TIMEOUT });
+    // The echo agent repeats a user's HTML verbatim: that reply is inert too.
+    await send(page, '<img src=y onerror="window.__pwned = 7">');
+    await page.getByRole('article').nth(3).waitFor({ timeout: TIMEOUT }); // its echo
+    await expect(message.locator('strong').textContent()).resolves.toBe('bold');
+    const log = page.getByRole('log', { name: 'Messages' });
+    await expect(log.locator('[onerror], script, iframe').count()).resolves.toBe(0);
+    const hrefs = await log
+      .locator('a')
+      .evaluateAll((links) => links.map((link) => link.getAttribute('href')));
+    expect(hrefs.some((href) => href?.trim().toLowerCase().startsWith('javascript'))).toBe(false);
+    await message.getByText('a markdown link').click();
+    await message.getByText('an html link').click();
+    await page.waitForTimeout(500);
+    await expect(page.evaluate(() => window.__pwned)).resolves.toBe(undefined);
+    // The user's own text is shown as text.
+    await expect(
+      page.getByRole('article').filter({ hasText: '<img src=y' }).first().textContent(),
+    ).resolves.toBe('<img src=y onerror="window.__pwned = 7">');
+  });
+
+  it('opens a long conversation at its latest messages and loads older ones on scroll', async () => {
+    const { page } = await newPage();
+    const user = await signIn(page);
+    const token = await devToken(app.url, { user_id: user });
+    const history = Array.from({ length: 160 }, (_, i) => ({
+      source: i % 2 === 0 ? 'user' : 'agent',
+      action: 'message',
+      args: { content: `message ${i}` },
+      message: '',
+    }));
+    const created = await api<{ conversation_id: string }>(app.url, 'POST', '/api/conversations', {
+      token,
+      body: { title: 'long', replay_json: JSON.stringify(history) },
+    });
+    expect(created.status).toBe(201);
+    await page.goto(`${app.url}/#/c/${created.body.conversation_id}`);
+    const last = article(page, 'message 159');
+    await last.waitFor({ timeout: TIMEOUT });
+    await expect(last.isVisible()).resolves.toBe(true);
+    const shown = await page.getByRole('article').count();
+    expect(shown).toBeLessThan(160);
+    await expect(article(page, /^message 0$/).count()).resolves.toBe(0);
+    const log = page.getByRole('log', { name: 'Messages' });
+    for (let i = 0; i < 20 && (await page.getByRole('article').count()) < 160; i += 1) {
+      await log.evaluate((element) => element.scrollTo({ top: 0 }));
+      await page.waitForTimeout(300);
+    }
+    await expect(articleTexts(page)).resolves.toEqual(history.map((e) => e.args.content));
+  });
+
+  it('pages the conversation list, renames and deletes', async () => {
+    const { page } = await newPage();
+    const user = await signIn(page);
+    const token = await devToken(app.url, { user_id: user });
+    for (let i = 0; i < 23; i += 1) {
+      const response = await api(app.url, 'POST', '/api/conversations', {
+        token,
+        body: { title: `listed ${String(i).padStart(2, '0')}` },
+      });
+      expect(response.status).toBe(201);
+    }
+    await page.reload();
+    const links = page.getByRole('navigation', { name: 'Conversations' }).getByRole('link');
+    await links.first().waitFor({ timeout: TIMEOUT });
+    await expect(links.count()).resolves.toBe(20);
+    await page.getByRole('button', { name: 'Show more conversations' }).click();
+    await page.getByRole('link', { name: /listed 00/ }).waitFor({ timeout: TIMEOUT });
+    await expect(links.count()).resolves.toBe(23);
+    await expect(
+      page.getByRole('button', { name: 'Show more conversations' }).count(),
+    ).resolves.toBe(0);
+
+    await page.getByRole('button', { name: 'Rename listed 05' }).click();
+    const title = page.getByRole('textbox', { name: 'Title' });
+    await title.fill('renamed five');
+    await title.press('Enter');
+    await page.getByRole('link', { name: /renamed five/ }).waitFor({ timeout: TIMEOUT });
+
+    await page.getByRole('button', { name: 'Delete listed 07' }).click();
+    await page.getByRole('button', { name: 'Delete for good' }).click();
+    await page
+      .getByRole('link', { name: /listed 07/ })
+      .waitFor({ state: 'detached', timeout: TIMEOUT });
+    const listed = await api<{ results: Array<{ title: string }> }>(
+      app.url,
+      'GET',
+      '/api/conversations?limit=100',
+      { token },
+    );
+    const titles = listed.body.results.map((c) => c.title);
+    expect(titles).toContain('renamed five');
+    expect(titles).not.toContain('listed 07');
+    expect(titles).toHaveLength(22);
+  });
+
+  it('pauses, resumes and stops the agent from its buttons', async () => {
+    const { page } = await newPage();
+    await signIn(page);
+    await newConversation(page);
+    await send(page, 'start');
+    await seeReply(page, 'start');
+    await page.getByRole('button', { name: 'Pause' }).click();
+    await page.getByRole('button', { name: 'Resume' }).waitFor({ timeout: TIMEOUT });
+    await expect(page.getByText('Agent: Paused').count()).resolves.toBe(1);
+    await page.getByRole('button', { name: 'Resume' }).click();
+    await page.getByRole('button', { name: 'Pause' }).waitFor({ timeout: TIMEOUT });
+    await page.getByRole('button', { name: 'Stop' }).click();
+    await page.getByText('Agent: Stopped').waitFor({ timeout: TIMEOUT });
+    // A message to a stopped conversation starts it again.
+    await send(page, 'again');
+    await seeReply(page, 'again');
+  });
+
+  it('shows the too-many-conversations notice when the open conversation is evicted', async () => {
+    const { page } = await newPage();
+    const user = await signIn(page);
+    await newConversation(page);
+    await send(page, 'first');
+    await seeReply(page, 'first');
+    const token = await devToken(app.url, { user_id: user });
+    // MAX_CONCURRENT_CONVERSATIONS is 3 (evict_oldest): three newer running ones evict this one.
+    for (let i = 0; i < 3; i += 1) {
+      const response = await api(app.url, 'POST', '/api/conversations', {
+        token,
+        body: { title: `busy ${i}`, initial_user_msg: 'hi' },
+      });
+      expect(response.status).toBe(201);
+    }
+    await page
+      .getByRole('alert')
+      .filter({ hasText: 'too many of your conversations' })
+      .waitFor({ timeout: TIMEOUT });
+    await page.getByText('Agent: Stopped').waitFor({ timeout: TIMEOUT });
+    await send(page, 'back again');
+    await seeReply(page, 'back again');
+  });
+
+  it('is usable from the keyboard alone', async () => {
+    const { page } = await newPage();
+    await signIn(page);
+    await newConversation(page);
+    await page.reload();
+    await page.getByRole('status').filter({ hasText: 'Live' }).waitFor({ timeout: TIMEOUT });
+    await page.keyboard.press('Tab'); // the skip link comes first
+    await expect(page.evaluate(() => document.activeElement?.textContent)).resolves.toBe(
+      'Skip to the message box',
+    );
+    await page.keyboard.press('Enter');
+    await expect(page.evaluate(() => document.activeElement?.id)).resolves.toBe('message');
+    await page.keyboard.type('typed, not clicked');
+    await page.keyboard.press('Enter');
+    await seeReply(page, 'typed, not clicked');
+    expect(new URL(page.url()).hash).toMatch(/^#\/c\//);
+  });
+
+  it('fits a 375 px wide screen and a desktop one (screenshots in test/artifacts)', async () => {
+    const { page } = await newPage({ width: 375, height: 812 });
+    await signIn(page);
+    await newConversation(page);
+    await send(page, 'A **Markdown** answer with a list:\n\n- one\n- two');
+    await seeReply(page, 'A Markdown answer');
+    await send(page, 'and a long word: ' + 'x'.repeat(80));
+    await seeReply(page, 'and a long word');
+    const width = await page.evaluate(() => document.documentElement.scrollWidth);
+    expect(width).toBeLessThanOrEqual(375);
+    for (const name of ['Send', 'Pause', 'Stop']) {
+      const box = await page.getByRole('button', { name }).boundingBox();
+      expect(box && box.x >= 0 && box.x + box.width <= 375).toBe(true);
+    }
+    await page.screenshot({ path: join(ARTIFACTS, 'web-app-375.png') });
+    await page.getByRole('button', { name: 'Conversations', exact: true }).click();
+    await page.getByRole('button', { name: 'New conversation' }).waitFor({ timeout: TIMEOUT });
+    await page.screenshot({ path: join(ARTIFACTS, 'web-app-375-list.png') });
+    await page.goBack();
+    await page.setViewportSize({ width: 1280, height: 800 });
+    await seeReply(page, 'and a long word');
+    await page.screenshot({ path: join(ARTIFACTS, 'web-app-desktop.png') });
+  });
+});
