@@ -31,7 +31,7 @@ export default defineConfig({
         resolve: { alias },
         test: {
           name: 'unit',
-          include: ['apps/**/*.spec.ts', 'libs/**/*.spec.ts'],
+          include: ['apps/**/*.spec.ts', 'libs/**/*.spec.ts', 'web/src/**/*.spec.ts'],
           environment: 'node',
         },
       },
