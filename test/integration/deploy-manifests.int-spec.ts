@@ -491,6 +491,21 @@ function ingressRoutes(ingress: KubeObject, path: string): boolean {
   return false;
 }
 
+/**
+ * Request paths of the web app: its page, an asset where its Vite config puts
+ * them, and every file of its build (dist/web) when it has been built.
+ */
+function webAppPaths(): string[] {
+  const config = read('web/vite.config.ts');
+  const assetsDir = /assetsDir:\s*'([^']+)'/.exec(config)?.[1] ?? 'assets';
+  const paths = ['/', '/index.html', `/${assetsDir}/index.js`];
+  if (existsSync(join(root, 'dist/web')))
+    paths.push(
+      ...filesUnder('dist/web', () => true).map((file) => `/${relative('dist/web', file)}`),
+    );
+  return paths;
+}
+
 /** The drain times of docs/protocol.md ("Commands"): a gateway exits within 10 s, a worker 30 s. */
 const DRAIN_SECONDS: Partial<Record<Role, number>> = { gateway: 10, worker: 30 };
 
@@ -668,6 +683,38 @@ describe('deploy/docker/Dockerfile', () => {
     }
   });
 
+  it('copies into the build stage every path scripts/build.mjs reads', () => {
+    const build = stages.find((stage) =>
+      stage.instructions.some((i) => i.keyword === 'RUN' && /\bnpm run build\b/.test(i.args)),
+    )!;
+    const copied = ancestry(stages, build)
+      .flatMap((s) => s.instructions)
+      .filter((i) => i.keyword === 'COPY' && !i.args.includes('--from'))
+      .flatMap((i) =>
+        i.args
+          .split(/\s+/)
+          .filter((w) => !w.startsWith('--'))
+          .slice(0, -1),
+      );
+    const literals = [...read('scripts/build.mjs').matchAll(/'([\w.-]+(?:\/[\w.-]+)*)'/g)].map(
+      (m) => m[1]!,
+    );
+    const inputs = literals.filter(
+      (path) =>
+        !['dist', 'node_modules', '.', '..'].includes(path.split('/')[0]!) &&
+        existsSync(join(root, path)),
+    );
+    expect(inputs).toEqual(expect.arrayContaining(['apps', 'libs']));
+    for (const input of new Set(inputs)) {
+      const top = input.split('/')[0]!;
+      expect(
+        copied.some((source) => source === input || source === top),
+        `scripts/build.mjs reads ${input}: COPY it into the build stage`,
+      ).toBe(true);
+      expect(excludedFromContext(input), `${input} is excluded by .dockerignore`).toBe(false);
+    }
+  });
+
   it('sends the build what it reads and keeps the rest out (.dockerignore)', () => {
     const sources = stages
       .flatMap((s) => s.instructions)
@@ -683,7 +730,7 @@ describe('deploy/docker/Dockerfile', () => {
       expect(existsSync(join(root, source)), `${source} exists`).toBe(true);
       expect(excludedFromContext(source), `${source} is excluded by .dockerignore`).toBe(false);
     }
-    for (const kept of ['libs/store/src/migrations', 'libs/gateway/public', 'scripts/build.mjs'])
+    for (const kept of ['libs/store/src/migrations', 'web/index.html', 'scripts/build.mjs'])
       expect(excludedFromContext(kept), kept).toBe(false);
     const keptOut = [
       'node_modules',
@@ -997,17 +1044,8 @@ describe.each(['dev', 'prod'] as const)('deploy/k8s/overlays/%s', (overlay) => {
         name,
       ).toBeGreaterThanOrEqual(3600);
     }
-    const publicFiles = filesUnder('libs/gateway/public', () => true).map(
-      (file) => `/${relative('libs/gateway/public', file)}`,
-    );
-    for (const path of [
-      '/',
-      '/api/conversations',
-      '/socket.io/',
-      '/docs',
-      '/docs-json',
-      ...publicFiles,
-    ])
+    const webApp = webAppPaths();
+    for (const path of ['/', '/api/conversations', '/socket.io/', '/docs', '/docs-json', ...webApp])
       expect(ingressRoutes(ingress, path), `routes ${path}`).toBe(true);
     for (const path of ['/metrics', '/healthz', '/readyz'])
       expect(ingressRoutes(ingress, path), `does not route ${path}`).toBe(false);
