@@ -77,8 +77,7 @@ export function ChatView(props: {
   const submit = (event?: Event) => {
     event?.preventDefault();
     const text = draft.trim();
-    if (!text || !view.info) return;
-    actions.send(text);
+    if (!text || !actions.send(text)) return;
     setDraft('');
     stick.current = true;
   };

@@ -67,7 +67,8 @@ interface Model extends ConversationView {
 }
 
 export interface ConversationActions {
-  send(text: string): void;
+  /** False when the conversation is not open yet (the text is then not taken). */
+  send(text: string): boolean;
   setAgentState(state: RequestableAgentState): void;
   loadOlder(): Promise<void>;
   dismiss(key: string): void;
@@ -210,7 +211,7 @@ export function useConversation(
   const actions: ConversationActions = {
     send(text) {
       const live = liveRef.current;
-      if (!live) return;
+      if (!live) return false;
       const clientEventId = newClientEventId();
       model.pending = [...model.pending, { clientEventId, text }];
       dropTooMany(model);
@@ -228,6 +229,7 @@ export function useConversation(
           notify({ key: `send-${clientEventId}`, tone: 'error', text: sendFailure(error) });
         },
       );
+      return true;
     },
     setAgentState(state) {
       const live = liveRef.current;
