@@ -61,7 +61,7 @@ async function main(): Promise<void> {
 
   const url = `http://localhost:${config.http.port}`;
   logger.log(`conversation service (standalone) listening on ${url}`);
-  process.stdout.write(`\n  Demo page:  ${url}/\n  API docs:   ${url}/docs\n`);
+  process.stdout.write(`\n  Web app:    ${url}/\n  API docs:   ${url}/docs\n`);
   const tokens = app.get(TokenService);
   if (tokens.devTokensEnabled) {
     const token = await tokens.issueDevToken({

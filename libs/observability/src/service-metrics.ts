@@ -8,6 +8,7 @@ import type { AppendOptions, AppendedEvent, ConversationStore, EventDraft } from
 export class ServiceMetrics {
   readonly registry = new Registry();
   readonly socketsConnected: Gauge;
+  readonly eventStreamsOpen: Gauge;
   readonly runningConversations: Gauge;
   readonly appendSeconds: Histogram;
   readonly userActions: Counter;
@@ -19,6 +20,11 @@ export class ServiceMetrics {
     this.socketsConnected = new Gauge({
       name: 'cs_connected_sockets',
       help: 'Socket.IO connections attached to a conversation on this process',
+      registers: [this.registry],
+    });
+    this.eventStreamsOpen = new Gauge({
+      name: 'cs_open_event_streams',
+      help: 'Server-Sent Event streams of a conversation open on this process',
       registers: [this.registry],
     });
     const source = () => this.runningSource();

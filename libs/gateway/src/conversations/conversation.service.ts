@@ -24,7 +24,9 @@ import {
   ActionBodySchema,
   EventSourceSchema,
   ObservationBodySchema,
+  MAX_JSON_DEPTH,
   StatusId,
+  findJsonTooDeep,
   type ConversationInfo,
   type ConversationPage,
   type ConversationStateResponse,
@@ -106,7 +108,7 @@ export class ConversationService {
     if (!this.agents.has(agentName))
       throw new BadRequestError(`unknown agent ${agentName}`, 'agent');
     const replay = body.replay_json === undefined ? [] : parseReplay(body.replay_json);
-    const drafts = [...replay, ...replayedMarkers(replay)];
+    const drafts = withReplayedMarkers(replay);
     if (body.initial_user_msg !== undefined) {
       drafts.push(
         userActionDraft(
@@ -373,18 +375,20 @@ export class ConversationService {
 }
 
 /**
- * A replayed history was answered already: each of its user events gets a
- * settled state change caused by it, so that no agent runs it again. A new
- * conversation's events are numbered from 0, so the replay's index is its id.
+ * A replayed history was answered already: each of its user events is
+ * followed by a settled state change caused by it, so that no agent runs it
+ * again. A new conversation's events are numbered from 0.
  */
-function replayedMarkers(replay: readonly EventDraft[]): EventDraft[] {
-  const markers: EventDraft[] = [];
-  replay.forEach((draft, id) => {
+function withReplayedMarkers(replay: readonly EventDraft[]): EventDraft[] {
+  const drafts: EventDraft[] = [];
+  for (const draft of replay) {
+    drafts.push(draft);
     if (draft.source === 'user') {
-      markers.push(agentStateChangeDraft('awaiting_user_input', { cause: id, reason: 'replayed' }));
+      const cause = drafts.length - 1;
+      drafts.push(agentStateChangeDraft('awaiting_user_input', { cause, reason: 'replayed' }));
     }
-  });
-  return markers;
+  }
+  return drafts;
 }
 
 function parseReplay(json: string): EventDraft[] {
@@ -393,6 +397,9 @@ function parseReplay(json: string): EventDraft[] {
     parsed = JSON.parse(json);
   } catch {
     throw new BadRequestError('replay_json is not valid JSON', 'replay_json');
+  }
+  if (findJsonTooDeep(parsed) !== undefined) {
+    throw new BadRequestError(`replay_json is nested deeper than ${MAX_JSON_DEPTH}`, 'replay_json');
   }
   const result = z.array(ReplayEventSchema).max(MAX_REPLAY_EVENTS).safeParse(parsed);
   if (!result.success) {

@@ -22,7 +22,7 @@ import type { Principal } from '../auth/principal.js';
 import { TokenService } from '../auth/token.service.js';
 import { ConversationService } from '../conversations/conversation.service.js';
 import { mapError } from '../http/error-mapping.js';
-import { parseInput } from '../http/validation.js';
+import { assertJsonDepth, parseInput } from '../http/validation.js';
 import { ServiceMetrics } from '@cs/observability';
 import { ConnectionLimiter } from './connection-limiter.js';
 import { ConversationRoomHub } from './conversation-room-hub.js';
@@ -207,6 +207,8 @@ export class ConversationGateway
 
   private async onUserAction(socket: ConversationSocket, payload: unknown): Promise<UserActionAck> {
     try {
+      // Depth first: measuring a payload nested too deep would overflow the stack.
+      assertJsonDepth(payload);
       if (payloadBytes(payload) > MAX_PAYLOAD_BYTES) {
         return failure('PAYLOAD_TOO_LARGE', 'a user action is at most 1 MiB');
       }
@@ -254,6 +256,7 @@ function socketTransport(socket: ConversationSocket): ConnectionTransport {
             engine.on('drain', done);
             engine.on('close', done);
           }),
+    // Graceful or not, the engine sends what it has queued before it closes.
     close: () => socket.disconnect(true),
   };
 }

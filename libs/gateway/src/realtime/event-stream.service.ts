@@ -1,4 +1,5 @@
-import { Injectable, Logger } from '@nestjs/common';
+import { Inject, Injectable, Logger } from '@nestjs/common';
+import { ServiceMetrics } from '@cs/observability';
 import type { Request, Response } from 'express';
 import type { ConversationRecord } from '@cs/core';
 import type { ServerEvent } from '@cs/protocol';
@@ -24,6 +25,7 @@ export class EventStreamService {
     private readonly conversations: ConversationService,
     private readonly hub: ConversationRoomHub,
     private readonly limiter: ConnectionLimiter,
+    @Inject(ServiceMetrics) private readonly metrics: ServiceMetrics,
   ) {}
 
   /** Number of open streams. */
@@ -74,8 +76,7 @@ export class EventStreamService {
                 response.on('drain', done);
                 response.on('close', done);
               }),
-        // A client that stopped reading gets no graceful end: its buffer goes.
-        close: () => (response.writableLength > 0 ? response.destroy() : response.end()),
+        close: (graceful) => (graceful ? response.end() : response.destroy()),
       },
       onEnd: (why) => this.logger.log(`stream of ${conversation.id} closed: ${why}`),
       onError: (error) => this.logger.warn(`stream of ${conversation.id}: ${String(error)}`),
@@ -83,7 +84,9 @@ export class EventStreamService {
     const heartbeat = setInterval(() => response.write(': keep-alive\n\n'), HEARTBEAT_MS);
     heartbeat.unref();
     this.open.add(response);
+    this.metrics.eventStreamsOpen.inc();
     response.on('close', () => {
+      this.metrics.eventStreamsOpen.dec();
       clearInterval(heartbeat);
       connection.dispose();
       release();

@@ -31,8 +31,11 @@ export interface ConnectionTransport {
   unsentBytes(): number;
   /** Resolves once less than `REPLAY_LOW_WATER_BYTES` waits (or the connection ended). */
   drained(): Promise<void>;
-  /** Ends the connection from the server's side. */
-  close(): void;
+  /**
+   * Ends the connection from the server's side: after what was sent when
+   * `graceful` (the client should read why), at once otherwise.
+   */
+  close(graceful: boolean): void;
 }
 
 export interface LiveConnectionOptions {
@@ -95,6 +98,7 @@ export class LiveConnection implements ConversationSubscriber {
 
   offerEvents(events: readonly StoredEvent[]): void {
     this.feed.offer(events);
+    this.checkBacklog();
   }
 
   sendStatus(status: StatusUpdate): void {
@@ -117,14 +121,23 @@ export class LiveConnection implements ConversationSubscriber {
   private send(message: ServerEvent): void {
     if (this.ended) return;
     this.options.transport.send(message);
-    if (this.options.transport.unsentBytes() > MAX_UNSENT_BYTES) this.end('overflow');
+    this.checkBacklog();
+  }
+
+  /** Unsent: what the transport holds for the client, and what the feed holds back. */
+  private checkBacklog(): void {
+    if (this.ended) return;
+    if (this.options.transport.unsentBytes() + this.feed.heldBytes > MAX_UNSENT_BYTES) {
+      this.end('overflow');
+    }
   }
 
   private end(why: 'expired' | 'deleted' | 'overflow'): void {
     if (this.ended) return;
     this.dispose();
     this.options.onEnd?.(why);
-    this.options.transport.close();
+    // A client that stopped reading would never take a graceful end.
+    this.options.transport.close(why !== 'overflow');
   }
 
   /** At the token's `exp` the client hears why, and the connection closes. */

@@ -40,6 +40,8 @@ export interface OrderedEventFeedOptions {
 export class OrderedEventFeed {
   private lastSentId: number;
   private readonly early = new Map<number, StoredEvent>();
+  /** Bytes (as JSON) of the live events held while a replay runs; 0 once they drained. */
+  private held = 0;
   private started = false;
   private replaying = false;
   private gapTimer: NodeJS.Timeout | undefined;
@@ -57,6 +59,14 @@ export class OrderedEventFeed {
     return this.lastSentId;
   }
 
+  /**
+   * What the feed holds for its subscriber and has not sent: live events
+   * that came while a replay (waiting for a slow client) ran.
+   */
+  get heldBytes(): number {
+    return this.held;
+  }
+
   /** Replays everything stored after `afterId`, then delivers what arrived meanwhile. */
   async start(): Promise<void> {
     this.started = true;
@@ -66,11 +76,14 @@ export class OrderedEventFeed {
   /** Offers live events (any order, duplicates allowed). */
   offer(events: readonly StoredEvent[]): void {
     if (this.closed) return;
+    const waiting = !this.started || this.replaying;
     for (const event of events) {
-      if (event.id > this.lastSentId) this.early.set(event.id, event);
+      if (event.id <= this.lastSentId || this.early.has(event.id)) continue;
+      this.early.set(event.id, event);
+      if (waiting) this.held += JSON.stringify(event).length;
     }
     // Before and during the replay, live events wait; the replay may cover them.
-    if (!this.started || this.replaying) return;
+    if (waiting) return;
     this.drain();
     if (this.early.size > 0) this.scheduleGapFill();
   }
@@ -84,6 +97,7 @@ export class OrderedEventFeed {
   close(): void {
     this.closed = true;
     this.early.clear();
+    this.held = 0;
     clearTimeout(this.gapTimer);
   }
 
@@ -96,6 +110,7 @@ export class OrderedEventFeed {
     }
     // Anything at or below the cursor was delivered by the replay.
     for (const id of this.early.keys()) if (id <= this.lastSentId) this.early.delete(id);
+    if (this.early.size === 0) this.held = 0;
   }
 
   private deliver(event: StoredEvent): void {
