@@ -197,7 +197,7 @@ export function loadConfig(
     },
     agent: { default: e.AGENT },
     log: {
-      level: e.LOG_LEVEL as LogLevel,
+      level: e.LOG_LEVEL,
       format: e.LOG_FORMAT ?? (process.stdout.isTTY ? 'pretty' : 'json'),
     },
     otlpEndpoint: e.OTEL_EXPORTER_OTLP_ENDPOINT,
