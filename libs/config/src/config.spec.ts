@@ -132,4 +132,100 @@ describe('loadConfig', () => {
   it('treats empty variables as unset', () => {
     expect(loadConfig('standalone', { PORT: '', DATABASE_URL: ' ' }).http.port).toBe(3000);
   });
+
+  it('reads the model server, MCP servers, tool and HTTP agent settings with their defaults', () => {
+    const defaults = loadConfig('standalone', {});
+    expect(defaults.llm).toEqual({
+      provider: 'openai',
+      baseUrl: undefined,
+      apiKey: undefined,
+      model: undefined,
+      models: [],
+      timeoutMs: 120_000,
+      maxRetries: 3,
+      prices: {},
+      contextTokens: 128_000,
+    });
+    expect(defaults.mcp).toEqual({ servers: {} });
+    expect(defaults.tools).toEqual({ timeoutMs: 30_000 });
+    expect(defaults.agentHttp).toEqual({ url: undefined, secret: undefined, timeoutMs: 120_000 });
+
+    const config = loadConfig('standalone', {
+      LLM_PROVIDER: 'anthropic',
+      LLM_BASE_URL: 'http://127.0.0.1:8080',
+      LLM_API_KEY: 'sk-test',
+      LLM_MODEL: 'small',
+      LLM_MODELS: 'big, small ,other',
+      LLM_TIMEOUT_MS: '5000',
+      LLM_MAX_RETRIES: '0',
+      LLM_PRICES: '{"small":{"input":0.5,"output":1.5}}',
+      LLM_CONTEXT_TOKENS: '4000',
+      MCP_SERVERS:
+        '{"files":{"url":"http://127.0.0.1:9000/mcp","headers":{"authorization":"Bearer x"},"idempotent_tools":["read"]}}',
+      TOOL_TIMEOUT_MS: '1000',
+      AGENT_HTTP_URL: 'http://127.0.0.1:9100/step',
+      AGENT_HTTP_SECRET: 'an-hmac-secret-of-16+',
+      AGENT_HTTP_TIMEOUT_MS: '2000',
+    });
+    expect(config.llm).toEqual({
+      provider: 'anthropic',
+      baseUrl: 'http://127.0.0.1:8080',
+      apiKey: 'sk-test',
+      model: 'small',
+      models: ['small', 'big', 'other'],
+      timeoutMs: 5000,
+      maxRetries: 0,
+      prices: { small: { input: 0.5, output: 1.5 } },
+      contextTokens: 4000,
+    });
+    expect(config.mcp.servers).toEqual({
+      files: {
+        url: 'http://127.0.0.1:9000/mcp',
+        headers: { authorization: 'Bearer x' },
+        idempotent_tools: ['read'],
+      },
+    });
+    expect(config.tools.timeoutMs).toBe(1000);
+    expect(config.agentHttp).toEqual({
+      url: 'http://127.0.0.1:9100/step',
+      secret: 'an-hmac-secret-of-16+',
+      timeoutMs: 2000,
+    });
+    expect(loadConfig('standalone', { LLM_MODEL: 'm' }).llm.models).toEqual(['m']);
+  });
+
+  it('checks the JSON variables with one line each, and the HTTP agent secret', () => {
+    const problems = problemsOf('standalone', {
+      LLM_PRICES: '{"m":{"input":-1,"output":"x"}}',
+      MCP_SERVERS: '{"bad name":{"url":"ftp://x"}}',
+      LLM_PROVIDER: 'gemini',
+      AGENT_HTTP_URL: 'http://127.0.0.1:9100/step',
+    });
+    expect(problems.filter((line) => line.startsWith('LLM_PRICES:'))).toHaveLength(1);
+    expect(problems.filter((line) => line.startsWith('MCP_SERVERS:'))).toHaveLength(1);
+    expect(problems.filter((line) => line.startsWith('LLM_PROVIDER:'))).toHaveLength(1);
+    expect(problems).toHaveLength(3);
+    expect(problemsOf('standalone', { LLM_PRICES: 'not json' })).toEqual([
+      'LLM_PRICES: must be JSON (got "not json")',
+    ]);
+    expect(problemsOf('standalone', { AGENT_HTTP_URL: 'http://127.0.0.1:9100/step' })).toEqual([
+      'AGENT_HTTP_SECRET: required with AGENT_HTTP_URL',
+    ]);
+    expect(problemsOf('standalone', { LLM_MODELS: 'a,b' })).toEqual([
+      'LLM_MODEL: required with LLM_MODELS (the default model)',
+    ]);
+  });
+
+  it('never prints the model key, the HMAC secret or MCP headers', () => {
+    const problems = problemsOf('standalone', {
+      LLM_API_KEY: ' ',
+      AGENT_HTTP_SECRET: 'too-short-hmac',
+      MCP_SERVERS: '{"s":{"url":"nope","headers":{"authorization":"Bearer hunter2"}}}',
+    });
+    expect(problems.join('\n')).not.toMatch(/too-short-hmac|hunter2/);
+    expect(problems.map((line) => line.split(':')[0])).toEqual([
+      'MCP_SERVERS',
+      'AGENT_HTTP_SECRET',
+    ]);
+  });
 });

@@ -20,6 +20,48 @@ const url = (protocols: string[]) =>
     `must be a URL (${protocols.join(' or ')})`,
   );
 
+/** Parses a JSON variable and checks it with `schema`: one problem line for the variable. */
+const json = <T extends z.ZodType>(schema: T) =>
+  z.string().transform((text, ctx): z.infer<T> => {
+    let value: unknown;
+    try {
+      value = JSON.parse(text);
+    } catch {
+      ctx.addIssue({ code: 'custom', message: 'must be JSON' });
+      return z.NEVER;
+    }
+    const parsed = schema.safeParse(value);
+    if (parsed.success) return parsed.data;
+    const why = parsed.error.issues
+      .map((issue) => (issue.path.length > 0 ? `${issue.path.join('.')}: ` : '') + issue.message)
+      .join('; ');
+    ctx.addIssue({ code: 'custom', message: why });
+    return z.NEVER;
+  });
+const commaList = z.string().transform((value) =>
+  value
+    .split(',')
+    .map((item) => item.trim())
+    .filter(Boolean),
+);
+
+const LlmPricesSchema = z.record(
+  z.string().min(1),
+  z.strictObject({ input: z.number().min(0), output: z.number().min(0) }),
+);
+const McpServerSchema = z.strictObject({
+  url: url(['http:', 'https:']),
+  headers: z.record(z.string(), z.string()).optional(),
+  idempotent_tools: z.array(z.string().min(1)).optional(),
+});
+const McpServersSchema = z.record(
+  z
+    .string()
+    .regex(/^[A-Za-z0-9-]+(_[A-Za-z0-9-]+)*$/, 'server names are letters, digits, - and single _')
+    .max(48),
+  McpServerSchema,
+);
+
 const EnvSchema = z.object({
   PORT: port.default(3000),
   HOST: z.string().min(1).optional(),
@@ -72,7 +114,26 @@ const EnvSchema = z.object({
     .default('info'),
   LOG_FORMAT: z.enum(['json', 'pretty']).optional(),
   OTEL_EXPORTER_OTLP_ENDPOINT: url(['http:', 'https:']).optional(),
+  LLM_PROVIDER: z.enum(['openai', 'anthropic']).default('openai'),
+  LLM_BASE_URL: url(['http:', 'https:']).optional(),
+  LLM_API_KEY: z.string().min(1).optional(),
+  LLM_MODEL: z.string().min(1).max(256).optional(),
+  LLM_MODELS: commaList.pipe(z.array(z.string().max(256))).optional(),
+  LLM_TIMEOUT_MS: positiveInt.default(120_000),
+  LLM_MAX_RETRIES: z.coerce.number().int().min(0).max(10).default(3),
+  LLM_PRICES: json(LlmPricesSchema).optional(),
+  LLM_CONTEXT_TOKENS: z.coerce.number().int().min(256).default(128_000),
+  MCP_SERVERS: json(McpServersSchema).optional(),
+  TOOL_TIMEOUT_MS: positiveInt.default(30_000),
+  AGENT_HTTP_URL: url(['http:', 'https:']).optional(),
+  AGENT_HTTP_SECRET: z.string().min(16, 'must be at least 16 characters').optional(),
+  AGENT_HTTP_TIMEOUT_MS: positiveInt.default(120_000),
 });
+
+/** USD per million tokens, by model (`LLM_PRICES`). */
+export type LlmPrices = z.infer<typeof LlmPricesSchema>;
+/** One entry of `MCP_SERVERS`. */
+export type McpServerConfig = z.infer<typeof McpServerSchema>;
 
 export type Env = z.infer<typeof EnvSchema>;
 
@@ -109,6 +170,27 @@ export interface AppConfig {
   log: { level: LogLevel; format: 'json' | 'pretty' };
   /** OTLP/HTTP endpoint of the trace collector; traces are off when unset. */
   otlpEndpoint: string | undefined;
+  /** The `llm` agent's model server (PROTOCOL.md "Configuration", `LLM_*`). */
+  llm: {
+    provider: 'openai' | 'anthropic';
+    /** Unset: the provider's own. */
+    baseUrl: string | undefined;
+    /** Never logged, never in an event, an error or a metric. */
+    apiKey: string | undefined;
+    /** The default model; the `llm` agent exists only when it is set. */
+    model: string | undefined;
+    /** The models `agent_config.model` may name (`LLM_MODEL` always among them). */
+    models: string[];
+    timeoutMs: number;
+    maxRetries: number;
+    prices: LlmPrices;
+    contextTokens: number;
+  };
+  /** MCP servers whose tools agents may call, by server name (headers are secrets). */
+  mcp: { servers: Record<string, McpServerConfig> };
+  tools: { timeoutMs: number };
+  /** The remote agent of the `http` agent; `secret` is set whenever `url` is. */
+  agentHttp: { url: string | undefined; secret: string | undefined; timeoutMs: number };
 }
 
 export type LogLevel = 'error' | 'warn' | 'info' | 'debug';
@@ -159,6 +241,12 @@ export function loadConfig(
   if (e.AUTH_DEV_TOKENS === true && role !== 'standalone' && !e.AUTH_JWT_SECRET) {
     problems.push('AUTH_DEV_TOKENS: development tokens need AUTH_JWT_SECRET on this process');
   }
+  if (e.AGENT_HTTP_URL && !e.AGENT_HTTP_SECRET) {
+    problems.push('AGENT_HTTP_SECRET: required with AGENT_HTTP_URL');
+  }
+  if (e.LLM_MODELS && e.LLM_MODELS.length > 0 && !e.LLM_MODEL) {
+    problems.push('LLM_MODEL: required with LLM_MODELS (the default model)');
+  }
   if (problems.length > 0) throw new ConfigError(problems);
 
   // Development tokens sign with a generated secret, never with an operator's
@@ -201,12 +289,31 @@ export function loadConfig(
       format: e.LOG_FORMAT ?? (process.stdout.isTTY ? 'pretty' : 'json'),
     },
     otlpEndpoint: e.OTEL_EXPORTER_OTLP_ENDPOINT,
+    llm: {
+      provider: e.LLM_PROVIDER,
+      baseUrl: e.LLM_BASE_URL,
+      apiKey: e.LLM_API_KEY,
+      model: e.LLM_MODEL,
+      models: [...new Set([...(e.LLM_MODEL ? [e.LLM_MODEL] : []), ...(e.LLM_MODELS ?? [])])],
+      timeoutMs: e.LLM_TIMEOUT_MS,
+      maxRetries: e.LLM_MAX_RETRIES,
+      prices: e.LLM_PRICES ?? {},
+      contextTokens: e.LLM_CONTEXT_TOKENS,
+    },
+    mcp: { servers: e.MCP_SERVERS ?? {} },
+    tools: { timeoutMs: e.TOOL_TIMEOUT_MS },
+    agentHttp: {
+      url: e.AGENT_HTTP_URL,
+      secret: e.AGENT_HTTP_SECRET,
+      timeoutMs: e.AGENT_HTTP_TIMEOUT_MS,
+    },
   };
 }
 
 function redact(name: string, value: string | undefined): string | undefined {
   if (value === undefined) return undefined;
-  if (name.includes('SECRET')) return '***';
+  // MCP_SERVERS carries the servers' headers, which hold their credentials.
+  if (name.includes('SECRET') || name.endsWith('_KEY') || name === 'MCP_SERVERS') return '***';
   if (name.endsWith('_URL')) return value.replace(/\/\/[^@/]*@/, '//***@');
   return value;
 }
