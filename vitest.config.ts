@@ -14,6 +14,7 @@ const alias = {
   '@cs/cluster': lib('cluster'),
   '@cs/gateway': lib('gateway'),
   '@cs/observability': lib('observability'),
+  '@cs/process': lib('process'),
   '@cs/client': lib('client'),
 };
 

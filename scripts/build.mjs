@@ -12,7 +12,7 @@ import { fileURLToPath } from 'node:url';
 
 const root = fileURLToPath(new URL('..', import.meta.url));
 const entries = [
-  ...['standalone', 'gateway', 'worker'].map((app) =>
+  ...['standalone', 'gateway', 'worker', 'migrate'].map((app) =>
     join(root, 'dist', 'apps', app, 'src', 'main.js'),
   ),
   join(root, 'libs', 'client', 'dist', 'index.js'),

@@ -67,25 +67,38 @@ const packageJson = JSON.parse(read('package.json')) as {
   workspaces?: string[];
 };
 
-/** The file a package script runs with `exec node <file>` (the contract: start scripts exec node). */
-function entryOf(role: Role): string {
+/** `exec node [--flag value …] <file>`: node's options before the file, then the file. */
+const EXEC_NODE = /\bexec node ((?:--[\w-]+ \S+ )*)(\S+)/g;
+
+/**
+ * What a package script runs with `exec node`: its node options (the
+ * `--import` of the tracing hook) and its file (the contract: start scripts
+ * exec node).
+ */
+function execOf(role: Role): { options: string; entry: string } {
   const script = packageJson.scripts[ROLE_SCRIPTS[role]];
-  const match = script ? [...script.matchAll(/\bexec node (\S+)/g)].at(-1) : undefined;
-  if (!match?.[1]) {
+  const match = script ? [...script.matchAll(EXEC_NODE)].at(-1) : undefined;
+  if (!match?.[2]) {
     throw new Error(`package.json script ${ROLE_SCRIPTS[role]} does not \`exec node <file>\``);
   }
-  return match[1];
+  return { options: match[1] ?? '', entry: match[2] };
+}
+
+function entryOf(role: Role): string {
+  return execOf(role).entry;
 }
 
 /**
- * The commands a container of this role may run: `node <entry>` always, and
- * `npm run <script>` when the script only execs node (db:migrate builds
- * first, which needs the sources the image does not have).
+ * The commands a container of this role may run: `node [options] <entry>`
+ * always, and `npm run <script>` when the script only execs node (db:migrate
+ * builds first, which needs the sources the image does not have).
  */
 function allowedCommands(role: Role): string[] {
   const script = packageJson.scripts[ROLE_SCRIPTS[role]] ?? '';
-  const commands = [`node ${entryOf(role)}`];
-  if (/^exec node \S+$/.test(script.trim())) commands.push(`npm run ${ROLE_SCRIPTS[role]}`);
+  const { options, entry } = execOf(role);
+  const commands = [`node ${options}${entry}`];
+  if (/^exec node (?:--[\w-]+ \S+ )*\S+$/.test(script.trim()))
+    commands.push(`npm run ${ROLE_SCRIPTS[role]}`);
   return commands;
 }
 

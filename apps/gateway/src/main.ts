@@ -1,7 +1,6 @@
 // A gateway replica: REST and Socket.IO for clients. It runs no agent: user
 // events go to Postgres, then to the conversation's worker through Redis.
 import 'reflect-metadata';
-import { Logger } from '@nestjs/common';
 import { randomBytes } from 'node:crypto';
 import { hostname } from 'node:os';
 import { AgentRegistry } from '@cs/agents';
@@ -20,7 +19,6 @@ import {
   openPublisher,
   openRedis,
 } from '@cs/cluster';
-import { loadConfigOrExit } from '@cs/config';
 import {
   AGENT_FACTORY,
   APP_CONFIG,
@@ -34,20 +32,22 @@ import {
   ServiceMetrics,
   USER_ACTION_RATE_LIMITER,
   createHttpApp,
-  drainOnSignals,
+  drainHttpApp,
   type ReadinessCheck,
 } from '@cs/gateway';
+import { currentTraceparent, databaseCheck, redisCheck } from '@cs/observability';
+import { runService, type RunningService, type ServiceContext } from '@cs/process';
 import { openStore } from '@cs/store';
 import { RedisIoAdapter } from './redis-io.adapter.js';
 
+/** Within the 10 s the contract gives a gateway to exit after SIGTERM. */
 const SHUTDOWN_TIMEOUT_MS = 9_000;
 const GATEWAY_LIVENESS_MS = 15_000;
 
-async function main(): Promise<void> {
-  const logger = new Logger('Gateway');
-  const config = loadConfigOrExit('gateway');
+async function main({ config, logger: root }: ServiceContext): Promise<RunningService> {
   const redisUrl = config.redis.url!;
   const gatewayId = `gateway-${hostname()}-${process.pid}-${randomBytes(3).toString('hex')}`;
+  const logger = root.child({ gateway_id: gatewayId });
   const keys = new ClusterKeys(config.redis.keyPrefix);
 
   const opened = await openStore({
@@ -72,22 +72,24 @@ async function main(): Promise<void> {
   });
   const connections = new ConnectionRegistry(redis, keys, gatewayId, GATEWAY_LIVENESS_MS);
   await connections.start();
-  const jobs = new ConversationJobs(redis, keys);
+  // Each start and wake-up carries the trace of the request that stored the message.
+  const jobs = new ConversationJobs(redis, keys, { traceparent: currentTraceparent });
+  metrics.setWaitingConversationsSource(async () => {
+    const counts = await jobs.queue.getJobCounts('waiting', 'delayed', 'prioritized');
+    return Object.values(counts).reduce((sum, count) => sum + count, 0);
+  });
   const broadcaster = new RedisRoomBroadcaster(publisher, keys);
   const manager = new ClusteredConversationManager({
     store,
     broadcaster,
     jobs,
-    inbox: new ConversationInbox(publisher, null, keys),
+    inbox: new ConversationInbox(publisher, null, keys, { traceparent: currentTraceparent }),
     limiter,
     connections,
     limit: config.limits.maxConcurrentConversations,
     stopTimeoutMs: config.cluster.leaseTtlMs + 2_000,
   });
-  const readiness: ReadinessCheck[] = [
-    { name: 'database', check: async () => void (await opened.database.query('select 1')) },
-    { name: 'redis', check: async () => void (await redis.ping()) },
-  ];
+  const readiness: ReadinessCheck[] = [databaseCheck(opened.database), redisCheck(redis)];
   const module = GatewayModule.forRoot([
     { provide: APP_CONFIG, useValue: config },
     { provide: ServiceMetrics, useValue: metrics },
@@ -103,7 +105,7 @@ async function main(): Promise<void> {
     },
   ]);
 
-  const app = await createHttpApp(module, config, (nest) => {
+  const app = await createHttpApp(module, config, logger, (nest) => {
     nest.useWebSocketAdapter(
       new RedisIoAdapter(nest, config.http.corsOrigins, redis, subscriber, keys.socketIo),
     );
@@ -112,27 +114,25 @@ async function main(): Promise<void> {
   const hub = app.get(ConversationRoomHub);
   rooms.onResync(() => hub.resyncAll());
 
-  drainOnSignals(app, {
-    timeoutMs: SHUTDOWN_TIMEOUT_MS,
-    beforeClose: async () => {
-      await manager.shutdown();
-      await jobs.close();
-    },
-    afterClose: async () => {
-      redis.disconnect();
-      subscriber.disconnect();
-      publisher.disconnect();
-      rooms.disconnect();
-      await opened.close();
-    },
-  });
   await app.listen(config.http.port, config.http.host);
-  logger.log(`gateway ${gatewayId} listening on port ${config.http.port}`);
+  logger.info(`gateway ${gatewayId} listening on port ${config.http.port}`);
+  return {
+    logger,
+    drain: () =>
+      drainHttpApp(app, {
+        beforeClose: async () => {
+          await manager.shutdown();
+          await jobs.close();
+        },
+        afterClose: async () => {
+          redis.disconnect();
+          subscriber.disconnect();
+          publisher.disconnect();
+          rooms.disconnect();
+          await opened.close();
+        },
+      }),
+  };
 }
 
-main().catch((error: unknown) => {
-  process.stderr.write(
-    `gateway failed to start: ${error instanceof Error ? error.message : String(error)}\n`,
-  );
-  process.exit(1);
-});
+runService({ role: 'gateway', drainTimeoutMs: SHUTDOWN_TIMEOUT_MS }, main);

@@ -15,6 +15,7 @@ import {
   USER_ACTION_RATE_LIMITER,
   type ReadinessCheck,
 } from '@cs/gateway';
+import { databaseCheck } from '@cs/observability';
 import type { OpenedStore } from '@cs/store';
 import { hostname } from 'node:os';
 
@@ -35,9 +36,7 @@ export const StandaloneModule = {
     const agents = new AgentRegistry();
     let manager: StandaloneConversationManager | undefined;
     const logger = new Logger('ConversationManager');
-    const readiness: ReadinessCheck[] = [
-      { name: 'database', check: async () => void (await opened.database.query('select 1')) },
-    ];
+    const readiness: ReadinessCheck[] = [databaseCheck(opened.database)];
     const module = GatewayModule.forRoot([
       { provide: APP_CONFIG, useValue: config },
       { provide: ServiceMetrics, useValue: metrics },

@@ -1,11 +1,13 @@
 import { createServer, type Server } from 'node:http';
 import type { Registry } from 'prom-client';
+import { unreachableDependencies, type ReadinessCheck } from '@cs/observability';
 
 export interface WorkerHealthSource {
   workerId: string;
   conversations(): string[];
   draining(): boolean;
-  checkDependencies(): Promise<void>;
+  /** Postgres and Redis; each gives up after READINESS_TIMEOUT_MS. */
+  checks: readonly ReadinessCheck[];
   registry: Registry;
 }
 
@@ -37,9 +39,16 @@ export function startHealthServer(
     if (path === '/readyz') {
       if (source.draining())
         return send(503, { error: { code: 'UNAVAILABLE', message: 'draining' } });
-      source.checkDependencies().then(
-        () => send(200, { status: 'ready' }),
-        () => send(503, { error: { code: 'UNAVAILABLE', message: 'a dependency is unreachable' } }),
+      unreachableDependencies(source.checks).then(
+        (failures) => {
+          if (source.draining()) send(503, { error: { code: 'UNAVAILABLE', message: 'draining' } });
+          else if (failures.length > 0)
+            send(503, {
+              error: { code: 'UNAVAILABLE', message: `unreachable: ${failures.join(', ')}` },
+            });
+          else send(200, { status: 'ready' });
+        },
+        () => send(503, { error: { code: 'UNAVAILABLE', message: 'readiness check failed' } }),
       );
       return;
     }

@@ -7,6 +7,7 @@ import {
   ConnectionRegistry,
   ConversationHost,
   ConversationInbox,
+  ConversationJobs,
   RedisRoomBroadcaster,
   UserConcurrencyLimiter,
   checkEvictionPolicy,
@@ -14,23 +15,20 @@ import {
   openPublisher,
   openRedis,
 } from '@cs/cluster';
-import { loadConfigOrExit } from '@cs/config';
-import { ServiceMetrics } from '@cs/observability';
+import { ServiceMetrics, databaseCheck, logCallback, redisCheck } from '@cs/observability';
+import { runService, type RunningService, type ServiceContext } from '@cs/process';
 import { openStore } from '@cs/store';
 import { startHealthServer } from './health.server.js';
 
+/** Within the 30 s the contract gives a worker to exit after SIGTERM. */
 const DRAIN_TIMEOUT_MS = 28_000;
 const MAX_FAILOVERS = 5;
 const FAILOVER_WINDOW_MS = 10 * 60_000;
 
-function log(level: 'log' | 'warn' | 'error', message: string): void {
-  const line = `${new Date().toISOString()} ${level.toUpperCase()} [Worker] ${message}\n`;
-  (level === 'log' ? process.stdout : process.stderr).write(line);
-}
-
-async function main(): Promise<void> {
-  const config = loadConfigOrExit('worker');
+async function main({ config, logger: root }: ServiceContext): Promise<RunningService> {
   const workerId = config.cluster.workerId ?? `worker-${hostname()}-${process.pid}`;
+  const logger = root.child({ worker_id: workerId });
+  const log = logCallback(logger, 'ConversationHost');
   const keys = new ClusterKeys(config.redis.keyPrefix);
   const redisUrl = config.redis.url!;
 
@@ -43,15 +41,21 @@ async function main(): Promise<void> {
   const subscriber = openRedis(redisUrl, `${workerId}:inbox`);
   const publisher = openPublisher(redisUrl, `${workerId}:publish`);
   const warning = await checkEvictionPolicy(redis);
-  if (warning) log('warn', warning);
+  if (warning) logger.warn(warning);
 
   const metrics = new ServiceMetrics({ role: 'worker', worker_id: workerId });
+  const clusterMetrics = metrics.cluster();
+  // Queued conversations, read at scrape time: the metric workers scale on.
+  const jobs = new ConversationJobs(redis, keys);
+  metrics.setWaitingConversationsSource(() => waitingConversations(jobs));
   const timing = leaseTiming(config.cluster.leaseTtlMs);
   const host = new ConversationHost({
     store: metrics.instrument(opened.store),
     agents: new AgentRegistry(),
     broadcaster: new RedisRoomBroadcaster(publisher, keys),
-    inbox: new ConversationInbox(publisher, subscriber, keys),
+    inbox: new ConversationInbox(publisher, subscriber, keys, {
+      onWakeReceived: (seconds) => clusterMetrics.wakeupPickedUp(seconds),
+    }),
     limiter: new UserConcurrencyLimiter(redis, keys, {
       limit: config.limits.maxConcurrentConversations,
       policy: config.limits.concurrencyPolicy,
@@ -78,48 +82,30 @@ async function main(): Promise<void> {
     conversations: () => host.conversations,
     draining: () => host.isDraining,
     registry: metrics.registry,
-    checkDependencies: async () => {
-      await opened.database.query('select 1');
-      await redis.ping();
-    },
+    checks: [databaseCheck(opened.database), redisCheck(redis)],
   });
   host.start();
-  log('log', `worker ${workerId} ready (health on port ${config.http.workerPort})`);
+  logger.info(`worker ${workerId} ready (health on port ${config.http.workerPort})`);
 
-  let draining = false;
-  const drain = (signal: string) => {
-    if (draining) return log('log', `${signal} again: already draining`);
-    draining = true;
-    log('log', `${signal}: handing conversations over`);
-    const deadline = setTimeout(() => {
-      log('error', 'drain timed out; exiting');
-      process.exit(1);
-    }, DRAIN_TIMEOUT_MS);
-    deadline.unref();
-    const started = Date.now();
-    host
-      .drain()
-      .then(async () => {
-        log('log', `handed over in ${Date.now() - started} ms`);
-        health.close();
-        redis.disconnect();
-        subscriber.disconnect();
-        publisher.disconnect();
-        await opened.close();
-        process.exit(0);
-      })
-      .catch((error: unknown) => {
-        log('error', `drain failed: ${error instanceof Error ? error.message : String(error)}`);
-        process.exit(1);
-      });
+  return {
+    logger,
+    async drain() {
+      // Readiness turns 503 at once (the host says it is draining), then every lease goes back.
+      await host.drain();
+      health.close();
+      await jobs.close();
+      redis.disconnect();
+      subscriber.disconnect();
+      publisher.disconnect();
+      await opened.close();
+    },
   };
-  process.on('SIGTERM', () => drain('SIGTERM'));
-  process.on('SIGINT', () => drain('SIGINT'));
 }
 
-main().catch((error: unknown) => {
-  process.stderr.write(
-    `worker failed to start: ${error instanceof Error ? error.message : String(error)}\n`,
-  );
-  process.exit(1);
-});
+/** Jobs waiting for a worker: waiting, delayed (handed back) and prioritized. */
+async function waitingConversations(jobs: ConversationJobs): Promise<number> {
+  const counts = await jobs.queue.getJobCounts('waiting', 'delayed', 'prioritized');
+  return Object.values(counts).reduce((sum, count) => sum + count, 0);
+}
+
+runService({ role: 'worker', drainTimeoutMs: DRAIN_TIMEOUT_MS }, main);

@@ -1,11 +1,13 @@
-import { Logger, type INestApplication, type LogLevel } from '@nestjs/common';
+import { Module, type DynamicModule, type INestApplication } from '@nestjs/common';
 import { NestFactory } from '@nestjs/core';
 import type { NestExpressApplication } from '@nestjs/platform-express';
 import { DocumentBuilder, SwaggerModule } from '@nestjs/swagger';
 import type { NextFunction, Request, Response } from 'express';
 import { existsSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
+import { Logger as PinoNestLogger } from 'nestjs-pino';
 import type { AppConfig } from '@cs/config';
+import type { ServiceLogger } from '@cs/observability';
 import { MAX_PAYLOAD_BYTES } from '@cs/protocol';
 import { HttpErrorFilter } from './http/error.filter.js';
 import { mapError } from './http/error-mapping.js';
@@ -13,14 +15,18 @@ import { ConfiguredIoAdapter } from './realtime/configured-io.adapter.js';
 import { ConversationGateway } from './realtime/conversation.gateway.js';
 import { EventStreamService } from './realtime/event-stream.service.js';
 import { LifecycleService } from './observability/lifecycle.service.js';
+import { requestLoggingModule } from './observability/request-logging.js';
 
-/** Nest's levels for each configured level (`info` is Nest's `log`). */
-const NEST_LEVELS: Record<AppConfig['log']['level'], LogLevel[]> = {
-  error: ['fatal', 'error'],
-  warn: ['fatal', 'error', 'warn'],
-  info: ['fatal', 'error', 'warn', 'log'],
-  debug: ['fatal', 'error', 'warn', 'log', 'debug', 'verbose'],
-};
+/** The app's module with the request logging around it. */
+@Module({})
+class HttpAppModule {
+  static wrap(module: unknown, logger: ServiceLogger): DynamicModule {
+    return {
+      module: HttpAppModule,
+      imports: [module as DynamicModule, requestLoggingModule(logger)],
+    };
+  }
+}
 
 /** The web app (web/), built by scripts/build.mjs with Vite into `dist/web`. */
 export const PUBLIC_DIR = fileURLToPath(new URL('../../../web', import.meta.url));
@@ -28,17 +34,21 @@ export const PUBLIC_DIR = fileURLToPath(new URL('../../../web', import.meta.url)
 /**
  * Creates the HTTP + Socket.IO application of a gateway or standalone process:
  * JSON-only bodies of at most 1 MiB, the contract's error bodies everywhere,
- * OpenAPI at `/docs`, the demo page at `/`.
+ * OpenAPI at `/docs`, the web app at `/`. Nest's logger (every `new Logger()`)
+ * writes through `logger`, and each request makes one line.
  */
 export async function createHttpApp(
   module: unknown,
   config: AppConfig,
+  logger: ServiceLogger,
   configure: (app: NestExpressApplication) => void = () => undefined,
 ): Promise<NestExpressApplication> {
-  const app = await NestFactory.create<NestExpressApplication>(module as never, {
+  const app = await NestFactory.create<NestExpressApplication>(HttpAppModule.wrap(module, logger), {
     bodyParser: false,
-    logger: NEST_LEVELS[config.log.level],
+    bufferLogs: true,
   });
+  app.useLogger(app.get(PinoNestLogger));
+  app.flushLogs();
   app.disable('x-powered-by');
   app.set('query parser', 'simple');
   // No cross-origin access unless the operator names the origins.
@@ -92,50 +102,24 @@ function requireJsonBodies(request: Request, response: Response, next: NextFunct
 }
 
 /**
- * Drains on the first SIGTERM or SIGINT and ignores repeats: readiness turns
- * 503, sockets and streams close (clients reconnect elsewhere and resume), then
- * `beforeClose` runs (stop sessions, close stores) and the process exits.
+ * The HTTP app's drain (run by `runService` of libs/process on the first
+ * signal): readiness turns 503, sockets and streams close (clients reconnect
+ * elsewhere and resume), then `beforeClose` runs (stop sessions, leave the
+ * cluster), the app closes, and `afterClose` closes connections and stores.
  */
-export function drainOnSignals(
+export async function drainHttpApp(
   app: INestApplication,
   options: {
-    timeoutMs: number;
     /** Runs before the app closes (stop sessions, leave the cluster). */
     beforeClose: () => Promise<void>;
     /** Runs after the app closed (close connections and stores). */
     afterClose?: () => Promise<void>;
   },
-): void {
-  const logger = new Logger('Shutdown');
-  let draining = false;
-  const drain = (signal: string) => {
-    if (draining) {
-      logger.log(`${signal} again: already draining`);
-      return;
-    }
-    draining = true;
-    logger.log(`${signal}: draining`);
-    const deadline = setTimeout(() => {
-      logger.error('drain timed out; exiting');
-      process.exit(1);
-    }, options.timeoutMs);
-    deadline.unref();
-    const run = async () => {
-      app.get(LifecycleService).startDraining();
-      app.get(ConversationGateway).disconnectAll();
-      app.get(EventStreamService).closeAll();
-      await options.beforeClose();
-      await app.close();
-      await options.afterClose?.();
-    };
-    run().then(
-      () => process.exit(0),
-      (error: unknown) => {
-        logger.error(error instanceof Error ? error.message : String(error));
-        process.exit(1);
-      },
-    );
-  };
-  process.on('SIGTERM', () => drain('SIGTERM'));
-  process.on('SIGINT', () => drain('SIGINT'));
+): Promise<void> {
+  app.get(LifecycleService).startDraining();
+  app.get(ConversationGateway).disconnectAll();
+  app.get(EventStreamService).closeAll();
+  await options.beforeClose();
+  await app.close();
+  await options.afterClose?.();
 }

@@ -1,6 +1,43 @@
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
 import type { AppendOptions, AppendedEvent, ConversationStore, EventDraft } from '@cs/core';
 
+/** Outcomes of a tool call (`cs_tool_calls_total{outcome}`). */
+export type ToolCallOutcome = 'ok' | 'error' | 'rejected' | 'in_doubt' | 'timeout';
+
+/**
+ * The agent runtime's metrics: the methods of `RuntimeMetrics` of libs/core
+ * (ports/runtime-metrics.port.ts), and the model request's latency, which the
+ * `llm` agent observes.
+ */
+export interface AgentRuntimeMetrics {
+  /** One agent step ran (`cs_agent_step_seconds`). */
+  stepFinished(seconds: number): void;
+  /** One tool call ended (`cs_tool_calls_total{tool,outcome}`). */
+  toolCalled(tool: string, outcome: ToolCallOutcome): void;
+  /** Tokens a model request used (`cs_llm_tokens_total{kind}`). */
+  tokensUsed(prompt: number, completion: number): void;
+  /** One model request ended, its stream included (`cs_llm_request_seconds`). */
+  llmRequest(seconds: number): void;
+}
+
+/**
+ * What the managers and the worker host report: the same methods as
+ * `ClusterMetrics` of libs/core (ports/cluster-metrics.port.ts).
+ */
+export interface ClusterMetricsRecorder {
+  leaseAcquired(): void;
+  failover(): void;
+  handoff(): void;
+  wakeupPickedUp(seconds: number): void;
+  limitEviction(): void;
+  limitRejection(): void;
+}
+
+/** A scrape never waits longer than this for Redis (`cs_conversations_waiting`). */
+const SOURCE_TIMEOUT_MS = 1_000;
+/** Latencies from a millisecond to a few minutes (steps, model requests). */
+const SLOW_BUCKETS = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300];
+
 /**
  * The process's Prometheus metrics, on a registry of its own (several apps
  * may share one test process). Sources of gauges are set by the host app.
@@ -12,7 +49,19 @@ export class ServiceMetrics {
   readonly runningConversations: Gauge;
   readonly appendSeconds: Histogram;
   readonly userActions: Counter;
+  readonly leaseAcquisitions: Counter;
+  readonly failovers: Counter;
+  readonly handoffs: Counter;
+  readonly agentStepSeconds: Histogram;
+  readonly wakeupPickupSeconds: Histogram;
+  readonly conversationsWaiting: Gauge;
+  readonly limitEvictions: Counter;
+  readonly limitRejections: Counter;
+  readonly llmRequestSeconds: Histogram;
+  readonly llmTokens: Counter<'kind'>;
+  readonly toolCalls: Counter<'tool' | 'outcome'>;
   private runningSource: () => number | Promise<number> = () => 0;
+  private waitingSource: () => number | Promise<number> = () => 0;
 
   constructor(labels: Record<string, string> = {}) {
     this.registry.setDefaultLabels(labels);
@@ -48,10 +97,103 @@ export class ServiceMetrics {
       help: 'User actions stored',
       registers: [this.registry],
     });
+    const counter = (name: string, help: string) =>
+      new Counter({ name, help, registers: [this.registry] });
+    this.leaseAcquisitions = counter(
+      'cs_lease_acquisitions_total',
+      'Conversation leases taken by this process',
+    );
+    this.failovers = counter(
+      'cs_failovers_total',
+      'Leases taken over from a holder that crashed or lost them',
+    );
+    this.handoffs = counter('cs_handoffs_total', 'Leases handed back to the queue while draining');
+    this.limitEvictions = counter(
+      'cs_limit_evictions_total',
+      'Conversations stopped to make room for a newer one of their user (evict_oldest)',
+    );
+    this.limitRejections = counter(
+      'cs_limit_rejections_total',
+      'Starts refused because the user runs too many conversations (reject)',
+    );
+    this.agentStepSeconds = new Histogram({
+      name: 'cs_agent_step_seconds',
+      help: 'Duration of one agent step (model call, streaming, storing its outputs)',
+      buckets: SLOW_BUCKETS,
+      registers: [this.registry],
+    });
+    this.wakeupPickupSeconds = new Histogram({
+      name: 'cs_wakeup_pickup_seconds',
+      help: 'From a wake-up sent (user event stored, job added) to its holder picking it up',
+      buckets: [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30],
+      registers: [this.registry],
+    });
+    this.llmRequestSeconds = new Histogram({
+      name: 'cs_llm_request_seconds',
+      help: 'Duration of one model request, its stream included',
+      buckets: SLOW_BUCKETS,
+      registers: [this.registry],
+    });
+    this.llmTokens = new Counter({
+      name: 'cs_llm_tokens_total',
+      help: 'Tokens of model requests, by kind (prompt, completion)',
+      labelNames: ['kind'],
+      registers: [this.registry],
+    });
+    this.toolCalls = new Counter({
+      name: 'cs_tool_calls_total',
+      help: 'Tool calls ended, by tool and outcome (ok, error, rejected, in_doubt, timeout)',
+      labelNames: ['tool', 'outcome'],
+      registers: [this.registry],
+    });
+    const waiting = () => this.waitingSource();
+    this.conversationsWaiting = new Gauge({
+      name: 'cs_conversations_waiting',
+      help: 'Conversations waiting for a worker (queued jobs: waiting, delayed, prioritized)',
+      registers: [this.registry],
+      async collect() {
+        // A dependency that does not answer leaves the last value: the scrape still answers.
+        const value = await withTimeout(Promise.resolve().then(waiting), SOURCE_TIMEOUT_MS);
+        if (value !== undefined) this.set(value);
+      },
+    });
   }
 
   setRunningConversationsSource(source: () => number | Promise<number>): void {
     this.runningSource = source;
+  }
+
+  /**
+   * Where `cs_conversations_waiting` is read at scrape time (the BullMQ
+   * queue's counts: `ConversationJobs.waitingCount`); 0 when unset (standalone).
+   */
+  setWaitingConversationsSource(source: () => number | Promise<number>): void {
+    this.waitingSource = source;
+  }
+
+  /** The agent runtime's port (`RuntimeMetrics` of libs/core), for the AgentSession. */
+  runtime(): AgentRuntimeMetrics {
+    return {
+      stepFinished: (seconds) => this.agentStepSeconds.observe(nonNegative(seconds)),
+      toolCalled: (tool, outcome) => this.toolCalls.inc({ tool, outcome }),
+      tokensUsed: (prompt, completion) => {
+        if (prompt > 0) this.llmTokens.inc({ kind: 'prompt' }, prompt);
+        if (completion > 0) this.llmTokens.inc({ kind: 'completion' }, completion);
+      },
+      llmRequest: (seconds) => this.llmRequestSeconds.observe(nonNegative(seconds)),
+    };
+  }
+
+  /** The managers' and the worker host's port (`ClusterMetrics` of libs/core). */
+  cluster(): ClusterMetricsRecorder {
+    return {
+      leaseAcquired: () => this.leaseAcquisitions.inc(),
+      failover: () => this.failovers.inc(),
+      handoff: () => this.handoffs.inc(),
+      wakeupPickedUp: (seconds) => this.wakeupPickupSeconds.observe(nonNegative(seconds)),
+      limitEviction: () => this.limitEvictions.inc(),
+      limitRejection: () => this.limitRejections.inc(),
+    };
   }
 
   /** Wraps a store so that every append is timed. */
@@ -83,5 +225,23 @@ export class ServiceMetrics {
         };
       },
     });
+  }
+}
+
+/** Clocks of two hosts may disagree by a little: a negative latency counts as none. */
+function nonNegative(seconds: number): number {
+  return Number.isFinite(seconds) && seconds > 0 ? seconds : 0;
+}
+
+/** The value, or undefined when it failed or took longer than `ms`. */
+async function withTimeout<T>(promise: Promise<T>, ms: number): Promise<T | undefined> {
+  let timer: NodeJS.Timeout | undefined;
+  const timeout = new Promise<undefined>((resolve) => {
+    timer = setTimeout(() => resolve(undefined), ms);
+  });
+  try {
+    return await Promise.race([promise.catch(() => undefined), timeout]);
+  } finally {
+    clearTimeout(timer);
   }
 }

@@ -54,4 +54,16 @@ describe('InboxMessageSchema', () => {
     expect(InboxMessageSchema.safeParse({ type: 'wake', events: [{}] }).success).toBe(false);
     expect(InboxMessageSchema.safeParse({ type: 'restart' }).success).toBe(false);
   });
+
+  it("carries a wake-up's trace and send time, and drops malformed ones without the wake-up", () => {
+    const trace = '00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01';
+    expect(InboxMessageSchema.parse({ type: 'wake', trace, sent_at: 1_700_000_000_000 })).toEqual({
+      type: 'wake',
+      trace,
+      sent_at: 1_700_000_000_000,
+    });
+    expect(
+      InboxMessageSchema.parse({ type: 'wake', trace: 'not a traceparent', sent_at: -1 }),
+    ).toEqual({ type: 'wake' });
+  });
 });

@@ -18,13 +18,30 @@ export const RoomMessageSchema = z.discriminatedUnion('type', [
 ]);
 export type RoomMessage = z.infer<typeof RoomMessageSchema>;
 
+/**
+ * The W3C `traceparent` of the span that stored a user message (PROTOCOL.md
+ * "Operations", traces): the holder continues that trace. A malformed one is
+ * dropped, never the message that carries it.
+ */
+export const TraceparentSchema = z
+  .string()
+  .regex(/^[0-9a-f]{2}-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$/)
+  .optional()
+  .catch(undefined);
+
 /** What a gateway tells a conversation's lease holder, on the holder's inbox channel. */
 export const InboxMessageSchema = z.discriminatedUnion('type', [
   /**
    * New user events are stored: read them. They come along when small, so
-   * that the holder need not read them back from Postgres.
+   * that the holder need not read them back from Postgres. `trace` continues
+   * the sender's trace; `sent_at` (ms since the epoch) times the pickup.
    */
-  z.object({ type: z.literal('wake'), events: z.array(StoredEventSchema).optional() }),
+  z.object({
+    type: z.literal('wake'),
+    events: z.array(StoredEventSchema).optional(),
+    trace: TraceparentSchema,
+    sent_at: z.number().int().nonnegative().optional().catch(undefined),
+  }),
   /** Stop the conversation (REST stop, delete). */
   z.object({ type: z.literal('stop') }),
   /** Stop it because its user started one too many (evict_oldest). */

@@ -2,9 +2,15 @@ import type { Redis } from 'ioredis';
 import { InboxMessageSchema, type InboxMessage } from '@cs/protocol';
 import type { ClusterKeys } from '../redis/cluster-keys.js';
 
-const WAKE = JSON.stringify({ type: 'wake' });
 /** Larger wake-ups go without their events: the holder reads them from Postgres. */
 const MAX_WAKE_BYTES = 64 * 1024;
+
+export interface ConversationInboxOptions {
+  /** The sender's W3C traceparent, sent with each wake-up (`currentTraceparent` of libs/observability). */
+  traceparent?: () => string | undefined;
+  /** A wake-up reached this holder, that many seconds after it was sent (`cs_wakeup_pickup_seconds`). */
+  onWakeReceived?: (seconds: number) => void;
+}
 
 /**
  * Per-conversation Redis channels to the lease holder: only the worker holding
@@ -22,13 +28,17 @@ export class ConversationInbox {
     private readonly publisher: Redis,
     private readonly subscriber: Redis | null,
     private readonly keys: ClusterKeys,
+    private readonly options: ConversationInboxOptions = {},
   ) {
     subscriber?.on('message', (channel: string, raw: string) => {
       const handler = this.handlers.get(channel);
       if (!handler) return;
       try {
         const parsed = InboxMessageSchema.safeParse(JSON.parse(raw));
-        if (parsed.success) handler(parsed.data);
+        if (!parsed.success) return;
+        const sentAt = parsed.data.type === 'wake' ? parsed.data.sent_at : undefined;
+        if (sentAt !== undefined) this.options.onWakeReceived?.((Date.now() - sentAt) / 1000);
+        handler(parsed.data);
       } catch {
         // not ours: ignore
       }
@@ -37,8 +47,13 @@ export class ConversationInbox {
 
   /** Sends a message; resolves with how many holders received it (0: nobody holds it). */
   send(conversationId: string, message: InboxMessage): Promise<number> {
+    if (message.type === 'wake') {
+      const trace = message.trace ?? this.options.traceparent?.();
+      message = { ...message, sent_at: message.sent_at ?? Date.now(), ...(trace && { trace }) };
+    }
     let raw = JSON.stringify(message);
-    if (message.type === 'wake' && raw.length > MAX_WAKE_BYTES) raw = WAKE;
+    if (message.type === 'wake' && raw.length > MAX_WAKE_BYTES)
+      raw = JSON.stringify({ ...message, events: undefined });
     return this.publisher.publish(this.keys.conversationChannel(conversationId), raw);
   }
 

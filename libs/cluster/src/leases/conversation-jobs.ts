@@ -5,7 +5,13 @@ import type { ClusterKeys } from '../redis/cluster-keys.js';
 /** The BullMQ queue whose active jobs are conversation leases; its tag keeps it in one slot. */
 export const CONVERSATION_QUEUE = '{conversations}';
 
-export type ConversationJobData = ConversationRef;
+/** `trace`: the W3C traceparent of the start (the conversation's first message), for the holder. */
+export type ConversationJobData = ConversationRef & { trace?: string };
+
+export interface ConversationJobsOptions {
+  /** The starter's W3C traceparent (`currentTraceparent` of libs/observability). */
+  traceparent?: () => string | undefined;
+}
 
 /** One job per conversation: its id is derived from the conversation id. */
 export function conversationJobId(conversationId: string): string {
@@ -20,7 +26,11 @@ export function conversationJobId(conversationId: string): string {
 export class ConversationJobs {
   readonly queue: Queue<ConversationJobData>;
 
-  constructor(connection: ConnectionOptions, keys: ClusterKeys) {
+  constructor(
+    connection: ConnectionOptions,
+    keys: ClusterKeys,
+    private readonly options: ConversationJobsOptions = {},
+  ) {
     this.queue = new Queue<ConversationJobData>(CONVERSATION_QUEUE, {
       connection,
       prefix: keys.bullPrefix,
@@ -29,6 +39,7 @@ export class ConversationJobs {
   }
 
   async start(ref: ConversationRef): Promise<void> {
+    const trace = this.options.traceparent?.();
     await this.queue.add(
       'run',
       {
@@ -36,6 +47,7 @@ export class ConversationJobs {
         userId: ref.userId,
         conversationId: ref.conversationId,
         incarnation: ref.incarnation,
+        ...(trace && { trace }),
       },
       { jobId: conversationJobId(ref.conversationId) },
     );

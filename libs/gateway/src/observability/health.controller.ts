@@ -3,7 +3,7 @@ import { ApiExcludeController } from '@nestjs/swagger';
 import type { Response } from 'express';
 import { READINESS_CHECKS } from '../tokens.js';
 import { LifecycleService, type ReadinessCheck } from './lifecycle.service.js';
-import { ServiceMetrics } from '@cs/observability';
+import { ServiceMetrics, unreachableDependencies } from '@cs/observability';
 
 /** `/healthz`, `/readyz` and `/metrics`, outside `/api` and unauthenticated. */
 @ApiExcludeController()
@@ -26,16 +26,12 @@ export class HealthController {
       response.status(503).json({ error: { code: 'UNAVAILABLE', message: 'draining' } });
       return;
     }
-    const failures: string[] = [];
-    await Promise.all(
-      this.checks.map(async ({ name, check }) => {
-        try {
-          await check();
-        } catch {
-          failures.push(name);
-        }
-      }),
-    );
+    // Each check gives up after READINESS_TIMEOUT_MS: a hung dependency is an unreachable one.
+    const failures = await unreachableDependencies(this.checks);
+    if (this.lifecycle.draining) {
+      response.status(503).json({ error: { code: 'UNAVAILABLE', message: 'draining' } });
+      return;
+    }
     if (failures.length > 0) {
       response
         .status(503)

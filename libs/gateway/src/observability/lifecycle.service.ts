@@ -1,7 +1,7 @@
 import { Injectable } from '@nestjs/common';
 
 /** A dependency check for `/readyz`: resolves when reachable, throws otherwise. */
-export type ReadinessCheck = { name: string; check: () => Promise<void> };
+export type { ReadinessCheck } from '@cs/observability';
 
 /** Whether this process is draining: `/readyz` answers 503 from the first signal on. */
 @Injectable()
