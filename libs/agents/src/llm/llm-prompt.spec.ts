@@ -1,0 +1,162 @@
+import type { ModelMessage } from 'ai';
+import { beforeEach, describe, expect, it } from 'vitest';
+import type { StoredEvent } from '@cs/protocol';
+import { CURRENT_TIME_TOOL, contextOf, events, resetEventIds } from '../testing/agent-context.js';
+import { PromptTooLargeError, buildLlmPrompt, leftOutNote } from './llm-prompt.js';
+import { MESSAGE_OVERHEAD_TOKENS, countTextTokens, truncateToTokens } from './token-counter.js';
+
+beforeEach(() => resetEventIds());
+
+/** Counts a built prompt again, independently of the builder's own bookkeeping. */
+function recount(system: string | undefined, messages: ModelMessage[], tools = 0): number {
+  let total = system ? countTextTokens(system) + MESSAGE_OVERHEAD_TOKENS : 0;
+  total += tools;
+  for (const message of messages) {
+    total += MESSAGE_OVERHEAD_TOKENS;
+    if (typeof message.content === 'string') total += countTextTokens(message.content);
+    else total += countTextTokens(JSON.stringify(message.content));
+  }
+  return total;
+}
+
+function longConversation(turns: number): StoredEvent[] {
+  const history: StoredEvent[] = [events.user('FIRST: plan the migration of our billing system')];
+  for (let i = 1; i <= turns; i += 1) {
+    history.push(events.agent(`answer ${i}: ${'details of the plan '.repeat(8)}`));
+    history.push(events.stateChanged('awaiting_user_input'));
+    history.push(events.user(`question ${i}: ${'and what about the next part '.repeat(6)}`));
+  }
+  return history;
+}
+
+describe('buildLlmPrompt', () => {
+  it('sends a short conversation whole, without a note', async () => {
+    const history = [events.user('hello'), events.agent('hi!'), events.user('how are you?')];
+    const prompt = await buildLlmPrompt(contextOf(history, { instructions: 'Be kind.' }), [], 1000);
+    expect(prompt.system).toBe('Be kind.');
+    expect(prompt.messages).toEqual([
+      { role: 'user', content: 'hello' },
+      { role: 'assistant', content: 'hi!' },
+      { role: 'user', content: 'how are you?' },
+    ]);
+    expect(prompt.leftOut).toBe(0);
+    expect(prompt.tokens).toBe(recount('Be kind.', prompt.messages));
+  });
+
+  it('keeps a long conversation under the budget: instructions, first message, a note, the latest events', async () => {
+    const history = longConversation(2000); // 6001 events
+    const context = contextOf(history, { instructions: 'You are a planner.' });
+    const max = 3000;
+    const prompt = await buildLlmPrompt(context, [CURRENT_TIME_TOOL], max);
+
+    const toolTokens = countTextTokens(JSON.stringify([CURRENT_TIME_TOOL]));
+    expect(recount(prompt.system, prompt.messages, toolTokens)).toBeLessThanOrEqual(max);
+    expect(prompt.tokens).toBeLessThanOrEqual(max);
+    expect(prompt.tokens).toBeGreaterThan(max * 0.8);
+
+    expect(prompt.messages[0]).toEqual({
+      role: 'user',
+      content: 'FIRST: plan the migration of our billing system',
+    });
+    expect(prompt.messages[1]).toEqual({ role: 'user', content: leftOutNote(prompt.leftOut) });
+    expect(prompt.messages.at(-1)).toEqual({ role: 'user', content: history.at(-1)!.message });
+
+    // What was left out is exactly what lies between the first message and the window.
+    const oldestShown = prompt.messages[2]!.content as string;
+    const oldestEvent = history.find((e) => e.message === oldestShown)!;
+    const between = history.filter((e) => e.id > 0 && e.id < oldestEvent.id);
+    expect(prompt.leftOut).toBe(between.length);
+    expect(prompt.leftOut).toBeGreaterThan(5000);
+
+    // A long conversation is never read whole.
+    expect(context.history.read).toBeLessThan(600);
+  });
+
+  it('leaves out a tool result whose call fell out of the window, and a call without its result', async () => {
+    const history = [
+      events.user('first'),
+      // A call is never cut: this one does not fit, so the window ends after it.
+      events.toolCall('files__write', { text: 'alpha beta gamma delta '.repeat(200) }, 'call_old'),
+      events.toolResult('files__write', 'written', 'call_old'),
+      events.user('again'),
+      events.toolCall('current_time', {}, 'call_lost'),
+      events.user('and now?'),
+    ];
+    const prompt = await buildLlmPrompt(contextOf(history), [], 400);
+    expect(prompt.messages).toEqual([
+      { role: 'user', content: 'first' },
+      { role: 'user', content: leftOutNote(1) },
+      { role: 'user', content: 'again' },
+      { role: 'user', content: 'and now?' },
+    ]);
+    expect(prompt.leftOut).toBe(1);
+  });
+
+  it('places each tool result right after its call, even when a message was stored between them', async () => {
+    const history = [
+      events.user('time?'),
+      events.toolCall('current_time', {}, 'call_1'),
+      events.toolCall('set_state', { key: 'k', value: 1 }, 'call_2'),
+      events.user('never mind'),
+      events.toolResult('current_time', 'rejected by the user', 'call_1', true),
+      events.toolResult('set_state', 'rejected by the user', 'call_2', true),
+    ];
+    const prompt = await buildLlmPrompt(contextOf(history), [], 5000);
+    expect(prompt.messages).toEqual([
+      { role: 'user', content: 'time?' },
+      {
+        role: 'assistant',
+        content: [
+          { type: 'tool-call', toolCallId: 'call_1', toolName: 'current_time', input: {} },
+          {
+            type: 'tool-call',
+            toolCallId: 'call_2',
+            toolName: 'set_state',
+            input: { key: 'k', value: 1 },
+          },
+        ],
+      },
+      {
+        role: 'tool',
+        content: [
+          {
+            type: 'tool-result',
+            toolCallId: 'call_1',
+            toolName: 'current_time',
+            output: { type: 'error-text', value: 'rejected by the user' },
+          },
+          {
+            type: 'tool-result',
+            toolCallId: 'call_2',
+            toolName: 'set_state',
+            output: { type: 'error-text', value: 'rejected by the user' },
+          },
+        ],
+      },
+      { role: 'user', content: 'never mind' },
+    ]);
+  });
+
+  it('cuts one huge event to fit instead of dropping everything before it', async () => {
+    const history = [
+      events.user('read the file'),
+      events.toolCall('files__read', { path: 'a.txt' }, 'call_1'),
+      events.toolResult('files__read', 'line of the file\n'.repeat(5000), 'call_1'),
+    ];
+    const prompt = await buildLlmPrompt(contextOf(history), [], 1000);
+    expect(prompt.tokens).toBeLessThanOrEqual(1000);
+    expect(prompt.messages.map((m) => m.role)).toEqual(['user', 'assistant', 'tool']);
+    expect(JSON.stringify(prompt.messages.at(-1))).toContain('cut to fit the context');
+  });
+
+  it('refuses when the instructions alone do not fit', async () => {
+    const context = contextOf([events.user('hi')], { instructions: 'rule. '.repeat(500) });
+    await expect(buildLlmPrompt(context, [], 300)).rejects.toBeInstanceOf(PromptTooLargeError);
+  });
+
+  it('counts special-token strings in user text as plain text', async () => {
+    const prompt = await buildLlmPrompt(contextOf([events.user('a <|endoftext|> b')]), [], 1000);
+    expect(prompt.messages).toEqual([{ role: 'user', content: 'a <|endoftext|> b' }]);
+    expect(truncateToTokens('<|endoftext|> and more text here', 3).length).toBeGreaterThan(0);
+  });
+});

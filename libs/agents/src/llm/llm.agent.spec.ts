@@ -1,0 +1,561 @@
+import { inspect } from 'node:util';
+import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { AgentTurnError } from '@cs/core';
+import type { AppConfig } from '@cs/config';
+import {
+  CURRENT_TIME_TOOL,
+  contextOf,
+  events,
+  resetEventIds,
+  settle,
+} from '../testing/agent-context.js';
+import {
+  FakeModelServer,
+  anthropicStream,
+  openAiCompletion,
+  openAiStream,
+} from '../testing/fake-model-server.js';
+import { LLM_RETRY_STATUS, LlmAgent, cleanTitle } from './llm.agent.js';
+
+const API_KEY = 'sk-test-THE-KEY-0123456789';
+
+let server: FakeModelServer;
+
+beforeEach(async () => {
+  resetEventIds();
+  server = await FakeModelServer.start();
+});
+
+afterEach(async () => {
+  await server.close();
+});
+
+function llmConfig(overrides: Partial<AppConfig['llm']> = {}): AppConfig['llm'] {
+  return {
+    provider: 'openai',
+    baseUrl: `${server.url}/v1`,
+    apiKey: API_KEY,
+    model: 'fake-model',
+    models: ['fake-model'],
+    timeoutMs: 10_000,
+    maxRetries: 2,
+    prices: { 'fake-model': { input: 2, output: 10 } },
+    contextTokens: 10_000,
+    ...overrides,
+  };
+}
+
+function agent(overrides: Partial<AppConfig['llm']> = {}, toolNames?: string[]): LlmAgent {
+  const llm = llmConfig(overrides);
+  return new LlmAgent(
+    { llm, model: llm.model!, temperature: undefined, toolNames },
+    { backoffMs: 20, maxBackoffMs: 50 },
+  );
+}
+
+const askTime = () => contextOf([events.user('What time is it?')], { tools: [CURRENT_TIME_TOOL] });
+
+describe(`${LlmAgent.name} on an OpenAI-compatible server`, () => {
+  it('streams deltas, then usage with the cost from LLM_PRICES, then the final message', async () => {
+    server.reply({
+      kind: 'stream',
+      events: openAiStream({
+        text: ['Hel', 'lo, ', 'world'],
+        usage: { prompt_tokens: 1000, completion_tokens: 500 },
+      }),
+    });
+    const context = contextOf([events.user('Say hello')], { instructions: 'Be brief.' });
+    const { outputs, error } = await settle(agent().step(context));
+    expect(error).toBeUndefined();
+    expect(outputs).toEqual([
+      { type: 'delta', delta: 'Hel' },
+      { type: 'delta', delta: 'lo, ' },
+      { type: 'delta', delta: 'world' },
+      // 1000 × $2/M + 500 × $10/M
+      { type: 'usage', prompt_tokens: 1000, completion_tokens: 500, cost_usd: 0.007 },
+      { type: 'message', content: 'Hello, world' },
+    ]);
+    const request = server.requests[0]!;
+    expect(request.path).toBe('/v1/chat/completions');
+    expect(request.headers.authorization).toBe(`Bearer ${API_KEY}`);
+    expect(request.body).toMatchObject({
+      model: 'fake-model',
+      stream: true,
+      stream_options: { include_usage: true },
+      messages: [
+        { role: 'system', content: 'Be brief.' },
+        { role: 'user', content: 'Say hello' },
+      ],
+    });
+  });
+
+  it('yields a delta while the model is still streaming', async () => {
+    server.reply({
+      kind: 'stream',
+      events: openAiStream({ text: ['first'], finish: false }),
+      hang: true,
+    });
+    const controller = new AbortController();
+    const context = contextOf([events.user('hi')], { signal: controller.signal });
+    const iterator = agent().step(context)[Symbol.asyncIterator]();
+    const first = await iterator.next();
+    expect(first.value).toEqual({ type: 'delta', delta: 'first' });
+    // The server has not ended the response: the delta came from the open stream.
+    let closed = false;
+    void server.requests[0]!.closed.then(() => (closed = true));
+    await new Promise((resolve) => setTimeout(resolve, 50));
+    expect(closed).toBe(false);
+    controller.abort();
+    await expect(iterator.next()).rejects.toBeDefined();
+  });
+
+  it('uses the provider-reported cost when the usage chunk has one', async () => {
+    server.reply({
+      kind: 'stream',
+      events: openAiStream({
+        text: ['ok'],
+        usage: { prompt_tokens: 10, completion_tokens: 2, cost: 0.5 },
+      }),
+    });
+    const { outputs } = await settle(agent().step(contextOf([events.user('hi')])));
+    expect(outputs).toContainEqual({
+      type: 'usage',
+      prompt_tokens: 10,
+      completion_tokens: 2,
+      cost_usd: 0.5,
+    });
+  });
+
+  it('leaves the cost out for a model without a price', async () => {
+    server.reply({
+      kind: 'stream',
+      events: openAiStream({ text: ['ok'], usage: { prompt_tokens: 10, completion_tokens: 2 } }),
+    });
+    const { outputs } = await settle(agent({ prices: {} }).step(contextOf([events.user('hi')])));
+    expect(outputs).toContainEqual({ type: 'usage', prompt_tokens: 10, completion_tokens: 2 });
+  });
+
+  it('turns tool calls whose arguments arrive split across chunks into tool_call outputs', async () => {
+    server.reply({
+      kind: 'stream',
+      events: openAiStream({
+        text: ['Let me look.'],
+        toolCalls: [
+          { id: 'call_time', name: 'current_time', argumentPieces: ['{', '}'] },
+          {
+            id: 'call_weather',
+            name: 'weather__forecast',
+            argumentPieces: ['{"ci', 'ty": "Par', 'is", "days"', ': 3}'],
+          },
+        ],
+        usage: { prompt_tokens: 50, completion_tokens: 20 },
+      }),
+    });
+    const tools = [
+      CURRENT_TIME_TOOL,
+      {
+        name: 'weather__forecast',
+        description: 'forecast',
+        parameters: {
+          type: 'object',
+          properties: { city: { type: 'string' }, days: { type: 'number' } },
+        },
+      },
+    ];
+    const { outputs, error } = await settle(
+      agent().step(contextOf([events.user('time and weather?')], { tools })),
+    );
+    expect(error).toBeUndefined();
+    expect(outputs.filter((o) => o.type !== 'delta' && o.type !== 'usage')).toEqual([
+      { type: 'tool_call', tool: 'current_time', arguments: {}, tool_call_id: 'call_time' },
+      {
+        type: 'tool_call',
+        tool: 'weather__forecast',
+        arguments: { city: 'Paris', days: 3 },
+        tool_call_id: 'call_weather',
+      },
+    ]);
+    expect(outputs.some((o) => o.type === 'message')).toBe(false);
+    const sent = server.requests[0]!.body['tools'] as { function: { name: string } }[];
+    expect(sent.map((t) => t.function.name)).toEqual(['current_time', 'weather__forecast']);
+  });
+
+  it('passes on a call of a tool it does not know, for the runtime to answer with an error', async () => {
+    server.reply({
+      kind: 'stream',
+      events: openAiStream({
+        toolCalls: [{ id: 'call_x', name: 'no such tool!', argumentPieces: ['not json'] }],
+      }),
+    });
+    const { outputs, error } = await settle(agent().step(askTime()));
+    expect(error).toBeUndefined();
+    expect(outputs).toEqual([
+      { type: 'tool_call', tool: 'no_such_tool_', arguments: {}, tool_call_id: 'call_x' },
+    ]);
+  });
+
+  it('offers only the tools agent_config.tools names', async () => {
+    server.reply({ kind: 'stream', events: openAiStream({ text: ['ok'] }) });
+    const tools = [CURRENT_TIME_TOOL, { ...CURRENT_TIME_TOOL, name: 'set_state' }];
+    await settle(agent({}, ['set_state']).step(contextOf([events.user('hi')], { tools })));
+    const sent = server.requests[0]!.body['tools'] as { function: { name: string } }[];
+    expect(sent.map((t) => t.function.name)).toEqual(['set_state']);
+  });
+
+  it('sends the stored history as model messages: tool calls with their results', async () => {
+    server.reply({ kind: 'stream', events: openAiStream({ text: ['It is noon.'] }) });
+    const history = [
+      events.user('What time is it?'),
+      events.stateChanged('running'),
+      events.toolCall('current_time', {}, 'call_1'),
+      events.toolResult('current_time', '2026-01-01T12:00:00Z', 'call_1'),
+    ];
+    const { outputs } = await settle(
+      agent().step(contextOf(history, { tools: [CURRENT_TIME_TOOL] })),
+    );
+    expect(outputs.at(-1)).toEqual({ type: 'message', content: 'It is noon.' });
+    expect(server.requests[0]!.body['messages']).toEqual([
+      { role: 'user', content: 'What time is it?' },
+      {
+        role: 'assistant',
+        content: null,
+        tool_calls: [
+          { id: 'call_1', type: 'function', function: { name: 'current_time', arguments: '{}' } },
+        ],
+      },
+      { role: 'tool', tool_call_id: 'call_1', content: '2026-01-01T12:00:00Z' },
+    ]);
+  });
+
+  it('retries a 429 after its retry-after and a 500, announcing each retry, then answers', async () => {
+    server.reply(
+      {
+        kind: 'json',
+        status: 429,
+        body: { error: { message: 'Rate limit reached for org-secret' } },
+        headers: { 'retry-after': '1' },
+      },
+      { kind: 'json', status: 500, body: { error: { message: 'upstream exploded' } } },
+      { kind: 'stream', events: openAiStream({ text: ['finally'] }) },
+    );
+    const context = contextOf([events.user('hi')]);
+    const { outputs, error } = await settle(agent().step(context));
+    expect(error).toBeUndefined();
+    expect(outputs.at(-1)).toEqual({ type: 'message', content: 'finally' });
+    expect(server.requests).toHaveLength(3);
+    expect(server.requests[1]!.at - server.requests[0]!.at).toBeGreaterThanOrEqual(950);
+    expect(context.statuses).toEqual([
+      { type: 'info', id: LLM_RETRY_STATUS, message: 'retrying the model request' },
+      { type: 'info', id: LLM_RETRY_STATUS, message: 'retrying the model request' },
+    ]);
+  });
+
+  it('ends in llm_error with a safe message when the 500s outlast LLM_MAX_RETRIES', async () => {
+    server.always({
+      kind: 'json',
+      status: 500,
+      body: { error: { message: 'PROVIDER-INTERNAL-TEXT stack at db.query' } },
+    });
+    const context = contextOf([events.user('hi')]);
+    const { outputs, error } = await settle(agent({ maxRetries: 2 }).step(context));
+    expect(outputs).toEqual([]);
+    expect(error).toBeInstanceOf(AgentTurnError);
+    const turnError = error as AgentTurnError;
+    expect(turnError.reason).toBe('llm_error');
+    expect(turnError.safeMessage).toBe('the model server failed to answer (after 2 retries)');
+    expect(turnError.safeMessage).not.toContain('PROVIDER');
+    expect(server.requests).toHaveLength(3);
+    expect(context.statuses).toHaveLength(2);
+  });
+
+  it('does not retry a request the server rejects (400)', async () => {
+    server.reply({ kind: 'json', status: 400, body: { error: { message: 'bad' } } });
+    const { error } = await settle(agent().step(contextOf([events.user('hi')])));
+    expect(error).toMatchObject({
+      reason: 'llm_error',
+      safeMessage: 'the model server rejected the request',
+    });
+    expect(server.requests).toHaveLength(1);
+  });
+
+  it('never yields a stream cut after some text as a final message, and does not glue a retry to it', async () => {
+    server.reply({
+      kind: 'stream',
+      events: openAiStream({ text: ['The answer is'], finish: false }),
+      cut: true,
+    });
+    server.always({ kind: 'stream', events: openAiStream({ text: ['never sent'] }) });
+    const { outputs, error } = await settle(agent().step(contextOf([events.user('hi')])));
+    expect(outputs).toEqual([{ type: 'delta', delta: 'The answer is' }]);
+    expect(error).toMatchObject({
+      reason: 'llm_error',
+      safeMessage: "the model's answer was cut short after part of the answer was sent",
+    });
+    expect(server.requests).toHaveLength(1);
+  });
+
+  it('treats a stream that ends without a finish reason as cut short', async () => {
+    server.reply({ kind: 'stream', events: openAiStream({ text: ['half'], finish: false }) });
+    const { outputs, error } = await settle(agent().step(contextOf([events.user('hi')])));
+    expect(outputs.some((o) => o.type === 'message')).toBe(false);
+    expect(error).toMatchObject({ reason: 'llm_error' });
+  });
+
+  it('retries a stream cut before any text (a tool call half sent), then answers', async () => {
+    server.reply(
+      {
+        kind: 'stream',
+        events: openAiStream({
+          toolCalls: [{ id: 'call_1', name: 'current_time', argumentPieces: ['{"a'] }],
+          finish: false,
+        }),
+        cut: true,
+      },
+      { kind: 'stream', events: openAiStream({ text: ['whole'] }) },
+    );
+    const context = askTime();
+    const { outputs, error } = await settle(agent().step(context));
+    expect(error).toBeUndefined();
+    expect(outputs).toEqual([
+      { type: 'delta', delta: 'whole' },
+      { type: 'message', content: 'whole' },
+    ]);
+    expect(context.statuses.map((s) => s.id)).toEqual([LLM_RETRY_STATUS]);
+  });
+
+  it('gives up on a silent server after LLM_TIMEOUT_MS per try', async () => {
+    server.always({ kind: 'stream', events: [], hang: true });
+    const started = Date.now();
+    const { error } = await settle(
+      agent({ timeoutMs: 300, maxRetries: 1 }).step(contextOf([events.user('hi')])),
+    );
+    expect(error).toMatchObject({
+      reason: 'llm_error',
+      safeMessage: 'the model request timed out (after 1 retry)',
+    });
+    expect(server.requests).toHaveLength(2);
+    expect(Date.now() - started).toBeGreaterThanOrEqual(600);
+    expect(Date.now() - started).toBeLessThan(5000);
+  });
+
+  it('closes the connection to the model server within 1 s of the abort', async () => {
+    server.reply({
+      kind: 'stream',
+      events: openAiStream({ text: ['thinking'], finish: false }),
+      hang: true,
+    });
+    const controller = new AbortController();
+    const context = contextOf([events.user('hi')], { signal: controller.signal });
+    const iterator = agent().step(context)[Symbol.asyncIterator]();
+    await iterator.next();
+    const abortedAt = Date.now();
+    controller.abort(new Error('stopped by the user'));
+    const closedAt = await server.requests[0]!.closed;
+    expect(closedAt - abortedAt).toBeLessThan(1000);
+    await expect(iterator.next()).rejects.toThrow('stopped by the user');
+    expect(context.statuses).toEqual([]);
+  });
+
+  it('closes the connection when the runtime stops reading the step', async () => {
+    server.reply({
+      kind: 'stream',
+      events: openAiStream({ text: ['a'], finish: false }),
+      hang: true,
+    });
+    const steps = agent().step(contextOf([events.user('hi')]));
+    const iterator = steps[Symbol.asyncIterator]();
+    await iterator.next();
+    const stoppedAt = Date.now();
+    await iterator.return?.(undefined);
+    expect((await server.requests[0]!.closed) - stoppedAt).toBeLessThan(1000);
+  });
+
+  it('ends in llm_error when the model refuses', async () => {
+    const refusal = openAiStream({ text: [] });
+    refusal.splice(1, 0, {
+      data: {
+        id: 'x',
+        object: 'chat.completion.chunk',
+        created: 1,
+        model: 'fake-model',
+        choices: [
+          { index: 0, delta: { refusal: 'I cannot help with that.' }, finish_reason: null },
+        ],
+      },
+    });
+    server.reply({ kind: 'stream', events: refusal });
+    const { error } = await settle(agent().step(contextOf([events.user('hi')])));
+    expect(error).toMatchObject({
+      reason: 'llm_error',
+      safeMessage: 'the model declined to answer',
+    });
+  });
+
+  it('never lets the API key into what it yields or throws, even when the server echoes it', async () => {
+    server.reply(
+      {
+        kind: 'stream',
+        events: openAiStream({ text: ['fine'], usage: { prompt_tokens: 1, completion_tokens: 1 } }),
+      },
+      {
+        kind: 'json',
+        status: 401,
+        body: { error: { message: `Incorrect API key provided: ${API_KEY}` } },
+      },
+      {
+        kind: 'json',
+        status: 500,
+        body: { error: { message: `key ${API_KEY} exploded` } },
+      },
+    );
+    const runs = [
+      await settle(agent().step(contextOf([events.user('hi')]))),
+      await settle(agent().step(contextOf([events.user('hi')]))),
+      await settle(agent({ maxRetries: 0 }).step(contextOf([events.user('hi')]))),
+    ];
+    expect(runs[1]!.error).toMatchObject({
+      safeMessage: 'the model server refused the credentials',
+    });
+    for (const run of runs) {
+      const seen =
+        JSON.stringify(run.outputs) + inspect(run.error, { depth: 20 }) + String(run.error);
+      expect(seen).not.toContain(API_KEY);
+    }
+  });
+});
+
+describe(`${LlmAgent.name} on an Anthropic Messages server`, () => {
+  const anthropic = () => agent({ provider: 'anthropic', baseUrl: server.url });
+
+  it('streams text, assembles tool_use input from its JSON pieces and reports usage', async () => {
+    server.reply({
+      kind: 'stream',
+      events: anthropicStream({
+        text: ['Checking', ' the clock.'],
+        toolUses: [
+          { id: 'toolu_01', name: 'current_time', argumentPieces: ['{"zone"', ': "UTC"}'] },
+        ],
+        usage: { input_tokens: 300, output_tokens: 40 },
+      }),
+    });
+    const context = contextOf([events.user('time?')], {
+      tools: [CURRENT_TIME_TOOL],
+      instructions: 'You are a clock.',
+    });
+    const { outputs, error } = await settle(anthropic().step(context));
+    expect(error).toBeUndefined();
+    expect(outputs).toEqual([
+      { type: 'delta', delta: 'Checking' },
+      { type: 'delta', delta: ' the clock.' },
+      { type: 'usage', prompt_tokens: 300, completion_tokens: 40, cost_usd: 0.001 },
+      {
+        type: 'tool_call',
+        tool: 'current_time',
+        arguments: { zone: 'UTC' },
+        tool_call_id: 'toolu_01',
+      },
+    ]);
+    const request = server.requests[0]!;
+    expect(request.path).toBe('/v1/messages');
+    expect(request.headers['x-api-key']).toBe(API_KEY);
+    expect(request.body).toMatchObject({
+      model: 'fake-model',
+      stream: true,
+      system: [{ type: 'text', text: 'You are a clock.' }],
+      messages: [{ role: 'user', content: [{ type: 'text', text: 'time?' }] }],
+    });
+  });
+
+  it('answers with a message after a tool result, sent back as a tool_result block', async () => {
+    server.reply({ kind: 'stream', events: anthropicStream({ text: ['Noon.'] }) });
+    const history = [
+      events.user('time?'),
+      events.toolCall('current_time', {}, 'toolu_01'),
+      events.toolResult('current_time', '12:00', 'toolu_01'),
+    ];
+    const { outputs } = await settle(
+      anthropic().step(contextOf(history, { tools: [CURRENT_TIME_TOOL] })),
+    );
+    expect(outputs.at(-1)).toEqual({ type: 'message', content: 'Noon.' });
+    const messages = server.requests[0]!.body['messages'] as { role: string; content: unknown[] }[];
+    expect(messages.map((m) => m.role)).toEqual(['user', 'assistant', 'user']);
+    expect(messages[1]!.content).toEqual([
+      expect.objectContaining({
+        type: 'tool_use',
+        id: 'toolu_01',
+        name: 'current_time',
+        input: {},
+      }),
+    ]);
+    expect(messages[2]!.content).toEqual([
+      expect.objectContaining({ type: 'tool_result', tool_use_id: 'toolu_01', content: '12:00' }),
+    ]);
+  });
+
+  it('retries an overloaded error (529) and a stream that stops before message_stop', async () => {
+    server.reply(
+      {
+        kind: 'json',
+        status: 529,
+        body: { type: 'error', error: { type: 'overloaded_error', message: 'Overloaded' } },
+      },
+      { kind: 'stream', events: anthropicStream({ text: [], finish: false }) },
+      { kind: 'stream', events: anthropicStream({ text: ['ok'] }) },
+    );
+    const context = contextOf([events.user('hi')]);
+    const { outputs, error } = await settle(anthropic().step(context));
+    expect(error).toBeUndefined();
+    expect(outputs.at(-1)).toEqual({ type: 'message', content: 'ok' });
+    expect(context.statuses).toHaveLength(2);
+  });
+
+  it('does not complete a message whose stream stops before message_stop', async () => {
+    server.always({
+      kind: 'stream',
+      events: anthropicStream({ text: ['partial'], finish: false }),
+    });
+    const { outputs, error } = await settle(anthropic().step(contextOf([events.user('hi')])));
+    expect(outputs).toEqual([{ type: 'delta', delta: 'partial' }]);
+    expect(error).toMatchObject({ reason: 'llm_error' });
+  });
+});
+
+describe('LlmAgent.title', () => {
+  it('asks the model once, without streaming, and returns the title with its usage', async () => {
+    server.reply({
+      kind: 'json',
+      status: 200,
+      body: openAiCompletion('"Planning a trip to Lisbon."', {
+        prompt_tokens: 100,
+        completion_tokens: 6,
+      }),
+    });
+    const context = contextOf([
+      events.user('I want to visit Lisbon in May, what should I see?'),
+      events.agent('Belém, Alfama and the LX Factory.'),
+    ]);
+    const result = await agent().title(context);
+    expect(result).toEqual({
+      title: 'Planning a trip to Lisbon',
+      usage: { prompt_tokens: 100, completion_tokens: 6, cost_usd: 0.00026 },
+    });
+    const body = server.requests[0]!.body;
+    expect(body['stream']).toBeFalsy();
+    expect(JSON.stringify(body['messages'])).toContain('visit Lisbon');
+  });
+
+  it('throws when the model fails, so that the fallback title applies', async () => {
+    server.always({ kind: 'json', status: 500, body: { error: { message: `boom ${API_KEY}` } } });
+    const error = await agent()
+      .title(contextOf([events.user('hello there'), events.agent('hi')]))
+      .catch((e: unknown) => e);
+    expect(error).toBeInstanceOf(Error);
+    expect(inspect(error, { depth: 20 })).not.toContain(API_KEY);
+  });
+
+  it('cleans what the model answers into one short line', () => {
+    expect(cleanTitle('Title: "Trip to Lisbon".\nMore text')).toBe('Trip to Lisbon');
+    expect(cleanTitle('  **Budget   review**  ')).toBe('Budget review');
+    expect(cleanTitle('word '.repeat(40)).length).toBeLessThanOrEqual(80);
+  });
+});

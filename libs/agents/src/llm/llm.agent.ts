@@ -1,0 +1,377 @@
+/**
+ * The `llm` agent: each step is one streamed model request through the AI
+ * SDK (`streamText`, its own retries off). Text deltas are yielded as they
+ * arrive; the step ends with the final message, or with one `tool_call` per
+ * tool call of the model (arguments assembled by the SDK however the stream
+ * split them), and a `usage` output (cost from `LLM_PRICES` unless the
+ * provider reported one).
+ *
+ * Retries (`LLM_MAX_RETRIES`): on 429, 5xx, connection errors, timeouts and
+ * streams cut short, with exponential backoff or the server's `retry-after`,
+ * each announced with `STATUS$LLM_RETRY`. A request is retried only while
+ * nothing of it reached the runtime: tool calls are held until the stream
+ * ends well, but text is streamed at once, and the runtime takes a step's
+ * text as the concatenation of its deltas, so a fresh answer after a retry
+ * would be glued to the partial one. A stream cut after some text therefore
+ * ends the turn in `llm_error` (the runtime stores the partial text as
+ * interrupted) instead of being retried.
+ */
+import {
+  InvalidResponseDataError,
+  generateText,
+  jsonSchema,
+  streamText,
+  tool,
+  type LanguageModel,
+  type Tool,
+} from 'ai';
+import { AgentTurnError, type Agent, type AgentContext } from '@cs/core';
+import type { AppConfig } from '@cs/config';
+import {
+  ToolNameSchema,
+  isAction,
+  type AgentOutput,
+  type StoredEvent,
+  type ToolDescription,
+} from '@cs/protocol';
+import { classifyLlmFailure, scrubbedError } from './llm-failure.js';
+import { costOf, languageModel } from './llm-model.js';
+import { PromptTooLargeError, buildLlmPrompt } from './llm-prompt.js';
+
+export const LLM_AGENT = 'llm';
+export const LLM_RETRY_STATUS = 'STATUS$LLM_RETRY';
+
+/** What one conversation's `llm` agent runs with. */
+export interface LlmAgentSettings {
+  llm: AppConfig['llm'];
+  /** The model of this conversation (`agent_config.model`, else `LLM_MODEL`). */
+  model: string;
+  temperature: number | undefined;
+  /** The tools it may call (`agent_config.tools`); undefined: all of `context.tools`. */
+  toolNames: readonly string[] | undefined;
+}
+
+export interface LlmAgentOptions {
+  /** First backoff delay; doubled per retry, with jitter, up to `maxBackoffMs`. */
+  backoffMs?: number;
+  maxBackoffMs?: number;
+}
+
+interface Usage {
+  prompt_tokens: number;
+  completion_tokens: number;
+  reported_cost: number | undefined;
+}
+
+export class LlmAgent implements Agent {
+  private readonly model: LanguageModel;
+  private readonly backoffMs: number;
+  private readonly maxBackoffMs: number;
+
+  constructor(
+    private readonly settings: LlmAgentSettings,
+    options: LlmAgentOptions = {},
+  ) {
+    this.model = languageModel(settings.llm, settings.model);
+    this.backoffMs = options.backoffMs ?? 500;
+    this.maxBackoffMs = options.maxBackoffMs ?? 8000;
+  }
+
+  async *step(context: AgentContext): AsyncIterable<AgentOutput> {
+    const tools = this.toolsFor(context.tools);
+    let prompt;
+    try {
+      prompt = await buildLlmPrompt(context, tools, this.settings.llm.contextTokens);
+    } catch (error) {
+      if (error instanceof PromptTooLargeError) {
+        throw new AgentTurnError('llm_error', 'the instructions and tools do not fit the context', {
+          cause: error,
+        });
+      }
+      throw error;
+    }
+    const { maxRetries } = this.settings.llm;
+
+    for (let attempt = 0; ; attempt += 1) {
+      // Stops the request when the consumer stops reading (the runtime's return()).
+      const own = new AbortController();
+      const timeout = AbortSignal.timeout(this.settings.llm.timeoutMs);
+      const signal = AbortSignal.any([context.signal, timeout, own.signal]);
+      let streamed = false;
+      let text = '';
+      let finishReason: string | undefined;
+      let rawFinishReason: string | undefined;
+      let usage: Usage | undefined;
+      const calls: AgentOutput[] = [];
+      try {
+        const result = streamText({
+          model: this.model,
+          system: prompt.system,
+          messages: prompt.messages,
+          tools: toolSet(tools),
+          temperature: this.settings.temperature,
+          maxRetries: 0,
+          abortSignal: signal,
+          // Errors arrive as stream parts (handled below); the SDK must not print them.
+          onError: () => undefined,
+        });
+        for await (const part of result.fullStream) {
+          switch (part.type) {
+            case 'text-delta':
+              if (part.text.length === 0) break;
+              text += part.text;
+              streamed = true;
+              yield { type: 'delta', delta: part.text };
+              break;
+            case 'tool-call':
+              calls.push(toolCallOutput(part.toolName, part.input, part.toolCallId));
+              break;
+            case 'finish':
+              finishReason = part.finishReason;
+              rawFinishReason = part.rawFinishReason;
+              usage = usageOf(part.totalUsage);
+              break;
+            case 'error':
+              throw part.error;
+            case 'abort':
+              throw signal.reason ?? new Error('aborted');
+            default:
+              break;
+          }
+        }
+        // A stream that ends without the provider's stop reason was cut short.
+        if (
+          finishReason === undefined ||
+          finishReason === 'error' ||
+          (finishReason === 'other' && rawFinishReason === undefined)
+        ) {
+          throw new InvalidResponseDataError({
+            data: undefined,
+            message: 'the stream ended early',
+          });
+        }
+      } catch (error) {
+        if (context.signal.aborted) throw abortReason(context.signal);
+        const failure = classifyLlmFailure(error, {
+          timedOut: timeout.aborted,
+          secrets: [this.settings.llm.apiKey],
+        });
+        const spent = attempt >= maxRetries;
+        if (!failure.retryable || spent || streamed) {
+          const why =
+            streamed && failure.retryable && !spent
+              ? `${failure.safeMessage} after part of the answer was sent`
+              : failure.retryable && spent && maxRetries > 0
+                ? `${failure.safeMessage} (after ${maxRetries} ${maxRetries === 1 ? 'retry' : 'retries'})`
+                : failure.safeMessage;
+          throw new AgentTurnError('llm_error', why, { cause: failure.detail });
+        }
+        context.notify?.({
+          type: 'info',
+          id: LLM_RETRY_STATUS,
+          message: 'retrying the model request',
+        });
+        await sleep(failure.retryAfterMs ?? this.backoff(attempt), context.signal);
+        continue;
+      } finally {
+        own.abort();
+      }
+
+      if (usage) yield this.usageOutput(usage);
+      if (finishReason === 'content-filter') {
+        throw new AgentTurnError('llm_error', 'the model declined to answer');
+      }
+      if (calls.length > 0) {
+        if (finishReason === 'length') {
+          throw new AgentTurnError(
+            'llm_error',
+            "the model's tool call was cut at its length limit",
+          );
+        }
+        yield* calls;
+        return;
+      }
+      if (text.length > 0) yield { type: 'message', content: text };
+      return;
+    }
+  }
+
+  async title(context: AgentContext): Promise<{
+    title: string;
+    usage?: { prompt_tokens: number; completion_tokens: number; cost_usd?: number };
+  }> {
+    const { first, answer } = await openingExchange(context);
+    if (!first) throw new Error('no user message to title');
+    const signal = AbortSignal.any([
+      context.signal,
+      AbortSignal.timeout(Math.min(this.settings.llm.timeoutMs, 30_000)),
+    ]);
+    let result;
+    try {
+      result = await generateText({
+        model: this.model,
+        system:
+          'You name conversations. Answer with a title of at most six words for the conversation ' +
+          'below, in its language, with no quotes and no final period.',
+        prompt: `User: ${first.slice(0, 2000)}${answer ? `\n\nAssistant: ${answer.slice(0, 2000)}` : ''}`,
+        maxOutputTokens: 64,
+        // One request: when it fails, the runtime's fallback title is good enough.
+        maxRetries: 0,
+        abortSignal: signal,
+      });
+    } catch (error) {
+      throw new Error('the model could not title the conversation', {
+        // A scrubbed copy: the SDK's error may quote a provider that echoes the key.
+        // eslint-disable-next-line preserve-caught-error
+        cause: scrubbedError(error, [this.settings.llm.apiKey]),
+      });
+    }
+    const title = cleanTitle(result.text);
+    if (!title) throw new Error('the model gave an empty title');
+    const usage = usageOf(result.usage);
+    return usage ? { title, usage: this.usageOutputFields(usage) } : { title };
+  }
+
+  private toolsFor(tools: readonly ToolDescription[]): ToolDescription[] {
+    const allowed = this.settings.toolNames;
+    return allowed ? tools.filter((t) => allowed.includes(t.name)) : [...tools];
+  }
+
+  private backoff(attempt: number): number {
+    const base = Math.min(this.maxBackoffMs, this.backoffMs * 2 ** attempt);
+    return Math.round(base * (0.8 + Math.random() * 0.4));
+  }
+
+  private usageOutput(usage: Usage): AgentOutput {
+    return { type: 'usage', ...this.usageOutputFields(usage) };
+  }
+
+  private usageOutputFields(usage: Usage) {
+    const cost =
+      usage.reported_cost ??
+      costOf(
+        this.settings.llm.prices,
+        this.settings.model,
+        usage.prompt_tokens,
+        usage.completion_tokens,
+      );
+    return {
+      prompt_tokens: usage.prompt_tokens,
+      completion_tokens: usage.completion_tokens,
+      ...(cost === undefined ? {} : { cost_usd: cost }),
+    };
+  }
+}
+
+function toolSet(tools: readonly ToolDescription[]): Record<string, Tool> | undefined {
+  if (tools.length === 0) return undefined;
+  // No `execute`: the model's calls come back to us and the runtime runs them.
+  return Object.fromEntries(
+    tools.map((t) => [
+      t.name,
+      tool({ description: t.description, inputSchema: jsonSchema(t.parameters as never) }),
+    ]),
+  );
+}
+
+/**
+ * A model's tool call as an output. A name that is not a tool name, or input
+ * that is not a JSON object, still becomes a call: the runtime answers it with
+ * an `is_error` result the model sees, instead of the turn failing.
+ */
+function toolCallOutput(name: string, input: unknown, id: string): AgentOutput {
+  const tool = ToolNameSchema.safeParse(name).success
+    ? name
+    : name.replace(/[^A-Za-z0-9_.-]/g, '_').slice(0, 128) || 'unknown_tool';
+  const args =
+    typeof input === 'object' && input !== null && !Array.isArray(input)
+      ? (input as Record<string, unknown>)
+      : {};
+  return {
+    type: 'tool_call',
+    tool,
+    arguments: args,
+    ...(id.length > 0 && id.length <= 256 ? { tool_call_id: id } : {}),
+  };
+}
+
+function usageOf(usage: {
+  inputTokens: number | undefined;
+  outputTokens: number | undefined;
+  raw?: unknown;
+}): Usage | undefined {
+  if (usage.inputTokens === undefined && usage.outputTokens === undefined) return undefined;
+  const raw = usage.raw as { cost?: unknown } | undefined;
+  const cost = raw?.cost;
+  return {
+    prompt_tokens: usage.inputTokens ?? 0,
+    completion_tokens: usage.outputTokens ?? 0,
+    reported_cost:
+      typeof cost === 'number' && Number.isFinite(cost) && cost >= 0 ? cost : undefined,
+  };
+}
+
+/** The first user message and the first agent answer, read from the start. */
+async function openingExchange(
+  context: AgentContext,
+): Promise<{ first: string | undefined; answer: string | undefined }> {
+  let first: string | undefined;
+  let answer: string | undefined;
+  const end = Math.min(context.history.last_event_id, 199);
+  for await (const event of context.history.range(0, end)) {
+    const text = messageText(event);
+    if (text === undefined) continue;
+    if (event.source === 'user' && first === undefined) first = text;
+    if (event.source === 'agent' && first !== undefined) {
+      answer = text;
+      break;
+    }
+  }
+  return { first, answer };
+}
+
+function messageText(event: StoredEvent): string | undefined {
+  if (!isAction(event) || event.action !== 'message') return undefined;
+  const content = event.args['content'];
+  return typeof content === 'string' ? content : undefined;
+}
+
+/** One line, no wrapping quotes, no final period, at most 80 characters. */
+export function cleanTitle(text: string): string {
+  const line = text
+    .trim()
+    .split('\n')[0]!
+    .replace(/^(title|titre)\s*:\s*/i, '')
+    .replace(/^["'“‘«*`]+|["'”’»*`.]+$/g, '')
+    .replace(/\.$/, '')
+    .replace(/\s+/g, ' ')
+    .trim();
+  if (line.length <= 80) return line;
+  const cut = line.slice(0, 80);
+  const space = cut.lastIndexOf(' ');
+  return space > 20 ? cut.slice(0, space) : cut;
+}
+
+function abortReason(signal: AbortSignal): Error {
+  return signal.reason instanceof Error
+    ? signal.reason
+    : new Error('aborted', { cause: signal.reason });
+}
+
+function sleep(ms: number, signal: AbortSignal): Promise<void> {
+  return new Promise((resolve, reject) => {
+    if (signal.aborted) {
+      reject(abortReason(signal));
+      return;
+    }
+    const timer = setTimeout(() => {
+      signal.removeEventListener('abort', onAbort);
+      resolve();
+    }, ms);
+    const onAbort = () => {
+      clearTimeout(timer);
+      reject(abortReason(signal));
+    };
+    signal.addEventListener('abort', onAbort, { once: true });
+  });
+}
