@@ -2,6 +2,51 @@ import js from '@eslint/js';
 import globals from 'globals';
 import tseslint from 'typescript-eslint';
 
+// The directions of imports of docs/design.md ("Libraries"): protocol and
+// core are plain TypeScript (no framework, driver or network library), core
+// knows only protocol, and store and cluster never reach into each other.
+const FRAMEWORKS = [
+  '@nestjs/*',
+  'express',
+  'pg',
+  '@electric-sql/*',
+  'ioredis',
+  'bullmq',
+  'socket.io',
+  'socket.io-*',
+  '@socket.io/*',
+  'prom-client',
+  'pino',
+  'pino-*',
+  'nestjs-pino',
+  '@opentelemetry/*',
+];
+/** A relative import into another lib's sources (`../../cluster/src/…`). */
+const intoLib = (...libs) => `^(\\.\\./)+(libs/)?(${libs.join('|')})/`;
+const restrict = (message, { packages = [], libs = [], relative = [] }) => ({
+  'no-restricted-imports': [
+    'error',
+    {
+      patterns: [
+        ...(packages.length > 0 ? [{ group: packages, message }] : []),
+        ...(libs.length > 0 ? [{ group: libs, message }] : []),
+        ...(relative.length > 0 ? [{ regex: intoLib(...relative), message }] : []),
+      ],
+    },
+  ],
+});
+const OTHER_LIBS = [
+  'store',
+  'cluster',
+  'gateway',
+  'agents',
+  'config',
+  'observability',
+  'process',
+  'client',
+  'core',
+];
+
 export default tseslint.config(
   {
     ignores: [
@@ -46,6 +91,41 @@ export default tseslint.config(
     // The web app and the client SDK run in browsers (the SDK in Node 20+ too).
     files: ['web/**/*.{ts,tsx}', 'libs/client/src/**/*.ts'],
     languageOptions: { globals: { ...globals.browser } },
+  },
+  {
+    files: ['libs/protocol/src/**/*.ts'],
+    rules: restrict('libs/protocol holds wire schemas: it imports zod and nothing of the domain', {
+      packages: FRAMEWORKS,
+      libs: ['@cs/*'],
+      relative: OTHER_LIBS,
+    }),
+  },
+  {
+    files: ['libs/core/src/**/*.ts'],
+    rules: restrict(
+      'libs/core is the plain domain: it imports libs/protocol only, no store, cluster, gateway or framework',
+      {
+        packages: FRAMEWORKS,
+        libs: ['@cs/*', '!@cs/protocol'],
+        relative: OTHER_LIBS.filter((lib) => lib !== 'core'),
+      },
+    ),
+  },
+  {
+    files: ['libs/store/src/**/*.ts'],
+    rules: restrict('libs/store and libs/cluster never import each other', {
+      packages: ['ioredis', 'bullmq'],
+      libs: ['@cs/cluster'],
+      relative: ['cluster'],
+    }),
+  },
+  {
+    files: ['libs/cluster/src/**/*.ts'],
+    rules: restrict('libs/store and libs/cluster never import each other', {
+      packages: ['pg', '@electric-sql/*'],
+      libs: ['@cs/store'],
+      relative: ['store'],
+    }),
   },
   {
     files: ['**/*.spec.ts', 'test/**/*.ts'],
