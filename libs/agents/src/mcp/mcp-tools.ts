@@ -1,0 +1,253 @@
+/**
+ * Tools of the MCP servers in `MCP_SERVERS` (PROTOCOL.md "Tools"), through
+ * `@modelcontextprotocol/sdk`'s client over the Streamable HTTP transport.
+ * `loadMcpTools` connects to every server and lists its tools, once per
+ * call: the caller decides its scope (the runtime calls it when a session
+ * starts, and `close()` when it ends, so each conversation has its own MCP
+ * sessions). Each tool is named `<server>__<tool>`, idempotent only when its
+ * server lists it in `idempotent_tools`; `run` calls it with
+ * `TOOL_TIMEOUT_MS` and the call's signal and returns its text.
+ *
+ * Failures never crash anything: a server that is down when the tools are
+ * listed contributes none (it is named in `unavailable`); a call to a server
+ * that is down, a tool that answers an error, and a call that times out
+ * throw an Error with a message safe to store (the runtime turns it into an
+ * `is_error` result). A connection that failed is made again at the next
+ * call. URLs and headers come from configuration only, redirects to another
+ * origin are not followed, and neither ever appears in a message.
+ */
+import { Client } from '@modelcontextprotocol/sdk/client/index.js';
+import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
+import {
+  ErrorCode,
+  McpError,
+  type CallToolResult,
+  type Tool,
+} from '@modelcontextprotocol/sdk/types.js';
+import type { ToolDefinition } from '@cs/core';
+import type { McpServerConfig } from '@cs/config';
+import { ToolNameSchema } from '@cs/protocol';
+
+export const MCP_TOOL_SEPARATOR = '__';
+/** The most text one tool result returns; the rest is cut with a note. */
+const MAX_RESULT_CHARS = 1_000_000;
+
+export interface McpToolsOptions {
+  /** `TOOL_TIMEOUT_MS`: one call, and connecting to and listing one server. */
+  timeoutMs: number;
+  /** Told about servers that are down and tools that cannot be offered (no URL, no header). */
+  onWarning?: (message: string) => void;
+}
+
+export interface McpTools {
+  tools: Record<string, ToolDefinition>;
+  /** Servers whose tools could not be listed. */
+  unavailable: string[];
+  /** Ends every MCP session. */
+  close(): Promise<void>;
+}
+
+export async function loadMcpTools(
+  servers: Record<string, McpServerConfig>,
+  options: McpToolsOptions,
+): Promise<McpTools> {
+  const connections = Object.entries(servers).map(
+    ([name, server]) => new McpServerConnection(name, server, options.timeoutMs),
+  );
+  const listed = await Promise.all(
+    connections.map(async (connection) => {
+      try {
+        return await connection.listTools();
+      } catch (error) {
+        options.onWarning?.(`${connection.describeFailure(error)}: its tools are not offered`);
+        return undefined;
+      }
+    }),
+  );
+  const tools: Record<string, ToolDefinition> = {};
+  const unavailable: string[] = [];
+  connections.forEach((connection, index) => {
+    const serverTools = listed[index];
+    if (!serverTools) {
+      unavailable.push(connection.name);
+      return;
+    }
+    for (const tool of serverTools) {
+      const name = `${connection.name}${MCP_TOOL_SEPARATOR}${tool.name}`;
+      if (!ToolNameSchema.safeParse(name).success) {
+        options.onWarning?.(
+          `MCP tool ${JSON.stringify(name.slice(0, 200))} has a name models do not accept: not offered`,
+        );
+        continue;
+      }
+      tools[name] = connection.definition(name, tool);
+    }
+  });
+  return {
+    tools,
+    unavailable,
+    close: () => Promise.all(connections.map((c) => c.close())).then(() => undefined),
+  };
+}
+
+/** One server: its client, made again after a failure. */
+class McpServerConnection {
+  private client: Promise<Client> | undefined;
+
+  constructor(
+    readonly name: string,
+    private readonly server: McpServerConfig,
+    private readonly timeoutMs: number,
+  ) {}
+
+  async listTools(): Promise<Tool[]> {
+    const client = await this.connected();
+    const tools: Tool[] = [];
+    let cursor: string | undefined;
+    do {
+      const page = await client.listTools(cursor ? { cursor } : undefined, {
+        timeout: this.timeoutMs,
+      });
+      tools.push(...page.tools);
+      cursor = page.nextCursor;
+    } while (cursor && tools.length < 10_000);
+    return tools;
+  }
+
+  definition(name: string, tool: Tool): ToolDefinition {
+    return {
+      description: tool.description ?? tool.title ?? '',
+      parameters: tool.inputSchema,
+      idempotent: this.server.idempotent_tools?.includes(tool.name) ?? false,
+      run: (args, context) =>
+        this.call(name, tool.name, args, context.signal, context.idempotency_key),
+    };
+  }
+
+  describeFailure(error: unknown): string {
+    if (error instanceof McpError && error.code === (ErrorCode.RequestTimeout as number)) {
+      return `MCP server ${this.name} did not answer within ${this.timeoutMs} ms`;
+    }
+    return `MCP server ${this.name} is unavailable`;
+  }
+
+  async close(): Promise<void> {
+    const client = this.client;
+    this.client = undefined;
+    if (!client) return;
+    try {
+      const ready = await client;
+      const transport = ready.transport as StreamableHTTPClientTransport | undefined;
+      // DELETE ends the server's session; a server that is gone does not hold us up.
+      await Promise.race([
+        transport?.terminateSession().catch(() => undefined),
+        new Promise((resolve) => setTimeout(resolve, 1000).unref()),
+      ]);
+      await ready.close();
+    } catch {
+      // Never connected, or already gone: nothing to end.
+    }
+  }
+
+  private async call(
+    name: string,
+    tool: string,
+    args: Record<string, unknown>,
+    signal: AbortSignal,
+    idempotencyKey: string,
+  ): Promise<string> {
+    let result: CallToolResult;
+    try {
+      const client = await this.connected();
+      result = (await client.callTool(
+        { name: tool, arguments: args, _meta: { idempotency_key: idempotencyKey } },
+        undefined,
+        { signal, timeout: this.timeoutMs },
+      )) as CallToolResult;
+    } catch (error) {
+      if (signal.aborted)
+        throw signal.reason instanceof Error ? signal.reason : new Error('aborted');
+      if (error instanceof McpError) {
+        if (error.code === (ErrorCode.RequestTimeout as number)) {
+          throw new Error(`MCP tool ${name} timed out after ${this.timeoutMs} ms`, {
+            cause: error,
+          });
+        }
+        // The server's own error (unknown tool, invalid arguments): the model may act on it.
+        // A connection error also arrives as an McpError with code ConnectionClosed.
+        if (error.code !== (ErrorCode.ConnectionClosed as number)) {
+          throw new Error(`MCP tool ${name} failed: ${error.message.slice(0, 1000)}`, {
+            cause: error,
+          });
+        }
+      }
+      await this.reset();
+      throw new Error(`MCP server ${this.name} is unavailable`, { cause: error });
+    }
+    const text = resultText(result);
+    if (result.isError) throw new Error(text || `MCP tool ${name} failed`);
+    return text;
+  }
+
+  private connected(): Promise<Client> {
+    if (!this.client) {
+      const connecting = this.connect();
+      this.client = connecting;
+      // A failed connection is made again at the next call.
+      connecting.catch(() => {
+        if (this.client === connecting) this.client = undefined;
+      });
+    }
+    return this.client;
+  }
+
+  private async connect(): Promise<Client> {
+    try {
+      return await this.connectOnce();
+    } catch (error) {
+      // Opening a session is safe to repeat: once more, in case a pooled
+      // connection had closed under us (a server that restarted).
+      if (error instanceof McpError) throw error;
+      return await this.connectOnce();
+    }
+  }
+
+  private async connectOnce(): Promise<Client> {
+    const client = new Client({ name: 'conversation-service', version: '1.0.0' });
+    const transport = new StreamableHTTPClientTransport(new URL(this.server.url), {
+      requestInit: { headers: this.server.headers ?? {} },
+      redirectPolicy: 'same-origin',
+    });
+    try {
+      await client.connect(transport, { timeout: this.timeoutMs });
+    } catch (error) {
+      await client.close().catch(() => undefined);
+      throw error;
+    }
+    return client;
+  }
+
+  private async reset(): Promise<void> {
+    const client = this.client;
+    this.client = undefined;
+    await client?.then((c) => c.close()).catch(() => undefined);
+  }
+}
+
+/** A call's result as text: its text parts, resources' text, a note for other media. */
+export function resultText(result: CallToolResult): string {
+  const parts: string[] = [];
+  for (const item of result.content ?? []) {
+    if (item.type === 'text') parts.push(item.text);
+    else if (item.type === 'resource' && 'text' in item.resource) parts.push(item.resource.text);
+    else if (item.type === 'resource_link') parts.push(`[resource ${item.uri}]`);
+    else parts.push(`[${item.type}${'mimeType' in item ? ` ${String(item.mimeType)}` : ''}]`);
+  }
+  if (parts.length === 0 && result.structuredContent !== undefined) {
+    parts.push(JSON.stringify(result.structuredContent));
+  }
+  const text = parts.join('\n');
+  return text.length > MAX_RESULT_CHARS
+    ? `${text.slice(0, MAX_RESULT_CHARS)} […cut at ${MAX_RESULT_CHARS} characters]`
+    : text;
+}
