@@ -23,6 +23,8 @@ export interface ClusterOptions {
   redisUrl?: string;
   /** Extra environment for every process (limits, lease TTL, …). */
   env?: Record<string, string>;
+  /** Node options of every process (`--import` of the tracing hook). */
+  nodeArgs?: string[];
 }
 
 export interface TestCluster {
@@ -72,13 +74,20 @@ export async function startCluster(options: ClusterOptions = {}): Promise<TestCl
   const startWorker = async () => {
     workerCount += 1;
     const name = `${prefix}-w${workerCount}`;
-    const worker = await startApp('worker', { ...env, WORKER_ID: name }, { name });
+    const worker = await startApp(
+      'worker',
+      { ...env, WORKER_ID: name },
+      { name, nodeArgs: options.nodeArgs },
+    );
     all.push(worker);
     workers.push(worker);
     return worker;
   };
   const startGateway = async (index: number) => {
-    const gateway = await startApp('gateway', env, { name: `gateway-${index + 1}` });
+    const gateway = await startApp('gateway', env, {
+      name: `gateway-${index + 1}`,
+      nodeArgs: options.nodeArgs,
+    });
     all.push(gateway);
     gateways.push(gateway);
     return gateway;

@@ -37,15 +37,26 @@ export async function freePort(): Promise<number> {
 export async function startApp(
   app: AppName,
   env: Record<string, string>,
-  options: { name?: string; healthPath?: string; portVar?: string; timeoutMs?: number } = {},
+  options: {
+    name?: string;
+    healthPath?: string;
+    portVar?: string;
+    timeoutMs?: number;
+    /** Node options before the entry point (`--import` of the tracing hook, as the start scripts). */
+    nodeArgs?: string[];
+  } = {},
 ): Promise<AppProcess> {
   const portVar = options.portVar ?? (app === 'worker' ? 'WORKER_HTTP_PORT' : 'PORT');
   const port = env[portVar] ? Number(env[portVar]) : await freePort();
-  const child = spawn(process.execPath, [`dist/apps/${app}/src/main.js`], {
-    cwd: ROOT,
-    env: { ...process.env, LOG_LEVEL: 'warn', ...env, [portVar]: String(port) },
-    stdio: ['ignore', 'pipe', 'pipe'],
-  });
+  const child = spawn(
+    process.execPath,
+    [...(options.nodeArgs ?? []), `dist/apps/${app}/src/main.js`],
+    {
+      cwd: ROOT,
+      env: { ...process.env, LOG_LEVEL: 'warn', ...env, [portVar]: String(port) },
+      stdio: ['ignore', 'pipe', 'pipe'],
+    },
+  );
   let output = '';
   child.stdout?.on('data', (chunk: Buffer) => (output += chunk.toString()));
   child.stderr?.on('data', (chunk: Buffer) => (output += chunk.toString()));

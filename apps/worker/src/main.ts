@@ -15,7 +15,13 @@ import {
   openPublisher,
   openRedis,
 } from '@cs/cluster';
-import { ServiceMetrics, databaseCheck, logCallback, redisCheck } from '@cs/observability';
+import {
+  ServiceMetrics,
+  continueTrace,
+  databaseCheck,
+  logCallback,
+  redisCheck,
+} from '@cs/observability';
 import { runService, type RunningService, type ServiceContext } from '@cs/process';
 import { openStore } from '@cs/store';
 import { startHealthServer } from './health.server.js';
@@ -55,6 +61,7 @@ async function main({ config, logger: root }: ServiceContext): Promise<RunningSe
     broadcaster: new RedisRoomBroadcaster(publisher, keys),
     inbox: new ConversationInbox(publisher, subscriber, keys, {
       onWakeReceived: (seconds) => clusterMetrics.wakeupPickedUp(seconds),
+      continueTrace,
     }),
     limiter: new UserConcurrencyLimiter(redis, keys, {
       limit: config.limits.maxConcurrentConversations,

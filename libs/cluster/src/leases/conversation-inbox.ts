@@ -10,6 +10,16 @@ export interface ConversationInboxOptions {
   traceparent?: () => string | undefined;
   /** A wake-up reached this holder, that many seconds after it was sent (`cs_wakeup_pickup_seconds`). */
   onWakeReceived?: (seconds: number) => void;
+  /**
+   * Delivers a wake-up inside a span of its sender's trace (`continueTrace`
+   * of libs/observability), so that the trace of a message reaches the holder.
+   */
+  continueTrace?: (
+    traceparent: string,
+    name: string,
+    deliver: () => void,
+    attributes: Record<string, string>,
+  ) => void;
 }
 
 /**
@@ -18,7 +28,10 @@ export interface ConversationInboxOptions {
  * PUBLISH's receiver count tells a gateway whether anyone holds it at all.
  */
 export class ConversationInbox {
-  private readonly handlers = new Map<string, (message: InboxMessage) => void>();
+  private readonly handlers = new Map<
+    string,
+    { conversationId: string; handler: (message: InboxMessage) => void }
+  >();
 
   /**
    * @param publisher a regular connection
@@ -31,14 +44,21 @@ export class ConversationInbox {
     private readonly options: ConversationInboxOptions = {},
   ) {
     subscriber?.on('message', (channel: string, raw: string) => {
-      const handler = this.handlers.get(channel);
-      if (!handler) return;
+      const listener = this.handlers.get(channel);
+      if (!listener) return;
       try {
         const parsed = InboxMessageSchema.safeParse(JSON.parse(raw));
         if (!parsed.success) return;
-        const sentAt = parsed.data.type === 'wake' ? parsed.data.sent_at : undefined;
-        if (sentAt !== undefined) this.options.onWakeReceived?.((Date.now() - sentAt) / 1000);
-        handler(parsed.data);
+        const message = parsed.data;
+        const deliver = () => listener.handler(message);
+        if (message.type !== 'wake') return deliver();
+        if (message.sent_at !== undefined)
+          this.options.onWakeReceived?.((Date.now() - message.sent_at) / 1000);
+        if (message.trace && this.options.continueTrace) {
+          this.options.continueTrace(message.trace, 'conversation wake-up', deliver, {
+            'cs.conversation_id': listener.conversationId,
+          });
+        } else deliver();
       } catch {
         // not ours: ignore
       }
@@ -69,7 +89,7 @@ export class ConversationInbox {
   async listen(conversationId: string, handler: (message: InboxMessage) => void): Promise<void> {
     if (!this.subscriber) throw new Error('this inbox has no subscriber connection');
     const channel = this.keys.conversationChannel(conversationId);
-    this.handlers.set(channel, handler);
+    this.handlers.set(channel, { conversationId, handler });
     await this.subscriber.subscribe(channel);
   }
 

@@ -45,6 +45,27 @@ export function withRemoteParent<T>(
   return run(name, SpanKind.CONSUMER, attributes, parent, fn);
 }
 
+/**
+ * The synchronous kind of `withRemoteParent`, for a hand-over that only
+ * delivers (an inbox wake-up): `fn` runs in a span of the sender's trace,
+ * which ends when `fn` returns.
+ */
+export function continueTrace(
+  traceparent: string,
+  name: string,
+  fn: () => void,
+  attributes: Attributes = {},
+): void {
+  const parent = propagation.extract(ROOT_CONTEXT, { traceparent });
+  tracer().startActiveSpan(name, { kind: SpanKind.CONSUMER, attributes }, parent, (span: Span) => {
+    try {
+      fn();
+    } finally {
+      span.end();
+    }
+  });
+}
+
 /** Runs `fn` in a child span of the active one (an agent step, a tool call, a model request). */
 export function withSpan<T>(
   name: string,
@@ -79,5 +100,5 @@ function run<T>(
  * tracing as a dependency (libs/core and libs/cluster import no tracing
  * library): `{ currentTraceparent, withRemoteParent, withSpan }`.
  */
-export const traceContext = { currentTraceparent, withRemoteParent, withSpan };
+export const traceContext = { currentTraceparent, withRemoteParent, withSpan, continueTrace };
 export type TraceContext = typeof traceContext;
