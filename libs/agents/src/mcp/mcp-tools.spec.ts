@@ -1,4 +1,5 @@
 import { createServer } from 'node:net';
+import { inspect } from 'node:util';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { FakeMcpServer } from '../testing/fake-mcp-server.js';
 import { loadMcpTools, resultText, type McpTools } from './mcp-tools.js';
@@ -127,6 +128,7 @@ describe('loadMcpTools', () => {
       files: { url: server.url, headers: { authorization: `Bearer ${TOKEN}` } },
     });
     const port = server.port;
+    const url = server.url;
     await server.close();
     const error = (await Promise.resolve(tools['files__echo']!.run({ text: 'x' }, run())).then(
       () => undefined,
@@ -134,7 +136,8 @@ describe('loadMcpTools', () => {
     )) as Error;
     expect(error).toBeInstanceOf(Error);
     expect(error.message).toBe('MCP server files is unavailable');
-    expect(error.message).not.toContain(TOKEN);
+    expect(inspect(error, { depth: 20 })).not.toContain(TOKEN);
+    expect(inspect(error, { depth: 20 })).not.toContain(url);
 
     server = await FakeMcpServer.start({ token: TOKEN, port });
     expect(await tools['files__echo']!.run({ text: 'back' }, run())).toBe('back');

@@ -170,19 +170,24 @@ class McpServerConnection {
       if (error instanceof McpError) {
         if (error.code === (ErrorCode.RequestTimeout as number)) {
           throw new Error(`MCP tool ${name} timed out after ${this.timeoutMs} ms`, {
-            cause: error,
+            // eslint-disable-next-line preserve-caught-error -- a redacted copy, see redacted()
+            cause: this.redacted(error),
           });
         }
         // The server's own error (unknown tool, invalid arguments): the model may act on it.
         // A connection error also arrives as an McpError with code ConnectionClosed.
         if (error.code !== (ErrorCode.ConnectionClosed as number)) {
           throw new Error(`MCP tool ${name} failed: ${error.message.slice(0, 1000)}`, {
-            cause: error,
+            // eslint-disable-next-line preserve-caught-error -- a redacted copy, see redacted()
+            cause: this.redacted(error),
           });
         }
       }
       await this.reset();
-      throw new Error(`MCP server ${this.name} is unavailable`, { cause: error });
+      throw new Error(`MCP server ${this.name} is unavailable`, {
+        // eslint-disable-next-line preserve-caught-error -- a redacted copy, see redacted()
+        cause: this.redacted(error),
+      });
     }
     const text = resultText(result);
     if (result.isError) throw new Error(text || `MCP tool ${name} failed`);
@@ -225,6 +230,23 @@ class McpServerConnection {
       throw error;
     }
     return client;
+  }
+
+  /**
+   * The SDK's error for the logs, without the server's URL (it may carry a
+   * token) or header values: the message of each error in its cause chain.
+   */
+  private redacted(error: unknown): Error {
+    const secrets = [this.server.url, ...Object.values(this.server.headers ?? {})].filter(
+      (secret) => secret.length >= 4,
+    );
+    const messages: string[] = [];
+    for (let e: unknown = error; e instanceof Error && messages.length < 5; e = e.cause) {
+      messages.push(`${e.name}: ${e.message}`);
+    }
+    let text = messages.join(' ← ') || String(error);
+    for (const secret of secrets) text = text.split(secret).join('***');
+    return new Error(text.slice(0, 2000));
   }
 
   private async reset(): Promise<void> {
