@@ -53,10 +53,13 @@ export function runService(
       return;
     }
     stopping = true;
-    if (!running) {
+    if (running) drainRunning(running, signal, logger);
+    else {
       logger.info(`${signal} while starting: exiting`);
       exit(0);
     }
+  };
+  const drainRunning = (service: RunningService, signal: string, logger: ServiceLogger) => {
     logger.info(`${signal}: draining`);
     const started = Date.now();
     const deadline = setTimeout(() => {
@@ -64,7 +67,7 @@ export function runService(
       exit(1);
     }, options.drainTimeoutMs);
     deadline.unref();
-    running.drain().then(
+    service.drain().then(
       async () => {
         logger.info(`drained in ${Date.now() - started} ms`);
         await stopTracing().catch(() => undefined);
