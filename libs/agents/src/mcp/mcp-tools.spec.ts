@@ -155,14 +155,35 @@ describe('loadMcpTools', () => {
     expect(Date.now() - started).toBeLessThan(1000);
   });
 
-  it('ends its MCP sessions on close', async () => {
-    const tools = await load({
+  it('lists in a session of its own, calls in one session per conversation, and ends them', async () => {
+    const mcp = await load({
       files: { url: server.url, headers: { authorization: `Bearer ${TOKEN}` } },
     });
-    expect(server.sessionsOpened).toBe(1);
-    await tools.close();
+    expect([server.sessionsOpened, server.sessionsClosed]).toEqual([1, 1]);
+    const inA = { ...run(), conversation_id: 'conv-a' };
+    const inB = { ...run(), conversation_id: 'conv-b' };
+    await mcp.tools['files__echo']!.run({ text: '1' }, inA);
+    await mcp.tools['files__echo']!.run({ text: '2' }, inA);
+    await mcp.tools['files__echo']!.run({ text: '3' }, inB);
+    expect([server.sessionsOpened, server.sessionsClosed]).toEqual([3, 1]);
+    await mcp.endConversation('conv-a');
+    expect(server.sessionsClosed).toBe(2);
+    await mcp.tools['files__echo']!.run({ text: '4' }, inA);
+    expect(server.sessionsOpened).toBe(4);
+    await mcp.close();
     loaded = undefined;
-    expect(server.sessionsClosed).toBe(1);
+    expect(server.sessionsClosed).toBe(4);
+  });
+
+  it("ends a conversation's session after it has been idle", async () => {
+    loaded = await loadMcpTools(
+      { files: { url: server.url, headers: { authorization: `Bearer ${TOKEN}` } } },
+      { timeoutMs: 2000, sessionIdleMs: 100 },
+    );
+    await loaded.tools['files__echo']!.run({ text: 'x' }, run());
+    expect(server.sessionsOpened - server.sessionsClosed).toBe(1);
+    await new Promise((resolve) => setTimeout(resolve, 400));
+    expect(server.sessionsOpened - server.sessionsClosed).toBe(0);
   });
 });
 

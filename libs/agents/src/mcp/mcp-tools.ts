@@ -1,12 +1,17 @@
 /**
  * Tools of the MCP servers in `MCP_SERVERS` (PROTOCOL.md "Tools"), through
  * `@modelcontextprotocol/sdk`'s client over the Streamable HTTP transport.
- * `loadMcpTools` connects to every server and lists its tools, once per
- * call: the caller decides its scope (the runtime calls it when a session
- * starts, and `close()` when it ends, so each conversation has its own MCP
- * sessions). Each tool is named `<server>__<tool>`, idempotent only when its
- * server lists it in `idempotent_tools`; `run` calls it with
- * `TOOL_TIMEOUT_MS` and the call's signal and returns its text.
+ * `loadMcpTools` lists every server's tools once (at process start: the
+ * runtime's tool registry is the process's), each named `<server>__<tool>`,
+ * idempotent only when its server lists it in `idempotent_tools`.
+ *
+ * Calls run in an MCP session of their conversation: one per conversation
+ * and server, opened at its first call and ended by `endConversation` (when
+ * the runtime lets the conversation go), after `MCP_SESSION_IDLE_MS` without
+ * a call, or by `close()`. MCP servers keep state per session (a browser, a
+ * working directory): conversations, and so tenants, never share one.
+ * `run` calls the tool with `TOOL_TIMEOUT_MS` and the call's signal and
+ * returns its text.
  *
  * Failures never crash anything: a server that is down when the tools are
  * listed contributes none (it is named in `unavailable`); a call to a server
@@ -29,6 +34,8 @@ import type { McpServerConfig } from '@cs/config';
 import { ToolNameSchema } from '@cs/protocol';
 
 export const MCP_TOOL_SEPARATOR = '__';
+/** A conversation's MCP session ends after this long without a call. */
+export const MCP_SESSION_IDLE_MS = 10 * 60_000;
 /** The most text one tool result returns; the rest is cut with a note. */
 const MAX_RESULT_CHARS = 1_000_000;
 
@@ -37,12 +44,16 @@ export interface McpToolsOptions {
   timeoutMs: number;
   /** Told about servers that are down and tools that cannot be offered (no URL, no header). */
   onWarning?: (message: string) => void;
+  /** Default `MCP_SESSION_IDLE_MS`. */
+  sessionIdleMs?: number;
 }
 
 export interface McpTools {
   tools: Record<string, ToolDefinition>;
   /** Servers whose tools could not be listed. */
   unavailable: string[];
+  /** Ends the conversation's MCP sessions (the next call opens new ones). */
+  endConversation(conversationId: string): Promise<void>;
   /** Ends every MCP session. */
   close(): Promise<void>;
 }
@@ -51,46 +62,127 @@ export async function loadMcpTools(
   servers: Record<string, McpServerConfig>,
   options: McpToolsOptions,
 ): Promise<McpTools> {
-  const connections = Object.entries(servers).map(
-    ([name, server]) => new McpServerConnection(name, server, options.timeoutMs),
+  const sources = Object.entries(servers).map(
+    ([name, server]) =>
+      new McpServerTools(
+        name,
+        server,
+        options.timeoutMs,
+        options.sessionIdleMs ?? MCP_SESSION_IDLE_MS,
+      ),
   );
   const listed = await Promise.all(
-    connections.map(async (connection) => {
+    sources.map(async (source) => {
       try {
-        return await connection.listTools();
+        return await source.listTools();
       } catch (error) {
-        options.onWarning?.(`${connection.describeFailure(error)}: its tools are not offered`);
+        options.onWarning?.(`${source.describeFailure(error)}: its tools are not offered`);
         return undefined;
       }
     }),
   );
   const tools: Record<string, ToolDefinition> = {};
   const unavailable: string[] = [];
-  connections.forEach((connection, index) => {
+  sources.forEach((source, index) => {
     const serverTools = listed[index];
     if (!serverTools) {
-      unavailable.push(connection.name);
+      unavailable.push(source.name);
       return;
     }
     for (const tool of serverTools) {
-      const name = `${connection.name}${MCP_TOOL_SEPARATOR}${tool.name}`;
+      const name = `${source.name}${MCP_TOOL_SEPARATOR}${tool.name}`;
       if (!ToolNameSchema.safeParse(name).success) {
         options.onWarning?.(
           `MCP tool ${JSON.stringify(name.slice(0, 200))} has a name models do not accept: not offered`,
         );
         continue;
       }
-      tools[name] = connection.definition(name, tool);
+      tools[name] = source.definition(name, tool);
     }
   });
   return {
     tools,
     unavailable,
-    close: () => Promise.all(connections.map((c) => c.close())).then(() => undefined),
+    endConversation: async (id) => {
+      await Promise.all(sources.map((source) => source.endConversation(id)));
+    },
+    close: async () => {
+      await Promise.all(sources.map((source) => source.close()));
+    },
   };
 }
 
-/** One server: its client, made again after a failure. */
+/** One server's tools, and the MCP session of each conversation that calls them. */
+class McpServerTools {
+  private readonly sessions = new Map<
+    string,
+    { connection: McpServerConnection; idle: NodeJS.Timeout }
+  >();
+
+  constructor(
+    readonly name: string,
+    private readonly server: McpServerConfig,
+    private readonly timeoutMs: number,
+    private readonly idleMs: number,
+  ) {}
+
+  /** Lists the tools in a session of its own, ended right after. */
+  async listTools(): Promise<Tool[]> {
+    const listing = new McpServerConnection(this.name, this.server, this.timeoutMs);
+    try {
+      return await listing.listTools();
+    } finally {
+      await listing.close();
+    }
+  }
+
+  describeFailure(error: unknown): string {
+    if (error instanceof McpError && error.code === (ErrorCode.RequestTimeout as number)) {
+      return `MCP server ${this.name} did not answer within ${this.timeoutMs} ms`;
+    }
+    return `MCP server ${this.name} is unavailable`;
+  }
+
+  definition(name: string, tool: Tool): ToolDefinition {
+    return {
+      description: tool.description ?? tool.title ?? '',
+      parameters: tool.inputSchema,
+      idempotent: this.server.idempotent_tools?.includes(tool.name) ?? false,
+      run: (args, context) =>
+        this.sessionOf(context.conversation_id).call(
+          name,
+          tool.name,
+          args,
+          context.signal,
+          context.idempotency_key,
+        ),
+    };
+  }
+
+  async endConversation(conversationId: string): Promise<void> {
+    const session = this.sessions.get(conversationId);
+    if (!session) return;
+    this.sessions.delete(conversationId);
+    clearTimeout(session.idle);
+    await session.connection.close();
+  }
+
+  async close(): Promise<void> {
+    await Promise.all([...this.sessions.keys()].map((id) => this.endConversation(id)));
+  }
+
+  private sessionOf(conversationId: string): McpServerConnection {
+    const existing = this.sessions.get(conversationId);
+    if (existing) clearTimeout(existing.idle);
+    const connection =
+      existing?.connection ?? new McpServerConnection(this.name, this.server, this.timeoutMs);
+    const idle = setTimeout(() => void this.endConversation(conversationId), this.idleMs).unref();
+    this.sessions.set(conversationId, { connection, idle });
+    return connection;
+  }
+}
+
+/** One MCP session with one server: its client, made again after a failure. */
 class McpServerConnection {
   private client: Promise<Client> | undefined;
 
@@ -114,23 +206,6 @@ class McpServerConnection {
     return tools;
   }
 
-  definition(name: string, tool: Tool): ToolDefinition {
-    return {
-      description: tool.description ?? tool.title ?? '',
-      parameters: tool.inputSchema,
-      idempotent: this.server.idempotent_tools?.includes(tool.name) ?? false,
-      run: (args, context) =>
-        this.call(name, tool.name, args, context.signal, context.idempotency_key),
-    };
-  }
-
-  describeFailure(error: unknown): string {
-    if (error instanceof McpError && error.code === (ErrorCode.RequestTimeout as number)) {
-      return `MCP server ${this.name} did not answer within ${this.timeoutMs} ms`;
-    }
-    return `MCP server ${this.name} is unavailable`;
-  }
-
   async close(): Promise<void> {
     const client = this.client;
     this.client = undefined;
@@ -149,7 +224,7 @@ class McpServerConnection {
     }
   }
 
-  private async call(
+  async call(
     name: string,
     tool: string,
     args: Record<string, unknown>,
