@@ -140,6 +140,8 @@ export class ServiceMetrics {
       labelNames: ['kind'],
       registers: [this.registry],
     });
+    // Both kinds from the start, so that rates of a process that made no request read 0.
+    for (const kind of ['prompt', 'completion']) this.llmTokens.inc({ kind }, 0);
     this.toolCalls = new Counter({
       name: 'cs_tool_calls_total',
       help: 'Tool calls ended, by tool and outcome (ok, error, rejected, in_doubt, timeout)',
