@@ -3,9 +3,11 @@ import { beforeEach, describe, expect, it } from 'vitest';
 import type { StoredEvent } from '@cs/protocol';
 import { CURRENT_TIME_TOOL, contextOf, events, resetEventIds } from '../testing/agent-context.js';
 import { PromptTooLargeError, buildLlmPrompt, leftOutNote } from './llm-prompt.js';
-import { MESSAGE_OVERHEAD_TOKENS, countTextTokens, truncateToTokens } from './token-counter.js';
+import { MESSAGE_OVERHEAD_TOKENS, tokenCounter } from './token-counter.js';
 
 beforeEach(() => resetEventIds());
+
+const { count: countTextTokens, truncate: truncateToTokens } = await tokenCounter();
 
 /** Counts a built prompt again, independently of the builder's own bookkeeping. */
 function recount(system: string | undefined, messages: ModelMessage[], tools = 0): number {

@@ -17,7 +17,7 @@
 import type { ModelMessage, ToolCallPart, ToolResultPart } from 'ai';
 import type { AgentContext } from '@cs/core';
 import { isAction, type StoredEvent, type ToolDescription } from '@cs/protocol';
-import { MESSAGE_OVERHEAD_TOKENS, countTextTokens, truncateToTokens } from './token-counter.js';
+import { MESSAGE_OVERHEAD_TOKENS, tokenCounter, type TokenCounter } from './token-counter.js';
 
 /** Events read by the first page (`history.recent`), then by each older page (`history.range`). */
 const FIRST_PAGE = 50;
@@ -58,6 +58,10 @@ export async function buildLlmPrompt(
   tools: readonly ToolDescription[],
   maxTokens: number,
 ): Promise<LlmPrompt> {
+  const counter = await tokenCounter();
+  const countTextTokens = (text: string) => counter.count(text);
+  const entryTokens = (entry: Entry) => tokensOf(entry, counter);
+  const fitEntry = (entry: Entry, maxTokens: number) => fit(entry, maxTokens, counter);
   const system = context.instructions?.trim() ? context.instructions : undefined;
   const fixed =
     (system ? countTextTokens(system) + MESSAGE_OVERHEAD_TOKENS : 0) +
@@ -170,7 +174,8 @@ function toEntry(event: StoredEvent): Entry | undefined {
   return undefined;
 }
 
-function entryTokens(entry: Entry): number {
+function tokensOf(entry: Entry, counter: TokenCounter): number {
+  const countTextTokens = (text: string) => counter.count(text);
   switch (entry.kind) {
     case 'call':
       return (
@@ -187,13 +192,13 @@ function entryTokens(entry: Entry): number {
 }
 
 /** Cuts the entry's text so that it costs at most `maxTokens`; returns what it costs then. */
-function fitEntry(entry: Entry, maxTokens: number): number {
-  const cost = entryTokens(entry);
+function fit(entry: Entry, maxTokens: number, counter: TokenCounter): number {
+  const cost = tokensOf(entry, counter);
   if (cost <= maxTokens || entry.kind === 'call') return cost;
   const marker = ' […cut to fit the context]';
-  const room = maxTokens - (cost - countTextTokens(entry.text)) - countTextTokens(marker);
-  entry.text = truncateToTokens(entry.text, Math.max(0, room)) + marker;
-  return entryTokens(entry);
+  const room = maxTokens - (cost - counter.count(entry.text)) - counter.count(marker);
+  entry.text = counter.truncate(entry.text, Math.max(0, room)) + marker;
+  return tokensOf(entry, counter);
 }
 
 function toMessages(head: Entry[], window: Entry[], leftOut: number): ModelMessage[] {

@@ -37,6 +37,7 @@ import {
 import { classifyLlmFailure, scrubbedError } from './llm-failure.js';
 import { costOf, languageModel } from './llm-model.js';
 import { PromptTooLargeError, buildLlmPrompt } from './llm-prompt.js';
+import { tokenCounter } from './token-counter.js';
 
 export const LLM_AGENT = 'llm';
 export const LLM_RETRY_STATUS = 'STATUS$LLM_RETRY';
@@ -73,6 +74,8 @@ export class LlmAgent implements Agent {
     options: LlmAgentOptions = {},
   ) {
     this.model = languageModel(settings.llm, settings.model);
+    // Where agents run, the tokenizer loads while the first request is made ready.
+    tokenCounter().catch(() => undefined);
     this.backoffMs = options.backoffMs ?? 500;
     this.maxBackoffMs = options.maxBackoffMs ?? 8000;
   }

@@ -70,15 +70,13 @@ export class FakeMcpServer {
     let transport = typeof sessionId === 'string' ? this.transports.get(sessionId) : undefined;
     if (!transport) {
       if (req.method !== 'POST' || !isInitializeRequest(body)) {
-        res
-          .writeHead(404, { 'content-type': 'application/json' })
-          .end(
-            JSON.stringify({
-              jsonrpc: '2.0',
-              error: { code: -32001, message: 'Session not found' },
-              id: null,
-            }),
-          );
+        res.writeHead(404, { 'content-type': 'application/json' }).end(
+          JSON.stringify({
+            jsonrpc: '2.0',
+            error: { code: -32001, message: 'Session not found' },
+            id: null,
+          }),
+        );
         return;
       }
       const created: StreamableHTTPServerTransport = new StreamableHTTPServerTransport({

@@ -43,6 +43,10 @@ export class FakeModelServer {
   private readonly replies: FakeReply[] = [];
   private readonly server: Server;
   private fallback: FakeReply | undefined;
+  private readonly rules: {
+    match: (body: Record<string, unknown>) => boolean;
+    reply: FakeReply;
+  }[] = [];
 
   private constructor() {
     this.server = createServer((req, res) => void this.handle(req, res));
@@ -70,6 +74,17 @@ export class FakeModelServer {
     return this;
   }
 
+  /** Answers every request whose body matches with `reply`, before the queue (e.g. title requests). */
+  when(match: (body: Record<string, unknown>) => boolean, reply: FakeReply): this {
+    this.rules.push({ match, reply });
+    return this;
+  }
+
+  /** Requests that streamed (steps), leaving out the others (titles). */
+  get streamed(): RecordedRequest[] {
+    return this.requests.filter((request) => request.body['stream'] === true);
+  }
+
   async close(): Promise<void> {
     this.server.closeAllConnections();
     await new Promise<void>((resolve) => this.server.close(() => resolve()));
@@ -89,7 +104,8 @@ export class FakeModelServer {
     res.on('close', () => markClosed(Date.now()));
     this.requests.push({ path: req.url ?? '', headers: req.headers, body, closed, at: Date.now() });
 
-    const reply = this.replies.shift() ??
+    const reply = this.rules.find((rule) => rule.match(body))?.reply ??
+      this.replies.shift() ??
       this.fallback ?? { kind: 'json', status: 500, body: { error: 'no reply scripted' } };
     if (reply.kind === 'json') {
       res.writeHead(reply.status, { 'content-type': 'application/json', ...reply.headers });
