@@ -4,7 +4,8 @@
  * a test can check that an agent does not read a long conversation whole).
  */
 import type { AgentContext, ConversationHistory } from '@cs/core';
-import type { StatusUpdate, StoredEvent, ToolDescription } from '@cs/protocol';
+import { AgentOutputSchema } from '@cs/protocol';
+import type { AgentOutput, StatusUpdate, StoredEvent, ToolDescription } from '@cs/protocol';
 
 export class ArrayHistory implements ConversationHistory {
   /** Events handed out by `recent` and `range`, in all. */
@@ -153,13 +154,19 @@ export async function collect<T>(outputs: AsyncIterable<T>): Promise<T[]> {
   return all;
 }
 
-/** Runs `outputs` to its end, returning what it yielded and what it threw. */
-export async function settle<T>(
-  outputs: AsyncIterable<T>,
-): Promise<{ outputs: T[]; error: unknown }> {
-  const all: T[] = [];
+/**
+ * Runs `outputs` to its end, returning what it yielded and what it threw.
+ * Each output must be one the runtime accepts (`AgentOutputSchema`).
+ */
+export async function settle(
+  outputs: AsyncIterable<AgentOutput>,
+): Promise<{ outputs: AgentOutput[]; error: unknown }> {
+  const all: AgentOutput[] = [];
   try {
-    for await (const output of outputs) all.push(output);
+    for await (const output of outputs) {
+      AgentOutputSchema.parse(output);
+      all.push(output);
+    }
   } catch (error) {
     return { outputs: all, error };
   }
