@@ -318,7 +318,7 @@ describe('hardening: the standalone app', () => {
     expect(ack).toMatchObject({ ok: true });
     const newId = (ack as { event_id: number }).event_id;
     await socket.waitForReply(newId);
-    const answers = socket.stored.filter((e) => e.source === 'agent' && e.id > 5);
+    const answers = socket.stored.filter((e) => e.source === 'agent' && e.id > newId);
     // Only the new question is answered: none of the three replayed ones again
     // (the echo agent answers in id order, so they would have come first).
     expect(answers.map((e) => e.cause)).toEqual([newId]);

@@ -22,7 +22,7 @@ import {
   leaseTiming,
   openRedis,
 } from '@cs/cluster';
-import type { ConversationBroadcaster, ConversationManager } from '@cs/core';
+import { roomKey, type ConversationBroadcaster, type ConversationManager } from '@cs/core';
 import type { StatusUpdate, StoredEvent } from '@cs/protocol';
 import { openStore, type OpenedStore } from '@cs/store';
 import {
@@ -111,11 +111,13 @@ async function clusterFixture(): Promise<ConversationManagerFixture> {
       events: new Map<string, StoredEvent[]>(),
       statuses: new Map<string, StatusUpdate[]>(),
     };
+    // Rooms are `<conversation id>.<incarnation>`: recorded by conversation id.
+    const idOf = (room: string) => room.split('.')[0]!;
     const recorder: ConversationBroadcaster = {
-      publishEvents: (id, events) =>
-        received.events.set(id, [...(received.events.get(id) ?? []), ...events]),
-      publishStatus: (id, status) =>
-        received.statuses.set(id, [...(received.statuses.get(id) ?? []), status]),
+      publishEvents: (room, events) =>
+        received.events.set(idOf(room), [...(received.events.get(idOf(room)) ?? []), ...events]),
+      publishStatus: (room, status) =>
+        received.statuses.set(idOf(room), [...(received.statuses.get(idOf(room)) ?? []), status]),
       publishStream: () => undefined,
     };
     const observer = new RedisRoomSubscriber(resources.redis(`${prefix}:rooms`), keys);
@@ -222,7 +224,7 @@ async function clusterFixture(): Promise<ConversationManagerFixture> {
 
       async createConversation(owner) {
         const ref = await createEchoConversation(gatewayStore, owner);
-        await observer.open(ref.conversationId, recorder);
+        await observer.open(roomKey(ref), recorder);
         return ref;
       },
 

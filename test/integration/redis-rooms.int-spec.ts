@@ -91,14 +91,14 @@ describe(RedisRoomSubscriber.name, () => {
     const events = [storedEvent(1), storedEvent(2)];
     broadcaster.publishEvents(a, events);
     broadcaster.publishStatus(a, READY);
-    broadcaster.publishStream(b, { stream: true, cause: 3, delta: 'tok' });
+    broadcaster.publishStream(b, { stream: true, cause: 3, delta: 'tok', offset: 0 });
     await vi.waitFor(() => {
       expect(atFirst.of(a)).toHaveLength(2);
       expect(atSecond.of(b)).toHaveLength(1);
     });
 
     expect(atFirst.of(a)).toEqual([events, READY]);
-    expect(atSecond.of(b)).toEqual([{ stream: true, cause: 3, delta: 'tok' }]);
+    expect(atSecond.of(b)).toEqual([{ stream: true, cause: 3, delta: 'tok', offset: 0 }]);
     // Neither gateway saw the other's conversation.
     expect(atFirst.of(b)).toEqual([]);
     expect(atSecond.of(a)).toEqual([]);

@@ -3,7 +3,7 @@
 import 'reflect-metadata';
 import { randomBytes } from 'node:crypto';
 import { hostname } from 'node:os';
-import { AgentRegistry } from '@cs/agents';
+import { createAgentRuntime } from '@cs/agents';
 import {
   ClusterKeys,
   ClusteredConversationManager,
@@ -95,7 +95,10 @@ async function main({ config, logger: root }: ServiceContext): Promise<RunningSe
     { provide: ServiceMetrics, useValue: metrics },
     { provide: CONVERSATION_STORE, useValue: store },
     { provide: CONVERSATION_MANAGER, useValue: manager },
-    { provide: AGENT_FACTORY, useValue: new AgentRegistry() },
+    {
+      provide: AGENT_FACTORY,
+      useValue: (await createAgentRuntime(config, { withTools: false })).agents,
+    },
     { provide: READINESS_CHECKS, useValue: readiness },
     { provide: ROOM_TRAFFIC_SOURCE, useValue: rooms },
     { provide: ROOM_BROADCASTER, useValue: broadcaster },

@@ -15,6 +15,7 @@ import { conversationLogFields } from '@cs/observability';
 import { runService, type RunningService, type ServiceContext } from '@cs/process';
 import { openStore } from '@cs/store';
 import { standaloneJwtSecret } from './jwt-secret.js';
+import { createAgentRuntime } from '@cs/agents';
 import { StandaloneModule } from './standalone.module.js';
 
 /** Within the 10 s the contract gives the standalone process to exit after SIGTERM. */
@@ -38,7 +39,11 @@ async function main(context: ServiceContext): Promise<RunningService> {
     };
   }
 
-  const { module, shutdown } = StandaloneModule.create(config, opened);
+  const { module, shutdown } = StandaloneModule.create(
+    config,
+    opened,
+    await createAgentRuntime(config),
+  );
   const app = await createHttpApp(module, config, logger);
   await app.listen(config.http.port, config.http.host);
 

@@ -1,6 +1,6 @@
 import { Logger, type DynamicModule } from '@nestjs/common';
 import type { AppConfig } from '@cs/config';
-import { AgentRegistry } from '@cs/agents';
+import type { AgentRuntime } from '@cs/agents';
 import { StandaloneConversationManager, type ConversationStore } from '@cs/core';
 import {
   AGENT_FACTORY,
@@ -30,10 +30,11 @@ export const StandaloneModule = {
   create(
     config: AppConfig,
     opened: OpenedStore,
+    runtime: AgentRuntime,
   ): { module: DynamicModule; shutdown: () => Promise<void> } {
     const metrics = new ServiceMetrics({ role: 'standalone' });
     const store = metrics.instrument(opened.store);
-    const agents = new AgentRegistry();
+    const { agents, tools } = runtime;
     let manager: StandaloneConversationManager | undefined;
     const logger = new Logger('ConversationManager');
     const readiness: ReadinessCheck[] = [databaseCheck(opened.database)];
@@ -60,6 +61,13 @@ export const StandaloneModule = {
               concurrencyPolicy: config.limits.concurrencyPolicy,
               idleTimeoutMs: config.limits.idleTimeoutMs,
               maxIterations: config.limits.maxIterations,
+              runtime: {
+                tools,
+                price: runtime.price,
+                maxBudgetUsd: config.limits.maxBudgetUsd,
+                multitaskStrategy: config.agent.multitaskStrategy,
+                metrics: metrics.runtime(),
+              },
               ownerId: `standalone@${hostname()}:${process.pid}`,
               cleanupIntervalMs: Math.min(IDLE_CLEANUP_INTERVAL_MS, config.limits.idleTimeoutMs),
               // In one process a wake-up cannot be lost: the poll is only a safety net.

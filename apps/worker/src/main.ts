@@ -1,7 +1,7 @@
 // A worker replica: hosts the conversations whose BullMQ jobs (leases) it
 // holds and runs their agents. No public HTTP: only an internal health port.
 import { hostname } from 'node:os';
-import { AgentRegistry } from '@cs/agents';
+import { createAgentRuntime } from '@cs/agents';
 import {
   ClusterKeys,
   ConnectionRegistry,
@@ -55,9 +55,11 @@ async function main({ config, logger: root }: ServiceContext): Promise<RunningSe
   const jobs = new ConversationJobs(redis, keys);
   metrics.setWaitingConversationsSource(() => waitingConversations(jobs));
   const timing = leaseTiming(config.cluster.leaseTtlMs);
+  const runtime = await createAgentRuntime(config);
   const host = new ConversationHost({
     store: metrics.instrument(opened.store),
-    agents: new AgentRegistry(),
+    agents: runtime.agents,
+    metrics: clusterMetrics,
     broadcaster: new RedisRoomBroadcaster(publisher, keys),
     inbox: new ConversationInbox(publisher, subscriber, keys, {
       onWakeReceived: (seconds) => clusterMetrics.wakeupPickedUp(seconds),
@@ -75,6 +77,13 @@ async function main({ config, logger: root }: ServiceContext): Promise<RunningSe
     options: {
       workerId,
       concurrency: config.cluster.workerConcurrency,
+      runtime: {
+        tools: runtime.tools,
+        price: runtime.price,
+        maxBudgetUsd: config.limits.maxBudgetUsd,
+        multitaskStrategy: config.agent.multitaskStrategy,
+        metrics: metrics.runtime(),
+      },
       timing,
       idleTimeoutMs: config.limits.idleTimeoutMs,
       maxIterations: config.limits.maxIterations,

@@ -19,8 +19,16 @@ export class UnknownAgentError extends BadRequestError {
 export class AgentRegistry implements AgentFactory {
   private readonly constructors = new Map<string, AgentConstructor>();
 
-  constructor() {
+  /** @param validate checks a conversation's `agent_config` for an agent (at creation) */
+  constructor(
+    private readonly validate: (name: string, config: Record<string, unknown>) => void = () =>
+      undefined,
+  ) {
     this.register(ECHO_AGENT, () => new EchoAgent());
+  }
+
+  validateConfig(name: string, config: Record<string, unknown>): void {
+    this.validate(name, config);
   }
 
   /** Adds (or replaces) an agent under `name`. */

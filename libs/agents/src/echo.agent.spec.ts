@@ -1,15 +1,26 @@
 import { describe, expect, it } from 'vitest';
-import type { AgentOutput, AgentTurn } from '@cs/core';
-import type { StoredEvent } from '@cs/protocol';
+import type { AgentContext } from '@cs/core';
+import type { AgentOutput, StoredEvent } from '@cs/protocol';
 import { EchoAgent } from './echo.agent.js';
 
-function turnFor(trigger: StoredEvent): AgentTurn {
+function turnFor(trigger: StoredEvent): AgentContext {
   return {
-    conversationId: 'c-1',
-    history: [trigger],
+    conversation_id: 'c-1',
+    tenant_id: 't',
+    user_id: 'u',
+    history: {
+      last_event_id: trigger.id,
+      recent: () => Promise.resolve([trigger]),
+
+      range: async function* () {
+        yield trigger;
+      },
+    },
     state: {},
     instructions: null,
+    tools: [],
     trigger,
+    step: 1,
     signal: new AbortController().signal,
   };
 }
@@ -34,19 +45,14 @@ async function collect(outputs: AsyncIterable<AgentOutput>): Promise<AgentOutput
 describe(EchoAgent.name, () => {
   it('answers a user message with one agent message: "echo: " and the text verbatim', async () => {
     const text = '  Hello, wörld! 👋\n<b>"quoted"</b>  ';
-    const outputs = await collect(new EchoAgent().run(turnFor(userMessage(text))));
-    expect(outputs).toEqual([
-      {
-        type: 'event',
-        body: { action: 'message', args: { content: `echo: ${text}` }, message: `echo: ${text}` },
-      },
-    ]);
+    const outputs = await collect(new EchoAgent().step(turnFor(userMessage(text))));
+    expect(outputs).toEqual([{ type: 'message', content: `echo: ${text}` }]);
   });
 
   it('is deterministic', async () => {
     const agent = new EchoAgent();
-    const first = await collect(agent.run(turnFor(userMessage('same'))));
-    const second = await collect(agent.run(turnFor(userMessage('same'))));
+    const first = await collect(agent.step(turnFor(userMessage('same'))));
+    const second = await collect(agent.step(turnFor(userMessage('same'))));
     expect(second).toEqual(first);
   });
 
@@ -59,6 +65,6 @@ describe(EchoAgent.name, () => {
       args: { agent_state: 'paused' },
       message: '',
     };
-    expect(await collect(new EchoAgent().run(turnFor(control)))).toEqual([]);
+    expect(await collect(new EchoAgent().step(turnFor(control)))).toEqual([]);
   });
 });

@@ -3,19 +3,18 @@
  * Deterministic and instant; the default agent, used by the demo and the
  * end-to-end tests of the exactly-once guarantee.
  */
-import { isAction } from '@cs/protocol';
-import type { Agent, AgentOutput, AgentTurn } from '@cs/core';
+import { isAction, type AgentOutput } from '@cs/protocol';
+import type { Agent, AgentContext } from '@cs/core';
 
 export const ECHO_AGENT = 'echo';
 export const ECHO_PREFIX = 'echo: ';
 
 export class EchoAgent implements Agent {
   // eslint-disable-next-line @typescript-eslint/require-await -- an agent is an async iterable by contract
-  async *run(turn: AgentTurn): AsyncIterable<AgentOutput> {
-    const { trigger } = turn;
+  async *step(context: AgentContext): AsyncIterable<AgentOutput> {
+    const { trigger } = context;
     if (!isAction(trigger) || trigger.action !== 'message') return;
     const text = trigger.args['content'];
-    const content = ECHO_PREFIX + (typeof text === 'string' ? text : '');
-    yield { type: 'event', body: { action: 'message', args: { content }, message: content } };
+    yield { type: 'message', content: ECHO_PREFIX + (typeof text === 'string' ? text : '') };
   }
 }

@@ -5,3 +5,5 @@ export * from './llm/llm.agent.js';
 export * from './http/http.agent.js';
 export * from './http/request-signature.js';
 export * from './mcp/mcp-tools.js';
+export * from './agent-modules.js';
+export * from './agent-runtime.js';

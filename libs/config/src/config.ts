@@ -107,6 +107,17 @@ const EnvSchema = z.object({
   RATE_LIMIT_PER_MINUTE: z.coerce.number().int().min(0).default(600),
   MIGRATE_ON_START: bool.default(true),
   MAX_ITERATIONS: positiveInt.max(10_000).default(100),
+  MAX_BUDGET_PER_TASK_USD: z.coerce.number().min(0).max(1e6).default(0),
+  MULTITASK_STRATEGY: z.enum(['enqueue', 'interrupt', 'reject']).default('enqueue'),
+  AGENT_MODULES: z
+    .string()
+    .transform((value) =>
+      value
+        .split(',')
+        .map((entry) => entry.trim())
+        .filter(Boolean),
+    )
+    .optional(),
   WORKER_ID: z.string().min(1).max(128).optional(),
   LOG_LEVEL: z
     .enum(['error', 'warn', 'info', 'log', 'debug'])
@@ -162,11 +173,18 @@ export interface AppConfig {
     idleTimeoutMs: number;
     rateLimitPerMinute: number;
     maxIterations: number;
+    /** The most one turn may cost; 0: no limit. */
+    maxBudgetUsd: number;
     /** Sockets and SSE streams one user may hold open on one process. */
     maxConnectionsPerUser: number;
   };
   cluster: { leaseTtlMs: number; workerConcurrency: number; workerId: string | undefined };
-  agent: { default: string };
+  agent: {
+    default: string;
+    multitaskStrategy: 'enqueue' | 'interrupt' | 'reject';
+    /** ES modules (paths or package names) that register agents and tools. */
+    modules: string[];
+  };
   log: { level: LogLevel; format: 'json' | 'pretty' };
   /** OTLP/HTTP endpoint of the trace collector; traces are off when unset. */
   otlpEndpoint: string | undefined;
@@ -276,6 +294,7 @@ export function loadConfig(
       idleTimeoutMs: e.IDLE_TIMEOUT_MS,
       rateLimitPerMinute: e.RATE_LIMIT_PER_MINUTE,
       maxIterations: e.MAX_ITERATIONS,
+      maxBudgetUsd: e.MAX_BUDGET_PER_TASK_USD,
       maxConnectionsPerUser: e.MAX_CONNECTIONS_PER_USER,
     },
     cluster: {
@@ -283,7 +302,11 @@ export function loadConfig(
       workerConcurrency: e.WORKER_CONCURRENCY,
       workerId: e.WORKER_ID,
     },
-    agent: { default: e.AGENT },
+    agent: {
+      default: e.AGENT,
+      multitaskStrategy: e.MULTITASK_STRATEGY,
+      modules: e.AGENT_MODULES ?? [],
+    },
     log: {
       level: e.LOG_LEVEL,
       format: e.LOG_FORMAT ?? (process.stdout.isTTY ? 'pretty' : 'json'),

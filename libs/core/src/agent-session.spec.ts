@@ -1,8 +1,8 @@
 import { randomUUID } from 'node:crypto';
 import { describe, expect, it, vi } from 'vitest';
 import { isAction } from '@cs/protocol';
-import type { AgentState, EventBody, StatusUpdate } from '@cs/protocol';
-import type { Agent } from './agent.js';
+import type { AgentState, EventBody, StatusUpdate, StoredEvent } from '@cs/protocol';
+import type { Agent, ConversationHistory } from './agent.js';
 import {
   AGENT_FAILED_MESSAGE,
   AgentSession,
@@ -39,6 +39,17 @@ function failOnce(
       throw new Error(message);
     }
   };
+}
+
+/** Every event a turn's history gives, oldest first. */
+async function events(history: ConversationHistory): Promise<StoredEvent[]> {
+  const seen: StoredEvent[] = [];
+  for await (const event of history.range(0, history.last_event_id)) seen.push(event);
+  return seen;
+}
+
+async function ids(history: ConversationHistory): Promise<number[]> {
+  return (await events(history)).map((e) => e.id);
 }
 
 const hasAgentEvent = (drafts: readonly EventDraft[]) => drafts.some((d) => d.source === 'agent');
@@ -93,7 +104,10 @@ async function fixture() {
   const userSays = (text: string, session?: AgentSession) =>
     appendUser({ action: 'message', args: { content: text }, message: text }, session);
 
-  const userRequests = (agentState: 'stopped' | 'paused' | 'running', session?: AgentSession) =>
+  const userRequests = (
+    agentState: 'stopped' | 'paused' | 'running' | 'user_confirmed' | 'user_rejected',
+    session?: AgentSession,
+  ) =>
     appendUser(
       { action: 'change_agent_state', args: { agent_state: agentState }, message: '' },
       session,
@@ -111,7 +125,9 @@ async function fixture() {
   /** The agent's stored messages as `[content, cause]`. */
   const answers = () =>
     events().flatMap((e): [string, number | null][] =>
-      e.source === 'agent' && isAction(e) ? [[messageText(e), e.cause ?? null]] : [],
+      e.source === 'agent' && isAction(e) && e.action === 'message'
+        ? [[messageText(e), e.cause ?? null]]
+        : [],
     );
 
   return {
@@ -203,8 +219,10 @@ describe(AgentSession.name, () => {
       await vi.waitFor(() => expect(f.answers().at(-1)?.[0]).toBe(`echo: ${text}`));
     }
     expect(reads).not.toHaveBeenCalled();
-    // The second turn saw the first one's answer, which the session kept from its own write.
-    expect(agent.turns[1]?.history.map((e) => e.id)).toEqual(
+    // The second turn sees the first one's answer, which the session kept from its own write.
+    const seen = await ids(agent.turns[1]!.history);
+    expect(reads).not.toHaveBeenCalled();
+    expect(seen).toEqual(
       f
         .events()
         .slice(0, 7)
@@ -249,15 +267,20 @@ describe(AgentSession.name, () => {
     const [turn1, turn2] = agent.turns;
     expect(turn1?.trigger.id).toBe(first);
     expect(turn1?.instructions).toBe('be brief');
-    expect(turn1?.history.map((e) => e.id)).toContain(first);
-    expect(turn1?.history.some((e) => e.id === second)).toBe(false);
+    const seen1 = await events(turn1!.history);
+    expect(seen1.map((e) => e.id)).toContain(first);
+    // The message queued behind the first is not in the first turn's history.
+    expect(seen1.some((e) => e.id === second)).toBe(false);
     // The second turn sees everything up to its message and the first answer
     // (stored after it), but nothing of its own turn.
-    const ids = turn2!.history.map((e) => e.id);
-    expect(ids).toEqual([...ids].sort((a, b) => a - b));
-    expect(ids.slice(0, second + 1)).toEqual([...Array(second + 1).keys()]);
-    expect(turn2?.history.some((e) => e.source === 'agent' && e.cause === first)).toBe(true);
-    expect(turn2?.history.some((e) => e.id > second && e.cause === second)).toBe(false);
+    const seen2 = await events(turn2!.history);
+    const seenIds = seen2.map((e) => e.id);
+    expect(seenIds).toEqual([...seenIds].sort((a, b) => a - b));
+    expect(seenIds.slice(0, second + 1)).toEqual([...Array(second + 1).keys()]);
+    expect(seen2.some((e) => e.source === 'agent' && e.cause === first)).toBe(true);
+    expect(seen2.some((e) => e.id > second && e.cause === second)).toBe(false);
+    // recent() gives the last of those, oldest first.
+    expect((await turn2!.history.recent(2)).map((e) => e.id)).toEqual(seenIds.slice(-2));
     await session.close();
   });
 
@@ -269,10 +292,10 @@ describe(AgentSession.name, () => {
     const agentWaits = new Promise<void>((resolve) => (waiting = resolve));
     let seen: number[] = [];
     const agent = new ScriptedAgent(async function* (turn) {
-      yield say('thinking');
+      yield { type: 'delta', delta: 'thinking' };
       waiting();
       await released;
-      seen = turn.history.map((e) => e.id);
+      seen = await ids(turn.history);
       yield say('done');
     });
     const session = await f.newSession(agent);
@@ -289,13 +312,10 @@ describe(AgentSession.name, () => {
     session.wake([note!.event]);
     expect(session.lastEventId).toBe(note!.event.id);
     release();
-    await vi.waitFor(() => expect(f.answers()).toHaveLength(2));
+    await vi.waitFor(() => expect(f.answers()).toHaveLength(1));
 
     expect(seen).toEqual([...Array(trigger + 1).keys()]);
-    expect(f.answers()).toEqual([
-      ['thinking', trigger],
-      ['done', trigger],
-    ]);
+    expect(f.answers()).toEqual([['done', trigger]]);
     await session.close();
   });
 
@@ -313,40 +333,47 @@ describe(AgentSession.name, () => {
     await vi.waitFor(() => expect(f.answers()).toHaveLength(1));
 
     expect(f.broadcaster.streamsOf(f.ref.conversationId)).toEqual([
-      { stream: true, cause: messageId, delta: 'he' },
-      { stream: true, cause: messageId, delta: 'llo' },
+      { stream: true, cause: messageId, delta: 'he', offset: 0 },
+      { stream: true, cause: messageId, delta: 'llo', offset: 2 },
     ]);
     expect(f.events().some((e) => JSON.stringify(e).includes('"llo"'))).toBe(false);
     await session.close();
   });
 
-  it('stores all but the last event as they come and the last one with the settled state', async () => {
+  it("stores a step's events, its answer and the settled state in one batch", async () => {
     const f = await fixture();
     const agent = new ScriptedAgent(async function* () {
-      yield say('thinking');
-      await Promise.resolve();
+      yield {
+        type: 'event',
+        body: { observation: 'note', content: 'looked it up', extras: {}, message: '' },
+      };
+      await new Promise((resolve) => setTimeout(resolve, 30));
       yield say('done');
     });
     const session = await f.newSession(agent);
     await session.start();
     const messageId = await f.userSays('go', session);
-    await vi.waitFor(() => expect(f.answers()).toHaveLength(2));
+    await vi.waitFor(() => expect(f.answers()).toHaveLength(1));
     await vi.waitFor(() => expect(session.agentState).toBe('awaiting_user_input'));
 
     const tail = f.events().slice(-4);
     expect(
-      tail.map((e) => (isAction(e) ? messageText(e) : readAgentStateChange(e)?.agentState)),
-    ).toEqual(['running', 'thinking', 'done', 'awaiting_user_input']);
-    // The final answer and the settled state were one batch (one publish).
+      tail.map((e) =>
+        isAction(e) ? messageText(e) : (readAgentStateChange(e)?.agentState ?? e.observation),
+      ),
+    ).toEqual(['running', 'note', 'done', 'awaiting_user_input']);
+    // The step's outputs, the answer and the settled state were one batch (one publish).
     const batches = f.broadcaster.sent.filter((b) => b.kind === 'events');
     expect(batches.at(-1)?.kind === 'events' && batches.at(-1)).toMatchObject({
       events: [
+        { cause: messageId, observation: 'note' },
         { cause: messageId, action: 'message' },
         { cause: messageId, observation: 'agent_state_changed' },
       ],
     });
     const snapshot = await f.store.getSnapshot(f.ref.tenantId, f.ref.conversationId);
-    expect(snapshot?.conversation.metrics.iterations).toBe(2);
+    expect(snapshot?.conversation.metrics.iterations).toBe(1);
+    expect(snapshot?.conversation.answeredThrough).toBe(messageId);
     await session.close();
   });
 
@@ -356,9 +383,10 @@ describe(AgentSession.name, () => {
       const seen = typeof turn.state['temp:seen'] === 'number' ? turn.state['temp:seen'] : 0;
       await Promise.resolve();
       yield {
-        ...say(`seen ${seen}`),
-        stateDelta: { 'temp:seen': seen + 1, count: seen + 1, 'user:name': 'ada' },
+        type: 'state',
+        delta: { 'temp:seen': seen + 1, count: seen + 1, 'user:name': 'ada' },
       };
+      yield say(`seen ${seen}`);
     });
     const session = await f.newSession(agent);
     await session.start();
@@ -409,7 +437,7 @@ describe(AgentSession.name, () => {
       await session.close();
     });
 
-    it('a pause mid-turn aborts the turn without an answer; resuming runs it again, answered once', async () => {
+    it('a pause mid-turn cuts the turn (it ends, not answered again); resuming answers what came meanwhile', async () => {
       const f = await fixture();
       const agent = new GatedAgent();
       const session = await f.newSession(agent);
@@ -424,10 +452,18 @@ describe(AgentSession.name, () => {
       expect(session.isMidTurn).toBe(false);
       expect(f.answers()).toEqual([]);
 
+      // The cut turn is over: its message settled as interrupted.
+      expect(
+        f
+          .states()
+          .filter(([, cause]) => cause === messageId)
+          .at(-1),
+      ).toEqual(['awaiting_user_input', messageId, 'interrupted']);
+      const queued = await f.userSays('meanwhile', session);
       agent.reset();
       agent.release();
       await f.userRequests('running', session);
-      await vi.waitFor(() => expect(f.answers()).toEqual([['echo: slow', messageId]]));
+      await vi.waitFor(() => expect(f.answers()).toEqual([['echo: meanwhile', queued]]));
       await vi.waitFor(() => expect(session.agentState).toBe('awaiting_user_input'));
       expect(f.states().filter(([, cause]) => cause === pauseId)).toEqual([
         ['paused', pauseId, undefined],
@@ -533,19 +569,18 @@ describe(AgentSession.name, () => {
     });
   });
 
-  it('ends a turn that yields more than maxIterations events in error (max_iterations) and stays alive', async () => {
+  it('ends a turn that takes more than maxIterations steps in error (max_iterations) and stays alive', async () => {
     const f = await fixture();
-    let signal: AbortSignal | undefined;
+    let steps = 0;
     const agent = new ScriptedAgent(async function* (turn) {
+      await Promise.resolve();
       if (messageText(turn.trigger) !== 'loop') {
         yield say('ok');
         return;
       }
-      signal = turn.signal;
-      for (let i = 0; ; i += 1) {
-        await Promise.resolve();
-        yield say(`step ${i}`);
-      }
+      steps += 1;
+      // Every step asks for a tool: the turn would never end by itself.
+      yield { type: 'tool_call', tool: 'current_time', arguments: {} };
     });
     const session = await f.newSession(agent, 3);
     await session.start();
@@ -553,13 +588,29 @@ describe(AgentSession.name, () => {
     await vi.waitFor(() => expect(session.agentState).toBe('error'));
 
     expect(f.states().at(-1)).toEqual(['error', loopId, 'max_iterations']);
-    expect(f.answers()).toEqual([
-      ['step 0', loopId],
-      ['step 1', loopId],
-      ['step 2', loopId],
-    ]);
-    expect(signal?.aborted).toBe(true);
+    expect(steps).toBe(3);
+    const results = f.events().filter((e) => 'observation' in e && e.observation === 'tool_result');
+    expect(results).toHaveLength(3);
 
+    const nextId = await f.userSays('next', session);
+    await vi.waitFor(() => expect(f.answers().at(-1)).toEqual(['ok', nextId]));
+    await session.close();
+  });
+
+  it('cuts off an agent that never ends its step, and stays alive', async () => {
+    const f = await fixture();
+    const agent = new ScriptedAgent(async function* (turn) {
+      if (messageText(turn.trigger) !== 'spin') {
+        yield say('ok');
+        return;
+      }
+      for (;;) yield { type: 'delta', delta: 'x' };
+    });
+    const session = await f.newSession(agent);
+    await session.start();
+    const spinId = await f.userSays('spin', session);
+    await vi.waitFor(() => expect(session.agentState).toBe('error'), { timeout: 10_000 });
+    expect(f.states().at(-1)).toEqual(['error', spinId, 'agent_error']);
     const nextId = await f.userSays('next', session);
     await vi.waitFor(() => expect(f.answers().at(-1)).toEqual(['ok', nextId]));
     await session.close();
@@ -650,6 +701,99 @@ describe(AgentSession.name, () => {
     const failure = f.events().at(-1)!;
     expect(failure).toMatchObject({ cause: messageId, message: STORE_FAILED_MESSAGE });
     await session.close();
+  });
+
+  describe('human approval', () => {
+    /** Calls current_time once, then answers with what the result said. */
+    const caller = () =>
+      new ScriptedAgent(async function* (turn) {
+        const recent = await turn.history.recent(20);
+        const result = recent.find(
+          (e) => 'observation' in e && e.observation === 'tool_result' && e.id > turn.trigger.id,
+        );
+        if (!result || !('extras' in result)) {
+          yield { type: 'tool_call', tool: 'current_time', arguments: {} };
+          return;
+        }
+        yield say(result.extras['rejected'] ? 'rejected' : `time ${result.content}`);
+      });
+
+    async function confirmationFixture() {
+      const f = await fixture();
+      await f.store.updateConversation(f.ref.tenantId, f.ref.conversationId, {
+        confirmationMode: true,
+      });
+      return f;
+    }
+
+    it('stores the calls, waits for the user, and runs them once confirmed', async () => {
+      const f = await confirmationFixture();
+      const session = await f.newSession(caller());
+      await session.start();
+      const ask = await f.userSays('time?', session);
+      await vi.waitFor(() => expect(session.agentState).toBe('awaiting_user_confirmation'));
+      expect(f.events().some((e) => 'observation' in e && e.observation === 'tool_result')).toBe(
+        false,
+      );
+      const confirm = await f.userRequests('user_confirmed', session);
+      await vi.waitFor(() => expect(f.answers().at(-1)?.[1]).toBe(ask));
+      expect(f.answers().at(-1)?.[0]).toMatch(/^time \d{4}-/);
+      expect(
+        f.states().some(([state, cause]) => state === 'user_confirmed' && cause === confirm),
+      ).toBe(true);
+      await session.close();
+    });
+
+    it('tells the agent of a rejection, and a message meanwhile rejects the calls and is answered next', async () => {
+      const f = await confirmationFixture();
+      const session = await f.newSession(caller());
+      await session.start();
+      const first = await f.userSays('time?', session);
+      await vi.waitFor(() => expect(session.agentState).toBe('awaiting_user_confirmation'));
+      await f.userRequests('user_rejected', session);
+      await vi.waitFor(() => expect(f.answers().at(-1)).toEqual(['rejected', first]));
+
+      const second = await f.userSays('time again?', session);
+      await vi.waitFor(() => expect(session.agentState).toBe('awaiting_user_confirmation'));
+      const third = await f.userSays('never mind', session);
+      // The third message is a turn of its own (its agent sees the rejected call before it).
+      await vi.waitFor(() => expect(f.answers().at(-1)?.[1]).toBe(third));
+      const rejected = f
+        .events()
+        .filter(
+          (e) => 'observation' in e && e.observation === 'tool_result' && e.extras['is_error'],
+        );
+      expect(rejected).toHaveLength(2);
+      expect(
+        f
+          .states()
+          .filter(([, cause]) => cause === second)
+          .at(-1)?.[0],
+      ).toBe('awaiting_user_input');
+      await session.close();
+    });
+
+    it('a pending approval survives a new holder, which waits without asking the agent again', async () => {
+      const f = await confirmationFixture();
+      const agent = caller();
+      const first = await f.newSession(agent);
+      await first.start();
+      const ask = await f.userSays('time?', first);
+      await vi.waitFor(() => expect(first.agentState).toBe('awaiting_user_confirmation'));
+      await first.close();
+      const steps = agent.turns.length;
+
+      const second = await f.newSession(agent);
+      await second.start();
+      await vi.waitFor(() => expect(second.agentState).toBe('awaiting_user_confirmation'));
+      expect(agent.turns.length).toBe(steps);
+      await f.userRequests('user_confirmed', second);
+      await vi.waitFor(() => expect(f.answers().at(-1)?.[1]).toBe(ask));
+      expect(
+        f.events().filter((e) => 'observation' in e && e.observation === 'tool_result'),
+      ).toHaveLength(1);
+      await second.close();
+    });
   });
 
   it('stops at once and writes nothing more when its lease is lost', async () => {

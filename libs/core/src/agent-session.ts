@@ -2,46 +2,63 @@
  * AgentSession: the agent loop of one running conversation, on exactly one
  * process (the holder of the conversation's lease).
  *
- * It reads user events from the store after the ones it has handled, runs the
- * conversation's agent once per user message, appends what the agent yields
- * and moves the agent state through `loading → awaiting_user_input ⇄ running →
- * stopped / error`, each change a stored `agent_state_changed` observation
- * (see `session/agent-state-change.ts`). Every append carries the session's
- * lease epoch: a session that lost its lease stops at once and writes nothing
- * more.
+ * It reads user events from the store after those already answered, applies
+ * control actions (stop, pause, resume, a confirmation) as they come, and
+ * runs each message as a turn of steps (`session/turn-runner.ts`), one after
+ * another; a message sent while a turn runs waits, interrupts it, or was
+ * refused at the door (`multitask_strategy`). Every append carries the
+ * session's lease epoch: a session that lost its lease stops at once and
+ * writes nothing more.
  *
- * Exactly-once answers: a user event is handled iff a settled state change
- * (not `running` / `loading`) with the event's id as `cause` is stored. The
- * agent's last event of a turn is held back and appended in one batch with the
- * settling `awaiting_user_input`, so a crash anywhere in a turn either leaves
- * the message unhandled (the next holder runs the turn again) or leaves both
- * the answer and the settled state stored (never answered twice).
- *
- * The set of handled events (rather than a single cursor) is what is restored:
- * control actions (`change_agent_state`) are applied as soon as they arrive,
- * ahead of messages queued behind a pause, so handling is not strictly in id
- * order. When handling is in id order the two coincide.
+ * Exactly-once answers: a turn's last batch holds its answer and the state
+ * change that settles it, which also moves the conversation's
+ * `answered_through` up to the message; a crash anywhere in a turn leaves
+ * either both or neither, and a new holder resumes the turn from its stored
+ * events. Restoring reads the conversation row and the events after
+ * `answered_through`: the work still pending, never the whole history.
  */
 import { StatusId, isAction } from '@cs/protocol';
-import type { AgentState, StatusUpdate, StoredEvent } from '@cs/protocol';
-import type { Agent, AgentOutput } from './agent.js';
-import { roomKey, type ConversationRef, type EventDraft } from './conversation.js';
+import type { AgentState, MultitaskStrategy, StatusUpdate, StoredEvent } from '@cs/protocol';
+import type { Agent } from './agent.js';
+import {
+  roomKey,
+  type ConversationRecord,
+  type ConversationRef,
+  type EventDraft,
+} from './conversation.js';
 import { DomainError, LeaseLostError, NotFoundError } from './errors.js';
 import type { ConversationBroadcaster } from './ports/broadcaster.port.js';
 import { systemClock, type Clock } from './ports/clock.port.js';
 import type { ConversationStore } from './ports/conversation-store.port.js';
+import { NO_RUNTIME_METRICS, type RuntimeMetrics } from './ports/runtime-metrics.port.js';
 import {
   AGENT_ERROR_REASON,
-  MAX_ITERATIONS_REASON,
   agentStateChangeDraft,
   isSettledState,
   readAgentStateChange,
 } from './session/agent-state-change.js';
+import type { StepUsage } from './session/step-runner.js';
+import { fallbackTitle } from './session/title.js';
+import { RecentEvents } from './session/turn-history.js';
+import { TurnRunner, emptyProgress, readTurnProgress } from './session/turn-runner.js';
 import { applyDelta } from './state.js';
+import { BUILTIN_TOOLS } from './tools/builtin-tools.js';
+import { ToolRegistry } from './tools/tool-registry.js';
+
+export { AGENT_FAILED_MESSAGE } from './session/turn-runner.js';
 
 export interface AgentSessionOptions {
-  /** Events one turn may yield; the next one ends the turn in `error` (`max_iterations`). */
+  /** Steps one turn may take (`MAX_ITERATIONS`); a conversation's own limit may only lower it. */
   maxIterations: number;
+  /** The most one turn may cost (`MAX_BUDGET_PER_TASK_USD`; 0: none). */
+  maxBudgetUsd?: number;
+  /** The deployment's `MULTITASK_STRATEGY` (a conversation's own wins). */
+  multitaskStrategy?: MultitaskStrategy;
+  /** The tools agents may call (default: the built-ins). */
+  tools?: ToolRegistry;
+  metrics?: RuntimeMetrics;
+  /** Prices a usage by `LLM_PRICES` (the conversation's model, if it names one). */
+  price?: (model: string | undefined, usage: StepUsage) => number;
   /**
    * How often the session looks for new user events without a wake-up
    * (default 1000 ms); 0: never, its holder looks for them (see `lastEventId`).
@@ -56,6 +73,12 @@ export interface AgentSessionOptions {
    */
   reportError?: (message: string, error: unknown) => void;
 }
+
+/** What every session of a process shares: tools, metrics, the deployment's limits and prices. */
+export type SessionRuntime = Pick<
+  AgentSessionOptions,
+  'tools' | 'metrics' | 'maxBudgetUsd' | 'multitaskStrategy' | 'price'
+>;
 
 export interface AgentSessionInit {
   store: ConversationStore;
@@ -85,39 +108,6 @@ export class SessionClosedError extends Error {
 /** Internal: a write attempted after closing began. Never escapes the session. */
 class ClosingSignal extends Error {}
 
-const ABORTED: unique symbol = Symbol('aborted');
-/** The abort reason an agent's signal carries once its turn is over. */
-const TURN_OVER = Object.freeze(new Error('the turn is over'));
-
-interface Turn {
-  trigger: StoredEvent;
-  controller: AbortController;
-  /** `running` is stored with the turn's first write, or alone once the turn lasts. */
-  runningStored: boolean;
-  /** The turn's writes, in order (the deferred `running` may be one of them). */
-  writes: Promise<unknown>;
-  runningTimer: ReturnType<typeof setTimeout> | undefined;
-}
-
-/**
- * A turn that answers within this time stores `running` in the same
- * transaction as its answer: one durable write fewer per turn. A longer turn
- * shows `running` after this delay.
- */
-const RUNNING_DEFER_MS = 20;
-
-type TurnOutcome =
-  | { kind: 'completed'; held: EventDraft | null }
-  | { kind: 'max_iterations'; held: EventDraft | null }
-  | { kind: 'failed'; held: EventDraft | null; error: unknown }
-  | { kind: 'interrupted' };
-
-type RequestedState = 'stopped' | 'paused' | 'running';
-
-type Work =
-  | { kind: 'control'; event: StoredEvent; target: RequestedState }
-  | { kind: 'message'; event: StoredEvent };
-
 const DEFAULT_CATCH_UP_MS = 1000;
 const DEFAULT_PAGE_SIZE = 500;
 /** After a failed store write the loop waits this long, doubled each time, before trying again. */
@@ -125,11 +115,31 @@ const RETRY_BASE_MS = 100;
 const RETRY_MAX_MS = 5_000;
 /** Times the agent runs for one message whose turn could not be stored; then it ends in error. */
 const MAX_TURN_ATTEMPTS = 3;
+/**
+ * A turn that answers within this time stores `running` in the same
+ * transaction as its answer: one durable write fewer per turn.
+ */
+const RUNNING_DEFER_MS = 20;
 
-/** What clients see of a turn that failed; the detail goes to `reportError`. */
-export const AGENT_FAILED_MESSAGE = 'The agent failed to answer.';
 export const OUTPUT_REFUSED_MESSAGE = 'The agent produced an answer that could not be stored.';
 export const STORE_FAILED_MESSAGE = 'The answer could not be stored; send the message again.';
+
+/** Why a running turn was cut: a user's control, a newer message, or the session closing. */
+type Cut = 'control' | 'interrupt' | 'stop' | 'close';
+
+interface ActiveTurn {
+  runner: TurnRunner;
+  controller: AbortController;
+  cut: Cut | null;
+  runningStored: boolean;
+  writes: Promise<unknown>;
+  runningTimer: ReturnType<typeof setTimeout> | undefined;
+}
+
+type Control = 'stopped' | 'paused' | 'running' | 'user_confirmed' | 'user_rejected';
+type Work =
+  | { kind: 'control'; event: StoredEvent; target: Control }
+  | { kind: 'message'; event: StoredEvent };
 
 export class AgentSession {
   readonly ref: ConversationRef;
@@ -142,55 +152,46 @@ export class AgentSession {
   private readonly store: ConversationStore;
   private readonly broadcaster: ConversationBroadcaster;
   private readonly agent: Agent;
+  private readonly options: AgentSessionOptions;
   private readonly clock: Clock;
-  private readonly maxIterations: number;
+  private readonly tools: ToolRegistry;
   private readonly catchUpMs: number;
   private readonly pageSize: number;
+  private readonly reportError: (message: string, error: unknown) => void;
+  private readonly cache = new RecentEvents();
 
-  /**
-   * Every stored event read so far, as JSON (ids are gap-free, so entry `id`
-   * is event `id`). One string per event rather than a tree of objects: a
-   * worker holds the histories of thousands of conversations, and the garbage
-   * collector marks a string at once where it would trace every object of an
-   * event (long histories made for pauses of hundreds of milliseconds).
-   */
-  private readonly history: string[] = [];
-  /** User events settled by a stored state change (their ids). */
-  private readonly handled = new Set<number>();
-  /** User events this session deliberately skips (stale stops, unknown actions). */
-  private readonly ignored = new Set<number>();
+  /** The id the next stored event will have: everything before it was read. */
+  private nextId = 0;
   /** User events read and not yet handled, in id order. */
   private pending: StoredEvent[] = [];
+  /** Pending user events settled (controls applied, messages answered) or skipped. */
+  private readonly done = new Set<number>();
+  private record: ConversationRecord | null = null;
   private state: Record<string, unknown> = {};
-  private instructions: string | null = null;
   private currentState: AgentState | null = null;
   private activityAt: number;
-  /** Id of this session's `loading` event: stops stored before it are stale. */
+  /** Id of this session's `loading` event: what was stored before it, a new holder resumes. */
   private loadingEventId = -1;
-  private turn: Turn | null = null;
+  private turn: ActiveTurn | null = null;
+  /** A turn whose tool calls await the user's confirmation. */
+  private suspended: TurnRunner | null = null;
+  private titled = false;
   private error: unknown = null;
 
   private startPromise: Promise<void> | null = null;
   private loopPromise: Promise<void> = Promise.resolve();
   private poll: { cancel(): void } | null = null;
-  /** The store may hold events this session has not seen: the loop reads before it acts. */
   private unread = true;
-  /** The loop recovered from a store failure and waits for a wake-up to try again. */
   private retryWanted = false;
   private wakePending = false;
   private wakeWaiter: (() => void) | null = null;
   private backoffWaiter: (() => void) | null = null;
-  /** Store failures in a row (the backoff doubles with each). */
   private failures = 0;
-  /** Times the agent ran for a message whose turn did not settle yet, by message id. */
   private readonly attempts = new Map<number, number>();
-  private readonly reportError: (message: string, error: unknown) => void;
   private syncRun: Promise<void> | null = null;
   private syncAgain = false;
 
-  /** No new work is taken; writes other than `stop()`'s final one are refused. */
   private closing = false;
-  /** False once the lease is lost or the session finished. */
   private writable = true;
   private shutdownRequested = false;
   private finished = false;
@@ -204,8 +205,9 @@ export class AgentSession {
     this.room = roomKey(init.ref);
     this.leaseEpoch = init.leaseEpoch;
     this.agent = init.agent;
+    this.options = init.options;
     this.clock = init.options.clock ?? systemClock;
-    this.maxIterations = init.options.maxIterations;
+    this.tools = init.options.tools ?? defaultTools();
     this.catchUpMs = init.options.catchUpIntervalMs ?? DEFAULT_CATCH_UP_MS;
     this.pageSize = init.options.readPageSize ?? DEFAULT_PAGE_SIZE;
     this.reportError = init.options.reportError ?? (() => undefined);
@@ -215,26 +217,28 @@ export class AgentSession {
     });
   }
 
+  /** What a message sent while a turn runs does (the conversation's, else the deployment's). */
+  private get strategy(): MultitaskStrategy {
+    return this.record?.settings.multitaskStrategy ?? this.options.multitaskStrategy ?? 'enqueue';
+  }
+
   get conversationId(): string {
     return this.ref.conversationId;
   }
 
-  /** The agent state this session last stored (or restored). */
   get agentState(): AgentState | null {
     return this.currentState;
   }
 
-  /** Clock time of the last stored event this session wrote or saw. */
   get lastActivity(): number {
     return this.activityAt;
   }
 
   /** Id of the newest event this session has (read or written); -1 before any. */
   get lastEventId(): number {
-    return this.history.length - 1;
+    return this.nextId - 1;
   }
 
-  /** True while the agent is running a turn. */
   get isMidTurn(): boolean {
     return this.turn !== null;
   }
@@ -243,28 +247,23 @@ export class AgentSession {
     return this.finished;
   }
 
-  /** The session state the agent sees, `temp:` keys included. */
   get sessionState(): Readonly<Record<string, unknown>> {
     return { ...this.state };
   }
 
-  /**
-   * True while the loop waits to try again after a store failure: a holder
-   * that does the catch-up itself (`catchUpIntervalMs` 0) wakes it.
-   */
+  /** True while the loop waits to try again after a store failure (its holder may wake it). */
   get wantsRetry(): boolean {
     return this.retryWanted;
   }
 
-  /** The last store error the loop recovered from (it retries on the next wake-up or poll). */
   get lastError(): unknown {
     return this.error;
   }
 
   /**
-   * Stores `loading`, restores history and state, stores `awaiting_user_input`
-   * (or `paused` when the conversation was paused) and resolves: the session is
-   * ready. Pending user events are then processed in the background.
+   * Stores `loading`, restores the pending work and state, stores
+   * `awaiting_user_input` (or `paused`) and resolves; pending user events are
+   * then processed in the background.
    */
   start(): Promise<void> {
     this.startPromise ??= this.boot();
@@ -273,9 +272,8 @@ export class AgentSession {
 
   /**
    * A hint that new user events were stored. Cheap; safe to call at any time.
-   * With the stored events themselves (as the writer got them back), the
-   * session reads nothing when they follow on from what it has; otherwise it
-   * reads after the last event it has.
+   * With the stored events themselves, the session reads nothing when they
+   * follow on from what it has.
    */
   wake(events?: readonly StoredEvent[]): void {
     if (this.closing) return;
@@ -286,8 +284,9 @@ export class AgentSession {
   }
 
   /**
-   * Stops the agent: aborts the current turn, publishes `notice` to the room
-   * (if given), stores `stopped` (with `extras.reason` if given) and closes.
+   * Stops the agent: a running step is cut (its partial text stored as
+   * interrupted), `notice` goes to the room, `stopped` is stored (with
+   * `extras.reason` if given) and the session closes.
    */
   async stop(reason?: string, notice?: StatusUpdate): Promise<void> {
     if (this.shutdownRequested || this.finished) {
@@ -295,6 +294,7 @@ export class AgentSession {
       return;
     }
     this.shutdownRequested = true;
+    if (this.turn) this.turn.cut ??= 'stop';
     this.beginClosing();
     if (notice) this.safely(() => this.broadcaster.publishStatus(this.room, notice));
     await this.quiesce();
@@ -312,9 +312,8 @@ export class AgentSession {
   }
 
   /**
-   * Closes without writing (shutdown, idle close, lease hand-off): the current
-   * turn is aborted and left unhandled, so the next holder runs it again.
-   * Resolves when no more writes can happen.
+   * Closes without writing (shutdown, idle close, lease hand-off): a running
+   * turn is cut and left as stored, so the next holder goes on with it.
    */
   async close(): Promise<void> {
     if (!this.shutdownRequested && !this.finished) {
@@ -332,11 +331,22 @@ export class AgentSession {
   private async boot(): Promise<void> {
     try {
       if (this.closing) throw new ClosingSignal();
+      // Read before `loading` is stored: the state before this run (paused?).
+      const snapshot = await this.store.getSnapshot(this.ref.tenantId, this.ref.conversationId);
+      if (!snapshot || snapshot.conversation.incarnation !== this.ref.incarnation)
+        throw new NotFoundError();
+      this.record = snapshot.conversation;
+      this.state = { ...snapshot.state };
+      this.titled = snapshot.conversation.title !== '';
+      const previous = await this.stateBefore(snapshot.conversation);
+      // Everything up to `answered_through` is settled: only what follows is read.
+      this.nextId = snapshot.conversation.answeredThrough + 1;
       const [loading] = await this.write([agentStateChangeDraft('loading')]);
       this.loadingEventId = loading?.id ?? -1;
-      const previous = await this.restore();
-      const ready = previous === 'paused' ? 'paused' : 'awaiting_user_input';
-      await this.write([agentStateChangeDraft(ready)]);
+      await this.sync();
+      await this.write([
+        agentStateChangeDraft(previous === 'paused' ? 'paused' : 'awaiting_user_input'),
+      ]);
     } catch (error) {
       if (error instanceof LeaseLostError) this.loseLease();
       if (!this.shutdownRequested) {
@@ -350,19 +360,18 @@ export class AgentSession {
     this.loopPromise = this.runLoop();
   }
 
-  /** Loads state and history; returns the agent state stored before this session began. */
-  private async restore(): Promise<AgentState | null> {
-    const [snapshot] = await Promise.all([
-      this.store.getSnapshot(this.ref.tenantId, this.ref.conversationId),
-      this.sync(),
-    ]);
-    if (!snapshot) throw new NotFoundError();
-    this.state = { ...snapshot.state };
-    this.instructions = snapshot.conversation.instructions;
-    // `loading` says nothing: a holder that died while starting leaves one behind.
-    for (let id = this.loadingEventId - 1; id >= 0; id -= 1) {
-      const event = this.eventAt(id);
-      const change = event ? readAgentStateChange(event) : null;
+  /**
+   * The agent state before this run: the row's, unless a holder that died
+   * while starting left `loading` there; then the last other one stored.
+   */
+  private async stateBefore(record: ConversationRecord): Promise<AgentState | null> {
+    if (record.agentState !== 'loading') return record.agentState;
+    const recent = await this.store.readEvents(this.ref.tenantId, this.ref.conversationId, {
+      reverse: true,
+      limit: 50,
+    });
+    for (const event of recent) {
+      const change = readAgentStateChange(event);
       if (change && change.agentState !== 'loading') return change.agentState;
     }
     return null;
@@ -390,14 +399,11 @@ export class AgentSession {
         else await this.waitForWake();
         this.failures = 0;
       } catch (error) {
-        if (this.closing || error instanceof ClosingSignal || error instanceof LeaseLostError) {
+        if (this.closing || error instanceof ClosingSignal || error instanceof LeaseLostError)
           break;
-        }
         // A store failure: retry on the next wake-up or catch-up poll, no
-        // sooner than the backoff allows. An unsettled turn is simply run
-        // again (at most MAX_TURN_ATTEMPTS times); its final batch is atomic.
-        // The write may have committed with only its answer lost: read before
-        // acting again, so that a stored answer is seen and not given twice.
+        // sooner than the backoff allows; read before acting again, so that a
+        // write that committed with only its answer lost is seen.
         this.error = error;
         this.failures += 1;
         this.reportError('a store write failed; retrying', error);
@@ -408,7 +414,6 @@ export class AgentSession {
     }
   }
 
-  /** Waits out the backoff of the failures so far (cut short by closing). */
   private backOff(): Promise<void> {
     const delay = Math.min(RETRY_BASE_MS * 2 ** (this.failures - 1), RETRY_MAX_MS);
     return new Promise<void>((resolve) => {
@@ -423,127 +428,213 @@ export class AgentSession {
     });
   }
 
-  /** What to do next: control actions first (in id order), then the oldest message unless paused. */
+  /** Controls first (in id order), then the oldest message unless paused or awaiting a confirmation. */
   private nextWork(): Work | null {
-    this.pending = this.pending.filter((e) => !this.handled.has(e.id) && !this.ignored.has(e.id));
+    this.pending = this.pending.filter((event) => !this.done.has(event.id));
+    this.done.clear();
     for (const event of this.pending) {
       const target = requestedState(event);
       if (target === undefined) continue;
-      // A stop stored before this session began was meant for a run that is
-      // over (or never happened): starting again supersedes it.
+      // A stop stored before this session began was meant for a run that is over.
       if (target === null || (target === 'stopped' && event.id < this.loadingEventId)) {
-        this.ignored.add(event.id);
+        this.done.add(event.id);
         continue;
       }
       return { kind: 'control', event, target };
     }
     if (this.currentState === 'paused') return null;
-    const message = this.pending.find((e) => isUserMessage(e));
+    const message = this.pending.find((event) => isUserMessage(event));
+    if (this.suspended && (!message || message.id === this.suspended.trigger.id)) {
+      // The suspended turn's own message waits for the user's answer.
+      const others = this.pending.find(
+        (e) => isUserMessage(e) && e.id !== this.suspended?.trigger.id,
+      );
+      return others ? { kind: 'message', event: others } : null;
+    }
     if (message) return { kind: 'message', event: message };
-    for (const event of this.pending) if (!isUserMessage(event)) this.ignored.add(event.id);
+    for (const event of this.pending) this.done.add(event.id);
     return null;
   }
 
-  private async applyControl(event: StoredEvent, target: RequestedState): Promise<void> {
+  private async applyControl(event: StoredEvent, target: Control): Promise<void> {
     const cause = event.id;
+    if (target === 'user_confirmed' || target === 'user_rejected') {
+      const suspended = this.suspended;
+      if (!suspended) {
+        this.done.add(cause); // nothing awaits an answer
+        return;
+      }
+      await this.write([agentStateChangeDraft(target, { cause })]);
+      this.done.add(cause);
+      this.suspended = null;
+      suspended.confirm(target === 'user_confirmed' ? 'confirmed' : 'rejected');
+      await this.drive(suspended);
+      return;
+    }
     if (target === 'stopped') {
+      await this.endSuspended('The conversation was stopped before the calls were confirmed.');
       await this.write([agentStateChangeDraft('stopped', { cause })]);
       this.endReason ??= 'stopped';
       this.beginClosing();
     } else if (target === 'paused') {
       await this.write([agentStateChangeDraft('paused', { cause })]);
     } else {
-      // Resume (or a no-op request to run): ready again; queued messages follow.
-      await this.write([agentStateChangeDraft('awaiting_user_input', { cause })]);
+      await this.write([
+        agentStateChangeDraft(
+          this.suspended ? 'awaiting_user_confirmation' : 'awaiting_user_input',
+          { cause },
+        ),
+      ]);
     }
+    this.done.add(cause);
   }
 
-  // ---------------------------------------------------------------- one turn
+  // ---------------------------------------------------------------- turns
 
   private async runTurn(trigger: StoredEvent): Promise<void> {
+    // A new message while calls await confirmation rejects them and ends that turn.
+    await this.endSuspended('A new message came before the calls were confirmed.');
     const attempts = (this.attempts.get(trigger.id) ?? 0) + 1;
     if (attempts > MAX_TURN_ATTEMPTS) {
-      // The agent answered before and its answer could never be stored: not again.
-      await this.endTurnInError(trigger.id, STORE_FAILED_MESSAGE);
-      this.attempts.delete(trigger.id);
+      await this.settleInError(trigger.id, STORE_FAILED_MESSAGE);
       return;
     }
     this.attempts.set(trigger.id, attempts);
-    const turn: Turn = {
-      trigger,
+    // A message stored before this run began may have been worked on by an earlier holder.
+    const resumed = trigger.id < this.loadingEventId;
+    const progress = resumed
+      ? readTurnProgress(trigger, await this.readAfter(trigger.id))
+      : emptyProgress();
+    await this.drive(this.newRunner(trigger, progress, !resumed));
+  }
+
+  /** Runs a turn until it settles, waits for a confirmation or is cut; stores what the cut means. */
+  private async drive(runner: TurnRunner): Promise<void> {
+    const trigger = runner.trigger;
+    const turn: ActiveTurn = {
+      runner,
       controller: new AbortController(),
+      cut: null,
       runningStored: false,
       writes: Promise.resolve(),
       runningTimer: undefined,
     };
     this.turn = turn;
-    // A wake-up that came while the loop was reading may carry a pause or stop.
     if (this.wakePending) void this.checkForInterruption();
     turn.runningTimer = setTimeout(() => {
-      // Failures surface on the turn's next write (the chain keeps the rejection).
       this.writeInTurn(turn, []).catch(() => undefined);
     }, RUNNING_DEFER_MS);
     try {
-      const outcome = await this.driveAgent(turn);
-      const cause = trigger.id;
-      const held = outcome.kind === 'interrupted' ? [] : outcome.held ? [outcome.held] : [];
-      switch (outcome.kind) {
-        case 'completed':
-          await this.writeInTurn(turn, [
-            ...held,
-            agentStateChangeDraft('awaiting_user_input', { cause }),
+      // Under `reject` the door reads `running` to refuse a second message: store it first.
+      if (this.strategy === 'reject') await this.writeInTurn(turn, []);
+      const outcome = await runner.run(turn.controller.signal);
+      clearTimeout(turn.runningTimer);
+      await turn.writes.catch(() => undefined);
+      if (outcome.kind === 'settled') {
+        this.settled(trigger.id);
+        if (outcome.answered) void this.giveTitle(runner);
+      } else if (outcome.kind === 'awaiting_confirmation') {
+        this.suspended = runner;
+        if (this.currentState !== 'awaiting_user_confirmation') {
+          await this.write([
+            agentStateChangeDraft('awaiting_user_confirmation', { cause: trigger.id }),
           ]);
-          break;
-        case 'max_iterations':
-          await this.writeInTurn(turn, [
-            ...held,
-            agentStateChangeDraft('error', { cause, reason: MAX_ITERATIONS_REASON }),
-          ]);
-          break;
-        case 'failed': {
-          this.reportError(`the agent of ${this.ref.conversationId} failed`, outcome.error);
-          await this.writeInTurn(turn, [
-            ...held,
-            agentStateChangeDraft('error', {
-              cause,
-              reason: AGENT_ERROR_REASON,
-              message: AGENT_FAILED_MESSAGE,
-            }),
-          ]);
-          this.announceError(AGENT_FAILED_MESSAGE);
-          break;
         }
-        case 'interrupted':
-          // Paused, stopped, closed or lease lost: the turn stays unhandled.
-          break;
+      } else if (turn.cut === 'control' || turn.cut === 'interrupt' || turn.cut === 'stop') {
+        // Stop, pause or a newer message: the turn ends here, its text kept as interrupted.
+        await runner.end(
+          'The turn was interrupted before this call ran.',
+          outcome.partialText,
+          'interrupted',
+          (drafts) => this.write(drafts, turn.cut === 'stop'),
+        );
+        this.settled(trigger.id);
       }
-      if (outcome.kind !== 'interrupted') this.attempts.delete(trigger.id);
     } catch (error) {
       if (!isRefusedWrite(error)) throw error;
       // The store refuses what the agent produced (a NUL, a lone surrogate,
       // too large): trying again would produce it again. The turn ends here.
       this.reportError(`the store refused an output of ${this.ref.conversationId}`, error);
-      await this.endTurnInError(trigger.id, OUTPUT_REFUSED_MESSAGE);
-      this.attempts.delete(trigger.id);
+      await this.settleInError(trigger.id, OUTPUT_REFUSED_MESSAGE);
     } finally {
       clearTimeout(turn.runningTimer);
-      // A shared reason: a default one is a new DOMException, stack and all, every turn.
-      turn.controller.abort(TURN_OVER);
-      // Nothing of this turn may land after the next one's writes.
+      turn.controller.abort();
       await turn.writes.catch(() => undefined);
       if (this.turn === turn) this.turn = null;
     }
   }
 
-  /** Settles a turn in `error` (`agent_error`) with a message safe to show, and says so. */
-  private async endTurnInError(cause: number, message: string): Promise<void> {
-    await this.write([
-      agentStateChangeDraft('error', { cause, reason: AGENT_ERROR_REASON, message }),
-    ]);
-    this.announceError(message);
+  private newRunner(
+    trigger: StoredEvent,
+    progress: ReturnType<typeof emptyProgress>,
+    own: boolean,
+  ): TurnRunner {
+    const settings = this.record?.settings;
+    const config = this.record?.agent.config ?? {};
+    const tools = Array.isArray(config['tools'])
+      ? (config['tools'] as unknown[]).filter((t): t is string => typeof t === 'string')
+      : undefined;
+    const model = typeof config['model'] === 'string' ? config['model'] : undefined;
+    const budget = this.options.maxBudgetUsd ?? 0;
+    const runner: TurnRunner = new TurnRunner(
+      {
+        ref: this.ref,
+        store: this.store,
+        agent: this.agent,
+        tools: this.tools,
+        metrics: this.options.metrics ?? NO_RUNTIME_METRICS,
+        settings: {
+          maxIterations: Math.min(this.options.maxIterations, settings?.maxIterations ?? Infinity),
+          maxBudgetUsd:
+            budget > 0
+              ? Math.min(budget, settings?.maxBudgetUsd ?? Infinity)
+              : (settings?.maxBudgetUsd ?? 0),
+          confirmationMode: settings?.confirmationMode ?? false,
+          allowedTools: tools,
+          price: (usage) => this.options.price?.(model, usage) ?? 0,
+        },
+        cache: this.cache,
+        write: (drafts) =>
+          this.turn?.runner === runner ? this.writeInTurn(this.turn, drafts) : this.write(drafts),
+        publishStatus: (status) =>
+          this.safely(() => this.broadcaster.publishStatus(this.room, status)),
+        publishStream: (delta) =>
+          this.safely(() => this.broadcaster.publishStream(this.room, delta)),
+        state: () => ({ ...this.state }),
+        instructions: () => this.record?.instructions ?? null,
+        lastEventId: () => this.nextId - 1,
+        reportError: this.reportError,
+      },
+      trigger,
+      progress,
+      own,
+    );
+    return runner;
   }
 
-  private announceError(message: string): void {
+  private settled(messageId: number): void {
+    this.done.add(messageId);
+    this.attempts.delete(messageId);
+  }
+
+  private async endSuspended(why: string): Promise<void> {
+    const suspended = this.suspended;
+    if (!suspended) return;
+    this.suspended = null;
+    await suspended.end(why, '', 'superseded', (drafts) => this.write(drafts));
+    this.settled(suspended.trigger.id);
+  }
+
+  private async settleInError(messageId: number, message: string): Promise<void> {
+    await this.write([
+      agentStateChangeDraft('error', {
+        cause: messageId,
+        answers: messageId,
+        reason: AGENT_ERROR_REASON,
+        message,
+      }),
+    ]);
+    this.settled(messageId);
     this.safely(() =>
       this.broadcaster.publishStatus(this.room, {
         status_update: true,
@@ -554,116 +645,50 @@ export class AgentSession {
     );
   }
 
-  /**
-   * Appends a turn's events after its earlier writes, with `running` first if
-   * it was not stored yet.
-   */
-  private writeInTurn(turn: Turn, drafts: EventDraft[]): Promise<StoredEvent[]> {
-    const write = turn.writes.then(() => {
-      const batch = turn.runningStored
-        ? drafts
-        : [agentStateChangeDraft('running', { cause: turn.trigger.id }), ...drafts];
-      turn.runningStored = true;
-      return batch.length > 0 ? this.write(batch) : [];
-    });
-    turn.writes = write;
-    return write;
-  }
-
-  /** Runs the agent, appending all but its last event; returns how the turn ended. */
-  private async driveAgent(turn: Turn): Promise<TurnOutcome> {
-    const { trigger, controller } = turn;
-    const signal = controller.signal;
-    // The history is copied only if the agent reads it: a turn must not cost
-    // a copy of a long history when its agent does not look.
-    const end = this.history.length;
-    const copyHistory = () => this.historyFor(trigger, end);
-    let history: StoredEvent[] | undefined;
-    const outputs = this.agent.run({
-      conversationId: this.ref.conversationId,
-      get history() {
-        return (history ??= copyHistory());
-      },
-      state: { ...this.state },
-      instructions: this.instructions,
-      trigger,
-      signal,
-    });
-    const iterator = outputs[Symbol.asyncIterator]();
-    let held: EventDraft | null = null;
-    let yielded = 0;
-    let done = false;
+  /** An untitled conversation gets a title after its first answer (PROTOCOL.md "Titles"). */
+  private async giveTitle(runner: TurnRunner): Promise<void> {
+    if (this.titled) return;
+    this.titled = true;
     try {
-      for (;;) {
-        let step: IteratorResult<AgentOutput> | typeof ABORTED;
+      let title = '';
+      if (this.agent.title) {
         try {
-          step = await untilAborted(iterator.next(), signal);
+          title = (await this.agent.title(runner.titleContext())).title.trim().slice(0, 200);
         } catch (error) {
-          if (signal.aborted) return { kind: 'interrupted' };
-          done = true; // a generator that threw is finished
-          return { kind: 'failed', held, error };
+          this.reportError('the agent could not make a title', error);
         }
-        if (step === ABORTED) return { kind: 'interrupted' };
-        if (step.done) {
-          done = true;
-          return { kind: 'completed', held };
-        }
-        const output = step.value;
-        if (output.type === 'delta') {
-          this.safely(() =>
-            this.broadcaster.publishStream(this.room, {
-              stream: true,
-              cause: trigger.id,
-              delta: output.delta,
-            }),
-          );
-          continue;
-        }
-        yielded += 1;
-        if (yielded > this.maxIterations) return { kind: 'max_iterations', held };
-        if (held) await this.writeInTurn(turn, [held]);
-        if (signal.aborted) return { kind: 'interrupted' };
-        held = {
-          source: 'agent',
-          body: output.body,
-          cause: trigger.id,
-          metricsDelta: { ...output.metricsDelta, iterations: 1 },
-          ...(output.stateDelta ? { stateDelta: output.stateDelta } : {}),
-        };
       }
-    } finally {
-      if (!done) {
-        controller.abort();
-        // Do not wait: an agent that ignores its signal must not hold the session.
-        iterator.return?.().then(undefined, () => undefined);
-      }
+      if (title === '') title = fallbackTitle(await this.firstUserMessage(runner.trigger));
+      if (title === '' || this.closing) return;
+      await this.store.updateConversation(this.ref.tenantId, this.ref.conversationId, { title });
+      this.safely(() =>
+        this.broadcaster.publishStatus(this.room, {
+          status_update: true,
+          type: 'info',
+          id: StatusId.TitleUpdated,
+          message: title,
+        }),
+      );
+    } catch (error) {
+      this.reportError('could not store a title', error);
     }
   }
 
-  /**
-   * The history a turn sees, in id order: everything up to and including the
-   * trigger, plus what earlier turns stored after it (when messages queue, the
-   * answer to the previous one comes after the trigger's id), but no later user
-   * event nor anything caused by one; of the first `end` events, those stored
-   * when the turn began.
-   */
-  private historyFor(trigger: StoredEvent, end: number): StoredEvent[] {
-    const seen: StoredEvent[] = [];
-    for (let id = 0; id < end; id += 1) {
-      const event = this.eventAt(id)!;
-      if (id <= trigger.id || (event.source !== 'user' && (event.cause ?? -1) < trigger.id))
-        seen.push(event);
-    }
-    return seen;
+  private async firstUserMessage(trigger: StoredEvent): Promise<string> {
+    const first =
+      (
+        await this.store.readEvents(this.ref.tenantId, this.ref.conversationId, {
+          fromId: 0,
+          toId: trigger.id,
+          limit: 200,
+        })
+      ).find(isUserMessage) ?? trigger;
+    return isAction(first) && typeof first.args['content'] === 'string'
+      ? first.args['content']
+      : '';
   }
 
-  /** The stored event `id` of the history (a copy), if read. */
-  private eventAt(id: number): StoredEvent | undefined {
-    const json = this.history[id];
-    return json === undefined ? undefined : (JSON.parse(json) as StoredEvent);
-  }
-
-  /** Mid-turn: a pause or stop that arrived ends the turn at once. */
+  /** Mid-turn: a pause or stop (or, under `interrupt`, a newer message) cuts the turn at once. */
   private async checkForInterruption(): Promise<void> {
     try {
       if (this.unread) await this.sync();
@@ -672,18 +697,35 @@ export class AgentSession {
     }
     const turn = this.turn;
     if (!turn) return;
-    const interrupting = this.pending.some((event) => {
-      if (this.handled.has(event.id) || this.ignored.has(event.id)) return false;
+    const strategy = this.strategy;
+    for (const event of this.pending) {
+      if (this.done.has(event.id) || event.id <= turn.runner.trigger.id) continue;
       const target = requestedState(event);
-      if (target === 'paused') return true;
-      return target === 'stopped' && event.id > this.loadingEventId;
-    });
-    if (interrupting) turn.controller.abort();
+      if (target === 'paused' || (target === 'stopped' && event.id > this.loadingEventId)) {
+        turn.cut ??= 'control';
+      } else if (strategy === 'interrupt' && isUserMessage(event)) {
+        turn.cut ??= 'interrupt';
+      }
+    }
+    if (turn.cut) turn.controller.abort();
   }
 
   // ---------------------------------------------------------------- store i/o
 
-  /** Appends with the lease epoch, then updates memory and publishes. */
+  /** Appends a turn's events after its earlier writes, with `running` first if not stored yet. */
+  private writeInTurn(turn: ActiveTurn, drafts: EventDraft[]): Promise<StoredEvent[]> {
+    const write = turn.writes.then(() => {
+      const batch = turn.runningStored
+        ? drafts
+        : [agentStateChangeDraft('running', { cause: turn.runner.trigger.id }), ...drafts];
+      turn.runningStored = true;
+      return batch.length > 0 ? this.write(batch, turn.cut === 'stop') : [];
+    });
+    turn.writes = write;
+    return write;
+  }
+
+  /** Appends with the lease epoch, then updates what the session knows and publishes. */
   private async write(drafts: EventDraft[], final = false): Promise<StoredEvent[]> {
     if (!this.writable || (this.closing && !final)) throw new ClosingSignal();
     let events: StoredEvent[];
@@ -698,17 +740,32 @@ export class AgentSession {
       throw error;
     }
     this.activityAt = this.clock.now();
-    for (const draft of drafts) {
+    for (const draft of drafts)
       if (draft.stateDelta) this.state = applyDelta(this.state, draft.stateDelta);
-    }
     for (const event of events) {
       const change = readAgentStateChange(event);
       if (change) this.currentState = change.agentState;
-      this.noteSettled(event);
+      this.cache.put(event);
     }
     // A user event stored in between, not seen yet, leaves a gap: read it first.
     if (!this.accept(events)) this.unread = true;
     this.safely(() => this.broadcaster.publishEvents(this.room, events));
+    return events;
+  }
+
+  /** The events stored after `id` (a resumed turn's progress). */
+  private async readAfter(id: number): Promise<StoredEvent[]> {
+    const events: StoredEvent[] = [];
+    for (let from = id + 1; from < this.nextId;) {
+      const page = await this.store.readEvents(this.ref.tenantId, this.ref.conversationId, {
+        fromId: from,
+        toId: this.nextId - 1,
+        limit: this.pageSize,
+      });
+      if (page.length === 0) break;
+      events.push(...page);
+      from = page[page.length - 1]!.id + 1;
+    }
     return events;
   }
 
@@ -723,7 +780,13 @@ export class AgentSession {
         do {
           this.syncAgain = false;
           this.unread = false;
-          await this.readNewEvents();
+          for (;;) {
+            const page = await this.store.readEvents(this.ref.tenantId, this.ref.conversationId, {
+              fromId: this.nextId,
+              limit: this.pageSize,
+            });
+            if (!this.accept(page) || page.length < this.pageSize) break;
+          }
         } while (this.syncAgain && !this.finished);
       } finally {
         this.syncRun = null;
@@ -732,40 +795,31 @@ export class AgentSession {
     return this.syncRun;
   }
 
-  private async readNewEvents(): Promise<void> {
-    for (;;) {
-      const page = await this.store.readEvents(this.ref.tenantId, this.ref.conversationId, {
-        fromId: this.history.length,
-        limit: this.pageSize,
-      });
-      if (!this.accept(page) || page.length < this.pageSize) return;
-    }
-  }
-
-  /**
-   * Adds stored events to the history in id order: ones already there are
-   * skipped, and a gap stops it (false), since ids are gap-free and none may
-   * be skipped.
-   */
+  /** Takes stored events in id order: known ones skipped, a gap stops it (false). */
   private accept(events: readonly StoredEvent[]): boolean {
     for (const event of events) {
-      if (event.id < this.history.length) continue;
-      if (event.id > this.history.length) return false;
-      this.history.push(JSON.stringify(event));
-      this.noteSettled(event);
+      if (event.id < this.nextId) continue;
+      if (event.id > this.nextId) return false;
+      this.nextId = event.id + 1;
+      this.cache.put(event);
       if (event.source === 'user') {
         this.pending.push(event);
         this.activityAt = this.clock.now();
+        continue;
+      }
+      // A control applied, or a turn settled, by an earlier holder or by a
+      // write of this one whose answer was lost: its state change names it.
+      const change = readAgentStateChange(event);
+      const cause = event.cause;
+      if (!change || cause === undefined) continue;
+      const settled = this.pending.find((e) => e.id === cause);
+      if (!settled) continue;
+      const isTurn = isUserMessage(settled);
+      if (isTurn ? settlesTurn(change.agentState) : isSettledState(change.agentState)) {
+        this.done.add(cause);
       }
     }
     return true;
-  }
-
-  private noteSettled(event: StoredEvent): void {
-    const change = readAgentStateChange(event);
-    if (change && event.cause !== undefined && isSettledState(change.agentState)) {
-      this.handled.add(event.cause);
-    }
   }
 
   // ---------------------------------------------------------------- lifecycle
@@ -783,16 +837,15 @@ export class AgentSession {
     waiter?.();
   }
 
-  private releaseBackoff(): void {
-    this.backoffWaiter?.();
-  }
-
   private beginClosing(): void {
     this.closing = true;
     this.poll?.cancel();
-    this.turn?.controller.abort();
+    if (this.turn) {
+      this.turn.cut ??= 'close';
+      this.turn.controller.abort();
+    }
     this.releaseWaiter();
-    this.releaseBackoff();
+    this.backoffWaiter?.();
   }
 
   private loseLease(): void {
@@ -801,7 +854,6 @@ export class AgentSession {
     this.beginClosing();
   }
 
-  /** Waits until the start and the loop have returned: no write is in flight after this. */
   private async quiesce(): Promise<void> {
     await this.startPromise?.catch(() => undefined);
     await this.loopPromise;
@@ -825,40 +877,35 @@ export class AgentSession {
   }
 }
 
-/** The state a `change_agent_state` user event asks for; null if malformed, undefined if not one. */
-function requestedState(event: StoredEvent): RequestedState | null | undefined {
+function defaultTools(): ToolRegistry {
+  const registry = new ToolRegistry(30_000);
+  for (const [name, tool] of Object.entries(BUILTIN_TOOLS)) registry.add(name, tool);
+  return registry;
+}
+
+/** The control a `change_agent_state` user event asks for; null if malformed, undefined if not one. */
+function requestedState(event: StoredEvent): Control | null | undefined {
   if (!isAction(event) || event.action !== 'change_agent_state') return undefined;
   const target = event.args['agent_state'];
-  return target === 'stopped' || target === 'paused' || target === 'running' ? target : null;
+  return target === 'stopped' ||
+    target === 'paused' ||
+    target === 'running' ||
+    target === 'user_confirmed' ||
+    target === 'user_rejected'
+    ? target
+    : null;
+}
+
+/** The states a turn's last batch moves to (not a confirmation, nor a pause). */
+function settlesTurn(state: AgentState): boolean {
+  return state === 'awaiting_user_input' || state === 'finished' || state === 'error';
 }
 
 function isUserMessage(event: StoredEvent): boolean {
-  return isAction(event) && event.action === 'message';
+  return event.source === 'user' && isAction(event) && event.action === 'message';
 }
 
 /** A write the store refused for what it holds: the same write would be refused again. */
 function isRefusedWrite(error: unknown): boolean {
   return error instanceof DomainError && error.code === 'BAD_REQUEST';
-}
-
-/** Resolves with the promise's value, or `ABORTED` as soon as the signal aborts. */
-function untilAborted<T>(promise: Promise<T>, signal: AbortSignal): Promise<T | typeof ABORTED> {
-  if (signal.aborted) {
-    promise.then(undefined, () => undefined);
-    return Promise.resolve(ABORTED);
-  }
-  return new Promise<T | typeof ABORTED>((resolve, reject) => {
-    const onAbort = (): void => resolve(ABORTED);
-    signal.addEventListener('abort', onAbort, { once: true });
-    promise.then(
-      (value) => {
-        signal.removeEventListener('abort', onAbort);
-        resolve(value);
-      },
-      (error: unknown) => {
-        signal.removeEventListener('abort', onAbort);
-        reject(error instanceof Error ? error : new Error(String(error)));
-      },
-    );
-  });
 }

@@ -5,6 +5,7 @@ import type {
   ConversationStatus,
   EventBody,
   EventSource,
+  MultitaskStrategy,
 } from '@cs/protocol';
 
 /** Who owns a conversation: every lookup is scoped by tenant. */
@@ -54,6 +55,9 @@ export interface ConversationRecord {
   leaseOwner: string | null;
   incarnation: string;
   metrics: ConversationMetrics;
+  /** Every user message up to this id has had its turn settled; -1 before any. */
+  answeredThrough: number;
+  settings: ConversationSettings;
   createdAt: Date;
   updatedAt: Date;
 }
@@ -64,6 +68,23 @@ export interface AgentSpec {
   config: Record<string, unknown>;
 }
 
+/** How a conversation's agent runs (PROTOCOL.md "Agents"): chosen at creation, some patchable. */
+export interface ConversationSettings {
+  confirmationMode: boolean;
+  /** Null: the deployment's `MULTITASK_STRATEGY`. */
+  multitaskStrategy: MultitaskStrategy | null;
+  /** Lower limits than the deployment's, or null. */
+  maxIterations: number | null;
+  maxBudgetUsd: number | null;
+}
+
+export const DEFAULT_SETTINGS: ConversationSettings = {
+  confirmationMode: false,
+  multitaskStrategy: null,
+  maxIterations: null,
+  maxBudgetUsd: null,
+};
+
 export interface NewConversation {
   id: string;
   tenantId: string;
@@ -73,11 +94,14 @@ export interface NewConversation {
   metadata: Record<string, unknown>;
   agent: AgentSpec;
   instructions: string | null;
+  settings?: ConversationSettings;
 }
 
 export interface ConversationPatch {
   title?: string;
   metadata?: Record<string, unknown>;
+  confirmationMode?: boolean;
+  multitaskStrategy?: MultitaskStrategy;
 }
 
 /**
@@ -98,6 +122,11 @@ export interface EventDraft {
   clientEventId?: string;
   stateDelta?: StateDelta;
   metricsDelta?: MetricsDelta;
+  /**
+   * The user message whose turn this event settles: the conversation's
+   * `answeredThrough` moves up to it (turns settle in id order).
+   */
+  answers?: number;
 }
 
 export const EMPTY_METRICS: ConversationMetrics = {
@@ -110,6 +139,7 @@ export const EMPTY_METRICS: ConversationMetrics = {
 /** The REST view of a conversation (PROTOCOL.md `ConversationInfo`). */
 export function toConversationInfo(
   record: ConversationRecord,
+  defaultStrategy: MultitaskStrategy,
   status: ConversationStatus = record.status,
 ): ConversationInfo {
   return {
@@ -121,5 +151,8 @@ export function toConversationInfo(
     agent_state: record.agentState,
     metadata: record.metadata,
     last_event_id: record.lastEventId,
+    agent: record.agent.name,
+    confirmation_mode: record.settings.confirmationMode,
+    multitask_strategy: record.settings.multitaskStrategy ?? defaultStrategy,
   };
 }

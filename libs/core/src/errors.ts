@@ -33,6 +33,13 @@ export class ConflictError extends DomainError {
   }
 }
 
+/** A message sent while a turn runs, to a conversation whose strategy is `reject`. */
+export class AgentBusyError extends DomainError {
+  constructor() {
+    super('AGENT_BUSY', 'the agent is busy with another message');
+  }
+}
+
 export class ConcurrencyLimitError extends DomainError {
   constructor(limit: number) {
     super('CONCURRENCY_LIMIT_REACHED', `at most ${limit} conversations may run at once per user`);

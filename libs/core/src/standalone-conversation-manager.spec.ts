@@ -176,12 +176,10 @@ describe(StandaloneConversationManager.name, () => {
     const agent = () =>
       new ScriptedAgent(async function* (turn) {
         const count = typeof turn.state['count'] === 'number' ? turn.state['count'] + 1 : 1;
-        const heard = turn.history.filter((e) => e.source === 'user').length;
-        await Promise.resolve();
-        yield {
-          ...say(`#${count} heard ${heard}: ${messageText(turn.trigger)}`),
-          stateDelta: { count },
-        };
+        const history = await turn.history.recent(100);
+        const heard = history.filter((e) => e.source === 'user').length;
+        yield { type: 'state', delta: { count } };
+        yield say(`#${count} heard ${heard}: ${messageText(turn.trigger)}`);
       });
     const f = fixture({}, { counter: agent });
     const ref = await f.conversation('user-1', 'counter');

@@ -13,7 +13,12 @@ import { Mutex } from 'async-mutex';
 import { StatusId } from '@cs/protocol';
 import type { ConversationStatus, StatusUpdate, UserAction } from '@cs/protocol';
 import type { AgentFactory } from './agent.js';
-import { AgentSession, SessionClosedError, type SessionEndReason } from './agent-session.js';
+import {
+  AgentSession,
+  SessionClosedError,
+  type SessionEndReason,
+  type SessionRuntime,
+} from './agent-session.js';
 import { roomKey, type ConversationRef } from './conversation.js';
 import type { Attachment, ConversationManager } from './conversation-manager.js';
 import { ConcurrencyLimitError, NotFoundError, UnavailableError } from './errors.js';
@@ -38,6 +43,8 @@ export interface StandaloneConversationManagerOptions {
   cleanupIntervalMs: number;
   /** Passed to each AgentSession (default 1000 ms). */
   catchUpIntervalMs?: number;
+  /** Tools, metrics, budget, strategy and prices of every session. */
+  runtime?: SessionRuntime;
 }
 
 export interface StandaloneConversationManagerDeps {
@@ -299,6 +306,7 @@ export class StandaloneConversationManager implements ConversationManager {
         leaseEpoch,
         agent,
         options: {
+          ...this.options.runtime,
           maxIterations: this.options.maxIterations,
           clock: this.clock,
           reportError: this.reportError,

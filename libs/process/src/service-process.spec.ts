@@ -6,18 +6,24 @@ let before: Map<string, Function[]>; // eslint-disable-line @typescript-eslint/n
 
 beforeEach(() => {
   process.env.LOG_LEVEL = 'error';
-  before = new Map(EVENTS.map((event) => [event, process.listeners(event)]));
+  before = new Map(EVENTS.map((event) => [event, listenersOf(event)]));
 });
 
 afterEach(() => {
   delete process.env.LOG_LEVEL;
   // The handlers a test added: the test process must not keep them.
   for (const event of EVENTS) {
-    for (const listener of process.listeners(event))
+    for (const listener of listenersOf(event))
       if (!before.get(event)!.includes(listener))
         process.off(event, listener as (...args: unknown[]) => void);
   }
 });
+
+/** The process's listeners of a signal or an error event, whatever the overload. */
+// eslint-disable-next-line @typescript-eslint/no-unsafe-function-type -- listeners of any shape, compared by identity
+function listenersOf(event: (typeof EVENTS)[number]): Function[] {
+  return (process.listeners as (name: string) => Function[])(event); // eslint-disable-line @typescript-eslint/no-unsafe-function-type
+}
 
 /** An exit that records its code instead of ending the test process. */
 function exits() {
@@ -41,7 +47,7 @@ describe(runService.name, () => {
     let drains = 0;
     runService(
       { role: 'standalone', drainTimeoutMs: 5_000 },
-      () => Promise.resolve({ drain: () => (drains++, tick()) }),
+      () => Promise.resolve({ drain: () => (drains++, tick()).then(() => undefined) }),
       exit,
     );
     await tick();
@@ -67,8 +73,8 @@ describe(runService.name, () => {
     expect(await failed).toBe(1);
 
     for (const event of ['SIGTERM', 'SIGINT'] as const)
-      for (const listener of process.listeners(event))
-        if (!before.get(event)!.includes(listener)) process.off(event, listener);
+      for (const listener of listenersOf(event))
+        if (!before.get(event)!.includes(listener)) process.off(event, listener as () => void);
     const hanging = exits();
     runService(
       { role: 'standalone', drainTimeoutMs: 50 },

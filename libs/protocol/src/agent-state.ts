@@ -18,7 +18,13 @@ export const AgentStateSchema = z.enum(AGENT_STATES);
 export type AgentState = z.infer<typeof AgentStateSchema>;
 
 /** States a client may ask for with `change_agent_state`. */
-export const REQUESTABLE_AGENT_STATES = ['stopped', 'paused', 'running'] as const;
+export const REQUESTABLE_AGENT_STATES = [
+  'stopped',
+  'paused',
+  'running',
+  'user_confirmed',
+  'user_rejected',
+] as const;
 
 export const CONVERSATION_STATUSES = ['STOPPED', 'STARTING', 'RUNNING', 'ERROR'] as const;
 export const ConversationStatusSchema = z.enum(CONVERSATION_STATUSES);

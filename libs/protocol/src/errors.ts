@@ -6,6 +6,8 @@ export const ERROR_HTTP_STATUS = {
   UNAUTHORIZED: 401,
   NOT_FOUND: 404,
   CONFLICT: 409,
+  /** A message refused by the `reject` strategy while a turn runs. */
+  AGENT_BUSY: 409,
   PAYLOAD_TOO_LARGE: 413,
   RATE_LIMITED: 429,
   CONCURRENCY_LIMIT_REACHED: 429,

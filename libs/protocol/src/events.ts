@@ -87,6 +87,8 @@ export const StreamDeltaSchema = z.object({
   stream: z.literal(true),
   cause: z.number().int().min(0),
   delta: z.string(),
+  /** UTF-16 code units of the step's text before `delta`; 0 starts it afresh. */
+  offset: z.number().int().min(0),
 });
 export type StreamDelta = z.infer<typeof StreamDeltaSchema>;
 

@@ -7,3 +7,4 @@ export * from './replicas.js';
 export * from './rest.js';
 export * from './socket.js';
 export * from './validation.js';
+export * from './agent-outputs.js';

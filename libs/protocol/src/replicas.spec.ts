@@ -19,7 +19,7 @@ describe('RoomMessageSchema', () => {
         type: 'status',
         status: { status_update: true, type: 'info', id: 'STATUS$READY', message: 'ready' },
       },
-      { type: 'stream', delta: { stream: true, cause: 2, delta: 'ec' } },
+      { type: 'stream', delta: { stream: true, cause: 2, delta: 'ec', offset: 0 } },
     ];
     for (const message of messages) {
       expect(RoomMessageSchema.parse(JSON.parse(JSON.stringify(message)))).toEqual(message);

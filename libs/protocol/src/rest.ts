@@ -1,5 +1,6 @@
 import { z } from 'zod';
 import { AgentStateSchema, ConversationStatusSchema } from './agent-state.js';
+import { MultitaskStrategySchema } from './agent-outputs.js';
 import { StoredEventSchema } from './events.js';
 import { jsonByteLength, jsonDepthWithin } from './json-limits.js';
 import {
@@ -35,15 +36,17 @@ export const AgentNameSchema = z
  * and nested at most `MAX_JSON_DEPTH` deep (the depth first, since measuring
  * the size stringifies it).
  */
-export const MetadataSchema = z
-  .record(z.string().max(256), z.unknown())
-  .superRefine((metadata, ctx) => {
-    if (!jsonDepthWithin(metadata, MAX_JSON_DEPTH)) {
+const boundedJsonObject = () =>
+  z.record(z.string().max(256), z.unknown()).superRefine((value, ctx) => {
+    if (!jsonDepthWithin(value, MAX_JSON_DEPTH)) {
       ctx.addIssue({ code: 'custom', message: `nested more than ${MAX_JSON_DEPTH} deep` });
-    } else if (jsonByteLength(metadata) > MAX_METADATA_BYTES) {
+    } else if (jsonByteLength(value) > MAX_METADATA_BYTES) {
       ctx.addIssue({ code: 'custom', message: `larger than ${MAX_METADATA_BYTES} bytes as JSON` });
     }
   });
+export const MetadataSchema = boundedJsonObject();
+/** A conversation's `agent_config`, given to its agent: the same bounds as metadata. */
+export const AgentConfigSchema = boundedJsonObject();
 
 export const CreateConversationBodySchema = z.strictObject({
   initial_user_msg: z.string().max(MAX_MESSAGE_CONTENT_CHARS).optional(),
@@ -53,6 +56,13 @@ export const CreateConversationBodySchema = z.strictObject({
   conversation_instructions: z.string().max(MAX_INSTRUCTIONS_CHARS).optional(),
   replay_json: z.string().optional(),
   conversation_id: ConversationIdSchema.optional(),
+  agent_config: AgentConfigSchema.optional(),
+  confirmation_mode: z.boolean().optional(),
+  multitask_strategy: MultitaskStrategySchema.optional(),
+  /** May only lower `MAX_ITERATIONS` (checked against the configuration). */
+  max_iterations: z.number().int().min(1).max(10_000).optional(),
+  /** May only lower `MAX_BUDGET_PER_TASK_USD` (checked against the configuration). */
+  max_budget_usd: z.number().positive().max(1e6).optional(),
 });
 export type CreateConversationBody = z.infer<typeof CreateConversationBodySchema>;
 
@@ -64,6 +74,8 @@ export const CreateConversationResponseSchema = z.object({
 export const PatchConversationBodySchema = z.strictObject({
   title: z.string().max(MAX_TITLE_CHARS).optional(),
   metadata: MetadataSchema.optional(),
+  confirmation_mode: z.boolean().optional(),
+  multitask_strategy: MultitaskStrategySchema.optional(),
 });
 export type PatchConversationBody = z.infer<typeof PatchConversationBodySchema>;
 
@@ -97,6 +109,9 @@ export const ConversationInfoSchema = z.object({
   agent_state: AgentStateSchema.nullable(),
   metadata: z.record(z.string(), z.unknown()),
   last_event_id: z.number().int(),
+  agent: z.string(),
+  confirmation_mode: z.boolean(),
+  multitask_strategy: MultitaskStrategySchema,
 });
 export type ConversationInfo = z.infer<typeof ConversationInfoSchema>;
 

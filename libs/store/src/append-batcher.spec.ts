@@ -11,6 +11,7 @@ function plain(conversationId: string): PlainAppend {
     clientEventIds: [],
     leaseEpoch: null,
     incarnation: null,
+    answeredThrough: null,
     agentState: null,
     stateSet: '{}',
     stateDeleted: [],

@@ -208,6 +208,8 @@ export interface FoldedDeltas {
   metrics: ConversationMetrics;
   /** The agent state of the last `agent_state_changed` among the events; null if none. */
   agentState: AgentState | null;
+  /** The highest user message id whose turn one of the events settles; null if none. */
+  answeredThrough: number | null;
 }
 
 /** Folds the deltas of the events in order: a later value of a key wins, `null` deletes. */
@@ -217,7 +219,14 @@ export function foldDeltas(drafts: readonly PreparedDraft[]): FoldedDeltas {
   const conversation: StateDelta = {};
   const metrics = { ...EMPTY_METRICS };
   let agentState: AgentState | null = null;
+  let answeredThrough: number | null = null;
   for (const { draft, agentState: changedTo } of drafts) {
+    if (draft.answers !== undefined) {
+      if (!Number.isSafeInteger(draft.answers) || draft.answers < 0) {
+        throw new BadRequestError('answers must be an event id', 'answers');
+      }
+      answeredThrough = Math.max(answeredThrough ?? -1, draft.answers);
+    }
     const scoped = splitStateDelta(draft.stateDelta);
     Object.assign(app, scoped.app);
     Object.assign(user, scoped.user);
@@ -237,6 +246,7 @@ export function foldDeltas(drafts: readonly PreparedDraft[]): FoldedDeltas {
     app: toScopeWrite(app),
     metrics,
     agentState,
+    answeredThrough,
   };
 }
 

@@ -57,6 +57,7 @@ function plainAppend(
     leaseEpoch: writer.leaseEpoch,
     incarnation: writer.incarnation,
     agentState: folded.agentState,
+    answeredThrough: folded.answeredThrough,
     stateSet: folded.conversation.set,
     stateDeleted: folded.conversation.deleted,
     metrics: folded.metrics,
@@ -184,17 +185,10 @@ export class PostgresConversationStore implements ConversationStore {
     patch: ConversationPatch,
   ): Promise<ConversationRecord | null> {
     if (!isUuid(conversationId)) return null;
-    if (patch.title === undefined && patch.metadata === undefined) {
+    if (Object.values(patch).every((value) => value === undefined)) {
       return this.conversations.find(tenantId, conversationId);
     }
-    return guardData(() =>
-      this.conversations.update(
-        tenantId,
-        conversationId,
-        patch.title ?? null,
-        patch.metadata ?? null,
-      ),
-    );
+    return guardData(() => this.conversations.update(tenantId, conversationId, patch));
   }
 
   async deleteConversation(tenantId: string, conversationId: string): Promise<boolean> {

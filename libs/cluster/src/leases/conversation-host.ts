@@ -2,9 +2,10 @@ import { WaitingError, type ConnectionOptions, type Job } from 'bullmq';
 import {
   AgentSession,
   LeaseLostError,
+  NO_CLUSTER_METRICS,
+  type ClusterMetrics,
+  type SessionRuntime,
   agentStateChangeDraft,
-  isSettledState,
-  readAgentStateChange,
   roomKey,
   type AgentFactory,
   type ConversationBroadcaster,
@@ -37,6 +38,8 @@ export interface ConversationHostOptions {
   /** More failovers than this within `failoverWindowMs` end the conversation in `error`. */
   maxFailovers: number;
   failoverWindowMs: number;
+  /** Tools, metrics, budget, strategy and prices of every session. */
+  runtime?: SessionRuntime;
 }
 
 export interface ConversationHostDeps {
@@ -50,7 +53,9 @@ export interface ConversationHostDeps {
   keys: ClusterKeys;
   bullConnection: ConnectionOptions;
   options: ConversationHostOptions;
-  log: (level: 'log' | 'warn' | 'error', message: string) => void;
+  log: (level: 'log' | 'warn' | 'error', message: string, fields?: Record<string, unknown>) => void;
+  /** Leases, failovers, hand-offs and wake-up pick-ups (`cs_*` metrics). */
+  metrics?: ClusterMetrics;
 }
 
 /** A conversation this worker holds: its job is active here, its lease epoch current. */
@@ -153,6 +158,10 @@ export class ConversationHost {
     await this.worker?.close(true);
   }
 
+  private get metrics(): ClusterMetrics {
+    return this.deps.metrics ?? NO_CLUSTER_METRICS;
+  }
+
   private async process(job: Job<ConversationJobData>, token: string | undefined): Promise<string> {
     const ref: ConversationRef = {
       tenantId: job.data.tenantId,
@@ -162,6 +171,8 @@ export class ConversationHost {
     };
     const { store, inbox, options } = this.deps;
     const id = ref.conversationId;
+    // From the job's creation (a start) to a worker picking it up.
+    if (job.attemptsStarted <= 1) this.metrics.wakeupPickedUp((Date.now() - job.timestamp) / 1000);
     if (this.draining && token) {
       await job.moveToWait(token);
       throw new WaitingError();
@@ -209,6 +220,7 @@ export class ConversationHost {
     }
     if (outcome === 'lease_lost' || hosted.leaseLost) return 'lease_lost'; // a newer holder has it, slot and all
     if (hosted.handOff && token) {
+      this.metrics.handoff();
       await store.releaseLease(ref.tenantId, id, options.workerId, hosted.epoch);
       await job.moveToWait(token);
       throw new WaitingError();
@@ -255,6 +267,8 @@ export class ConversationHost {
         ref.conversationId,
         this.deps.options.workerId,
       );
+      this.metrics.leaseAcquired();
+      if (previousHolderCrashed) this.metrics.failover();
       for (;;) {
         const outcome = await this.runSession(hosted, agent);
         if (outcome === 'start_failed') {
@@ -286,7 +300,12 @@ export class ConversationHost {
       leaseEpoch: hosted.epoch,
       agent: agents.create(agentSpec),
       // Wake-ups come through Redis; `catchUp` covers those lost during an outage.
-      options: { maxIterations: options.maxIterations, catchUpIntervalMs: 0 },
+      options: {
+        ...options.runtime,
+        maxIterations: options.maxIterations,
+        catchUpIntervalMs: 0,
+        reportError: (message, error) => this.deps.log('warn', `${message}: ${String(error)}`),
+      },
     });
     hosted.session = session;
     try {
@@ -448,12 +467,19 @@ export class ConversationHost {
   private async endInError(hosted: HostedConversation, reason: string): Promise<void> {
     const { store, broadcaster, options } = this.deps;
     const { ref } = hosted;
+    // The message its holders died on is answered by the error: it is not run again.
+    const [oldest] = await this.unansweredMessages(ref);
     hosted.epoch = await store.acquireLease(ref.tenantId, ref.conversationId, options.workerId);
     const appended = await store.append(
       ref.tenantId,
       ref.conversationId,
-      [agentStateChangeDraft('error', { reason })],
-      { leaseEpoch: hosted.epoch },
+      [
+        agentStateChangeDraft('error', {
+          reason,
+          ...(oldest === undefined ? {} : { cause: oldest, answers: oldest }),
+        }),
+      ],
+      { leaseEpoch: hosted.epoch, incarnation: ref.incarnation },
     );
     broadcaster.publishEvents(
       roomKey(ref),
@@ -468,22 +494,20 @@ export class ConversationHost {
   }
 
   /**
-   * Ids of the user messages stored after the agent last settled (among the
-   * latest 50 events): the ones its session has yet to answer.
+   * Ids of the user messages after `answered_through` (the first 100 events
+   * after it): the ones its session has yet to answer.
    */
   private async unansweredMessages(ref: ConversationRef): Promise<number[]> {
-    const recent = await this.deps.store.readEvents(ref.tenantId, ref.conversationId, {
-      reverse: true,
-      limit: 50,
+    const { store } = this.deps;
+    const record = await store.getConversation(ref.tenantId, ref.conversationId);
+    if (!record) return [];
+    const after = await store.readEvents(ref.tenantId, ref.conversationId, {
+      fromId: record.answeredThrough + 1,
+      limit: 100,
     });
-    const pending: number[] = [];
-    for (const event of recent) {
-      if (event.source === 'user' && isAction(event) && event.action === 'message')
-        pending.push(event.id);
-      const change = readAgentStateChange(event);
-      if (change && isSettledState(change.agentState)) break;
-    }
-    return pending;
+    return after.flatMap((event) =>
+      event.source === 'user' && isAction(event) && event.action === 'message' ? [event.id] : [],
+    );
   }
 }
 

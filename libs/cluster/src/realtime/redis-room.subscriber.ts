@@ -1,5 +1,17 @@
 import type { ConversationBroadcaster } from '@cs/core';
 import { RoomMessageSchema } from '@cs/protocol';
+import { z } from 'zod';
+
+/** What `RedisRoomBroadcaster.publishStream` leaves in Redis. */
+const StreamSnapshotSchema = z.object({ cause: z.number().int().min(0), text: z.string() });
+
+function safeJson(text: string): unknown {
+  try {
+    return JSON.parse(text);
+  } catch {
+    return null;
+  }
+}
 import type { Redis } from 'ioredis';
 import type { ClusterKeys } from '../redis/cluster-keys.js';
 
@@ -60,6 +72,17 @@ export class RedisRoomSubscriber {
       return;
     }
     await subscribed;
+    // A step streaming already: its text so far, before the deltas that follow.
+    const stored = await this.subscriber.get(this.keys.roomStream(room)).catch(() => null);
+    const parsed = stored === null ? null : StreamSnapshotSchema.safeParse(safeJson(stored));
+    if (parsed?.success && this.sinks.get(channel)?.sink === sink) {
+      sink.publishStream(room, {
+        stream: true,
+        cause: parsed.data.cause,
+        delta: parsed.data.text,
+        offset: 0,
+      });
+    }
   }
 
   close(room: string): void {

@@ -24,9 +24,9 @@ export interface AgentStateChange {
 
 export function agentStateChangeDraft(
   agentState: AgentState,
-  options: { cause?: number; reason?: string; message?: string } = {},
+  options: { cause?: number; reason?: string; message?: string; answers?: number } = {},
 ): EventDraft {
-  const { cause, reason } = options;
+  const { cause, reason, answers } = options;
   const message =
     options.message ?? `Agent state changed to ${agentState}${reason ? ` (${reason})` : ''}`;
   return {
@@ -39,6 +39,7 @@ export function agentStateChangeDraft(
       message,
     },
     ...(cause === undefined ? {} : { cause }),
+    ...(answers === undefined ? {} : { answers }),
   };
 }
 

@@ -16,7 +16,7 @@ import {
   type NewConversation,
 } from '../conversation.js';
 import { ConflictError, LeaseLostError, NotFoundError } from '../errors.js';
-import { refOf } from '../conversation.js';
+import { DEFAULT_SETTINGS, refOf } from '../conversation.js';
 import { randomUUID } from 'node:crypto';
 import { systemClock, type Clock } from '../ports/clock.port.js';
 import type {
@@ -93,6 +93,8 @@ export class InMemoryConversationStore implements ConversationStore {
       leaseEpoch: 0,
       leaseOwner: null,
       incarnation: randomUUID(),
+      answeredThrough: -1,
+      settings: { ...DEFAULT_SETTINGS, ...input.settings },
       metrics: { ...EMPTY_METRICS },
       createdAt: now,
       updatedAt: now,
@@ -154,6 +156,10 @@ export class InMemoryConversationStore implements ConversationStore {
     if (!entry) return Promise.resolve(null);
     if (patch.title !== undefined) entry.record.title = patch.title;
     if (patch.metadata !== undefined) entry.record.metadata = clone(patch.metadata);
+    if (patch.confirmationMode !== undefined)
+      entry.record.settings.confirmationMode = patch.confirmationMode;
+    if (patch.multitaskStrategy !== undefined)
+      entry.record.settings.multitaskStrategy = patch.multitaskStrategy;
     entry.record.updatedAt = new Date(this.clock.now());
     return Promise.resolve(clone(entry.record));
   }
@@ -353,6 +359,9 @@ export class InMemoryConversationStore implements ConversationStore {
       userKey(record),
       applyDelta(this.userStates.get(userKey(record)) ?? {}, scoped.user),
     );
+    if (draft.answers !== undefined) {
+      record.answeredThrough = Math.max(record.answeredThrough, draft.answers);
+    }
     for (const [name, value] of Object.entries(draft.metricsDelta ?? {})) {
       const metric = name as keyof typeof record.metrics;
       if (typeof value === 'number') record.metrics[metric] += value;

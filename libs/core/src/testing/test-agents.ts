@@ -4,8 +4,8 @@
  * until the test releases it, to stage crashes, pauses and lost leases.
  */
 import { isAction } from '@cs/protocol';
-import type { StoredEvent } from '@cs/protocol';
-import type { Agent, AgentOutput, AgentTurn } from '../agent.js';
+import type { AgentOutput, StoredEvent } from '@cs/protocol';
+import type { Agent, AgentContext } from '../agent.js';
 import type { AgentSpec } from '../conversation.js';
 import type { AgentFactory } from '../agent.js';
 
@@ -18,18 +18,19 @@ export function messageText(event: StoredEvent): string {
 
 /** An agent message output answering with `content`. */
 export function say(content: string): AgentOutput {
-  return { type: 'event', body: { action: 'message', args: { content }, message: content } };
+  return { type: 'message', content };
 }
 
 /** An agent whose turns are written by the test; records every turn it was given. */
 export class ScriptedAgent implements Agent {
-  readonly turns: AgentTurn[] = [];
+  /** The context of every step it was asked for. */
+  readonly turns: AgentContext[] = [];
 
-  constructor(private readonly script: (turn: AgentTurn) => AsyncIterable<AgentOutput>) {}
+  constructor(private readonly script: (turn: AgentContext) => AsyncIterable<AgentOutput>) {}
 
-  run(turn: AgentTurn): AsyncIterable<AgentOutput> {
-    this.turns.push(turn);
-    return this.script(turn);
+  step(context: AgentContext): AsyncIterable<AgentOutput> {
+    this.turns.push(context);
+    return this.script(context);
   }
 }
 
@@ -64,7 +65,7 @@ export class GatedAgent implements Agent {
     this.enteredTurn = deferred();
   }
 
-  async *run(turn: AgentTurn): AsyncIterable<AgentOutput> {
+  async *step(turn: AgentContext): AsyncIterable<AgentOutput> {
     this.signals.push(turn.signal);
     this.enteredTurn.resolve();
     await this.gate.promise;

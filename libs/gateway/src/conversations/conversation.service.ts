@@ -2,8 +2,10 @@ import { Inject, Injectable, Optional } from '@nestjs/common';
 import { z } from 'zod';
 import type { AppConfig } from '@cs/config';
 import {
+  AgentBusyError,
   BadRequestError,
   ConflictError,
+  NotFoundError,
   RateLimitedError,
   agentStateChangeDraft,
   refOf,
@@ -12,6 +14,7 @@ import {
   toConversationInfo,
   type AgentFactory,
   type AppendedEvent,
+  type ConversationSettings,
   type EventPage,
   type ConversationBroadcaster,
   type ConversationManager,
@@ -107,6 +110,9 @@ export class ConversationService {
     const agentName = body.agent ?? this.config.agent.default;
     if (!this.agents.has(agentName))
       throw new BadRequestError(`unknown agent ${agentName}`, 'agent');
+    const settings = this.settingsOf(body);
+    const agentConfig = body.agent_config ?? {};
+    this.agents.validateConfig?.(agentName, agentConfig);
     const replay = body.replay_json === undefined ? [] : parseReplay(body.replay_json);
     const drafts = withReplayedMarkers(replay);
     if (body.initial_user_msg !== undefined) {
@@ -145,8 +151,9 @@ export class ConversationService {
           appName: DEFAULT_APP_NAME,
           title: body.title ?? '',
           metadata: body.metadata ?? {},
-          agent: { name: agentName, config: {} },
+          agent: { name: agentName, config: agentConfig },
           instructions: body.conversation_instructions ?? null,
+          settings,
         },
         drafts,
       );
@@ -156,6 +163,31 @@ export class ConversationService {
     }
     if (!result.created) await reservation.cancel();
     return this.created(result.conversation, result.created, body);
+  }
+
+  /** The conversation's own limits, which may only lower the deployment's. */
+  private settingsOf(body: CreateConversationBody): ConversationSettings {
+    const { maxIterations, maxBudgetUsd } = this.config.limits;
+    if (body.max_iterations !== undefined && body.max_iterations > maxIterations) {
+      throw new BadRequestError(`max_iterations may be at most ${maxIterations}`, 'max_iterations');
+    }
+    if (
+      body.max_budget_usd !== undefined &&
+      maxBudgetUsd > 0 &&
+      body.max_budget_usd > maxBudgetUsd
+    ) {
+      throw new BadRequestError(`max_budget_usd may be at most ${maxBudgetUsd}`, 'max_budget_usd');
+    }
+    return {
+      confirmationMode: body.confirmation_mode ?? false,
+      multitaskStrategy: body.multitask_strategy ?? null,
+      maxIterations: body.max_iterations ?? null,
+      maxBudgetUsd: body.max_budget_usd ?? null,
+    };
+  }
+
+  private info(record: ConversationRecord): ConversationInfo {
+    return toConversationInfo(record, this.config.agent.multitaskStrategy);
   }
 
   /**
@@ -190,13 +222,13 @@ export class ConversationService {
       cursor: query.page_id,
     });
     return {
-      results: page.items.map((record) => toConversationInfo(record)),
+      results: page.items.map((record) => this.info(record)),
       next_page_id: page.nextCursor,
     };
   }
 
   async get(principal: Principal, conversationId: string): Promise<ConversationInfo> {
-    return toConversationInfo(await this.find(principal, conversationId));
+    return this.info(await this.find(principal, conversationId));
   }
 
   async update(
@@ -205,9 +237,18 @@ export class ConversationService {
     patch: PatchConversationBody,
   ): Promise<ConversationInfo> {
     await this.find(principal, conversationId);
-    const updated = await this.store.updateConversation(principal.tenantId, conversationId, patch);
+    const updated = await this.store.updateConversation(principal.tenantId, conversationId, {
+      ...(patch.title === undefined ? {} : { title: patch.title }),
+      ...(patch.metadata === undefined ? {} : { metadata: patch.metadata }),
+      ...(patch.confirmation_mode === undefined
+        ? {}
+        : { confirmationMode: patch.confirmation_mode }),
+      ...(patch.multitask_strategy === undefined
+        ? {}
+        : { multitaskStrategy: patch.multitask_strategy }),
+    });
     assertVisible(principal, updated);
-    return toConversationInfo(updated);
+    return this.info(updated);
   }
 
   /**
@@ -259,6 +300,7 @@ export class ConversationService {
     idempotencyKey?: string,
   ): Promise<AppendedEvent> {
     const ref = refOf(conversation);
+    await this.checkAgentBusy(conversation, action);
     const reservation = await this.rateLimiter.reserve(principal.tenantId, principal.userId);
     if (!reservation) {
       // An idempotent repeat stores nothing, so it does not count against the limit.
@@ -274,6 +316,40 @@ export class ConversationService {
       await reservation.cancel();
       throw error;
     }
+  }
+
+  /**
+   * What the conversation's agent state decides at the door: an answer to a
+   * confirmation needs one pending; under the `reject` strategy a message
+   * while a turn runs is refused (and stored nowhere). Read fresh: a
+   * socket's record is as old as its handshake.
+   */
+  private async checkAgentBusy(
+    conversation: ConversationRecord,
+    action: UserAction,
+  ): Promise<void> {
+    const answer =
+      action.action === 'change_agent_state' &&
+      (action.args.agent_state === 'user_confirmed' || action.args.agent_state === 'user_rejected');
+    const mayReject =
+      action.action === 'message' &&
+      (conversation.settings.multitaskStrategy ?? this.config.agent.multitaskStrategy) === 'reject';
+    if (!answer && !mayReject && this.config.agent.multitaskStrategy !== 'reject') return;
+    if (!answer && action.action !== 'message') return;
+    const current = await this.store.getConversation(conversation.tenantId, conversation.id);
+    if (!current || current.incarnation !== conversation.incarnation) throw new NotFoundError();
+    if (answer) {
+      if (current.agentState !== 'awaiting_user_confirmation') {
+        throw new BadRequestError('no tool call awaits confirmation', 'args.agent_state');
+      }
+      return;
+    }
+    const strategy = current.settings.multitaskStrategy ?? this.config.agent.multitaskStrategy;
+    const busy =
+      current.agentState === 'running' ||
+      current.agentState === 'loading' ||
+      current.agentState === 'awaiting_user_confirmation';
+    if (strategy === 'reject' && busy) throw new AgentBusyError();
   }
 
   /** The stored event a repeated idempotency key refers to; `CONFLICT` when its content differs. */
@@ -385,7 +461,9 @@ function withReplayedMarkers(replay: readonly EventDraft[]): EventDraft[] {
     drafts.push(draft);
     if (draft.source === 'user') {
       const cause = drafts.length - 1;
-      drafts.push(agentStateChangeDraft('awaiting_user_input', { cause, reason: 'replayed' }));
+      drafts.push(
+        agentStateChangeDraft('awaiting_user_input', { cause, answers: cause, reason: 'replayed' }),
+      );
     }
   }
   return drafts;

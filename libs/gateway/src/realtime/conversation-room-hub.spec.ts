@@ -89,11 +89,11 @@ describe(ConversationRoomHub.name, () => {
     hub.join('b', b);
 
     source.sinks.get('a')!.publishEvents('a', [event(0), event(1)]);
-    source.sinks.get('b')!.publishStream('b', { stream: true, cause: 0, delta: 'x' });
+    source.sinks.get('b')!.publishStream('b', { stream: true, cause: 0, delta: 'x', offset: 0 });
 
     expect(a1.received.map((e) => ('id' in e ? e.id : e))).toEqual([0, 1]);
     expect(a2.received).toHaveLength(2);
-    expect(b.received).toEqual([{ stream: true, cause: 0, delta: 'x' }]);
+    expect(b.received).toEqual([{ stream: true, cause: 0, delta: 'x', offset: 0 }]);
     expect(hub.subscriberCount).toBe(3);
   });
 

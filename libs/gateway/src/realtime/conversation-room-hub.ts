@@ -1,5 +1,10 @@
 import { Inject, Injectable, Optional } from '@nestjs/common';
-import type { ConversationBroadcaster } from '@cs/core';
+import {
+  endsStream,
+  nextStreamText,
+  type ConversationBroadcaster,
+  type StreamText,
+} from '@cs/core';
 import type { StatusUpdate, StoredEvent, StreamDelta } from '@cs/protocol';
 import { ROOM_TRAFFIC_SOURCE } from '../tokens.js';
 
@@ -33,6 +38,8 @@ export interface RoomMembership {
 interface Room {
   subscribers: Set<ConversationSubscriber>;
   ready: Promise<void>;
+  /** The text the current step has streamed so far, for late joiners. */
+  stream: StreamText | null;
 }
 
 /**
@@ -61,7 +68,7 @@ export class ConversationRoomHub implements ConversationBroadcaster {
     if (!joined) {
       const ready = this.source?.open(room, this) ?? Promise.resolve();
       ready.catch(() => undefined); // each member awaits it and handles a failure
-      joined = { subscribers: new Set(), ready };
+      joined = { subscribers: new Set(), ready, stream: null };
       this.rooms.set(room, joined);
     }
     const member = joined;
@@ -95,7 +102,22 @@ export class ConversationRoomHub implements ConversationBroadcaster {
   }
 
   publishEvents(room: string, events: readonly StoredEvent[]): void {
+    const joined = this.rooms.get(room);
+    // The step's stored message ends its stream: late joiners replay the message.
+    if (joined?.stream && events.some((e) => endsStream(e, joined.stream!.cause))) {
+      joined.stream = null;
+    }
     for (const subscriber of this.members(room)) subscriber.offerEvents(events);
+  }
+
+  /**
+   * The text streamed so far by the step running in the room, as one delta
+   * from offset 0 (the catch-up a late joiner gets), or null.
+   */
+  streamOf(room: string): StreamDelta | null {
+    const stream = this.rooms.get(room)?.stream;
+    if (!stream || stream.content === '') return null;
+    return { stream: true, cause: stream.cause, delta: stream.content, offset: 0 };
   }
 
   publishStatus(room: string, status: StatusUpdate): void {
@@ -103,6 +125,8 @@ export class ConversationRoomHub implements ConversationBroadcaster {
   }
 
   publishStream(room: string, delta: StreamDelta): void {
+    const joined = this.rooms.get(room);
+    if (joined) joined.stream = nextStreamText(joined.stream, delta);
     for (const subscriber of this.members(room)) subscriber.sendStream(delta);
   }
 

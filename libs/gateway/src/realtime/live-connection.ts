@@ -58,6 +58,11 @@ export class LiveConnection implements ConversationSubscriber {
   private leave: (() => void) | null = null;
   private expiry: NodeJS.Timeout | undefined;
   private ended = false;
+  private room = '';
+  /** Past the replay: live deltas go out (before it, the catch-up covers them). */
+  private live = false;
+  /** The streamed text this client has: which turn, how many characters. */
+  private streamed: { cause: number; length: number } | null = null;
 
   constructor(private readonly options: LiveConnectionOptions) {
     this.feed = new OrderedEventFeed({
@@ -73,11 +78,16 @@ export class LiveConnection implements ConversationSubscriber {
   async start(): Promise<void> {
     if (this.ended) return;
     this.scheduleExpiry();
-    const membership = this.options.hub.join(roomKey(refOf(this.options.conversation)), this);
+    this.room = roomKey(refOf(this.options.conversation));
+    const membership = this.options.hub.join(this.room, this);
     this.leave = membership.leave;
     await membership.ready;
     if (this.ended) return;
     await this.feed.start();
+    // A step streaming now: the text so far in one delta, then the rest live.
+    this.live = true;
+    const catchUp = this.options.hub.streamOf(this.room);
+    if (catchUp) this.sendStream(catchUp);
   }
 
   /** The client left: forget it (idempotent). */
@@ -109,6 +119,12 @@ export class LiveConnection implements ConversationSubscriber {
   }
 
   sendStream(delta: StreamDelta): void {
+    if (!this.live) return;
+    const end = delta.offset + delta.delta.length;
+    const known = this.streamed;
+    // What this client has already (the catch-up covered it) is not sent twice.
+    if (known && known.cause === delta.cause && delta.offset !== 0 && end <= known.length) return;
+    this.streamed = { cause: delta.cause, length: end };
     this.send(delta);
   }
 

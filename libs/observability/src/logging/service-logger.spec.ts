@@ -85,7 +85,7 @@ describe('logCallback', () => {
     });
     const log = logCallback(logger, 'ConversationHost');
     const ref = { tenantId: 't', userId: 'u', conversationId: 'c' };
-    log('warn', 'slot lost', conversationLogFields(ref, 7));
+    log('warn', 'slot lost', { ...conversationLogFields(ref, 7) });
     log('log', 'plain');
     expect(out.lines()).toMatchObject([
       {

@@ -2,9 +2,19 @@
  * SQL of the `conversations` table. Every statement filters by tenant_id,
  * except the start-up reset, which is process-wide by design.
  */
-import type { ConversationRecord, ConversationRef, NewConversation } from '@cs/core';
-import { EMPTY_METRICS } from '@cs/core';
-import type { AgentState, ConversationMetrics, ConversationStatus } from '@cs/protocol';
+import type {
+  ConversationPatch,
+  ConversationRecord,
+  ConversationRef,
+  NewConversation,
+} from '@cs/core';
+import { DEFAULT_SETTINGS, EMPTY_METRICS } from '@cs/core';
+import type {
+  AgentState,
+  ConversationMetrics,
+  ConversationStatus,
+  MultitaskStrategy,
+} from '@cs/protocol';
 import type { SqlQueryable } from '../database/sql-database.js';
 import { PREPARED } from '../database/sql-database.js';
 
@@ -24,12 +34,18 @@ interface ConversationRow {
   lease_epoch: number;
   lease_owner: string | null;
   incarnation: string;
+  answered_through: number;
+  confirmation_mode: boolean;
+  multitask_strategy: MultitaskStrategy | null;
+  max_iterations: number | null;
+  max_budget_usd: string | number | null;
   created_at: Date;
   updated_at: Date;
 }
 
 const COLUMNS = `id, tenant_id, user_id, app_name, title, metadata, agent, instructions, status,
-  agent_state, metrics, last_event_id, lease_epoch, lease_owner, incarnation, created_at, updated_at`;
+  agent_state, metrics, last_event_id, lease_epoch, lease_owner, incarnation, answered_through,
+  confirmation_mode, multitask_strategy, max_iterations, max_budget_usd, created_at, updated_at`;
 
 export interface ScopeStates {
   app: Record<string, unknown>;
@@ -63,9 +79,11 @@ export class ConversationRepository {
 
   /** Inserts unless the id exists (for anyone); null when it did. */
   async insertIfAbsent(input: NewConversation): Promise<ConversationRecord | null> {
+    const settings = input.settings ?? DEFAULT_SETTINGS;
     const { rows } = await this.db.query<ConversationRow>(
-      `INSERT INTO conversations (id, tenant_id, user_id, app_name, title, metadata, agent, instructions)
-       VALUES ($1, $2, $3, $4, $5, $6::jsonb, $7::jsonb, $8)
+      `INSERT INTO conversations (id, tenant_id, user_id, app_name, title, metadata, agent, instructions,
+                                  confirmation_mode, multitask_strategy, max_iterations, max_budget_usd)
+       VALUES ($1, $2, $3, $4, $5, $6::jsonb, $7::jsonb, $8, $9, $10, $11, $12)
        ON CONFLICT (id) DO NOTHING
        RETURNING ${COLUMNS}`,
       [
@@ -77,6 +95,10 @@ export class ConversationRepository {
         JSON.stringify(input.metadata),
         JSON.stringify(input.agent),
         input.instructions,
+        settings.confirmationMode,
+        settings.multitaskStrategy,
+        settings.maxIterations,
+        settings.maxBudgetUsd,
       ],
     );
     return rows[0] ? toRecord(rows[0]) : null;
@@ -105,7 +127,9 @@ export class ConversationRepository {
     >(
       `SELECT c.id, c.tenant_id, c.user_id, c.app_name, c.title, c.metadata, c.agent,
               c.instructions, c.status, c.agent_state, c.metrics, c.last_event_id,
-              c.lease_epoch, c.lease_owner, c.incarnation, c.created_at, c.updated_at,
+              c.lease_epoch, c.lease_owner, c.incarnation, c.answered_through,
+              c.confirmation_mode, c.multitask_strategy, c.max_iterations, c.max_budget_usd,
+              c.created_at, c.updated_at,
               c.state, a.state AS app_state, u.state AS user_state
          FROM conversations c
          LEFT JOIN app_states a
@@ -150,21 +174,29 @@ export class ConversationRepository {
     return rows.map((row) => ({ record: toRecord(row), updatedAtMicros: row.updated_at_us }));
   }
 
-  /** Replaces the fields given (null: keep) and marks the conversation active. */
+  /** Replaces the fields given (undefined: keep) and marks the conversation active. */
   async update(
     tenantId: string,
     id: string,
-    title: string | null,
-    metadata: Record<string, unknown> | null,
+    patch: ConversationPatch,
   ): Promise<ConversationRecord | null> {
     const { rows } = await this.db.query<ConversationRow>(
       `UPDATE conversations
           SET title = coalesce($3::text, title),
               metadata = coalesce($4::jsonb, metadata),
+              confirmation_mode = coalesce($5::boolean, confirmation_mode),
+              multitask_strategy = coalesce($6::text, multitask_strategy),
               updated_at = greatest(updated_at, clock_timestamp())
         WHERE tenant_id = $1 AND id = $2
         RETURNING ${COLUMNS}`,
-      [tenantId, id, title, metadata === null ? null : JSON.stringify(metadata)],
+      [
+        tenantId,
+        id,
+        patch.title ?? null,
+        patch.metadata === undefined ? null : JSON.stringify(patch.metadata),
+        patch.confirmationMode ?? null,
+        patch.multitaskStrategy ?? null,
+      ],
     );
     return rows[0] ? toRecord(rows[0]) : null;
   }
@@ -297,6 +329,13 @@ function toRecord(row: ConversationRow): ConversationRecord {
     leaseEpoch: row.lease_epoch,
     leaseOwner: row.lease_owner,
     incarnation: row.incarnation,
+    answeredThrough: row.answered_through,
+    settings: {
+      confirmationMode: row.confirmation_mode,
+      multitaskStrategy: row.multitask_strategy,
+      maxIterations: row.max_iterations,
+      maxBudgetUsd: row.max_budget_usd === null ? null : Number(row.max_budget_usd),
+    },
     metrics: { ...EMPTY_METRICS, ...row.metrics },
     createdAt: row.created_at,
     updatedAt: row.updated_at,

@@ -48,6 +48,8 @@ export interface PlainAppend {
   /** The conversation's incarnation the writer knows; null: any. */
   incarnation: string | null;
   agentState: string | null;
+  /** Moves `answered_through` up to this user message id; null: unchanged. */
+  answeredThrough: number | null;
   /** Conversation-scope keys to set, as a JSON object, and keys to delete. */
   stateSet: string;
   stateDeleted: string[];
@@ -101,6 +103,7 @@ export class EventRepository {
          UPDATE conversations
             SET last_event_id = last_event_id + $3::int,
                 agent_state = coalesce($5::text, agent_state),
+                answered_through = greatest(answered_through, coalesce($15::bigint, -1)),
                 state = (state || $6::jsonb) - $7::text[],
                 metrics = jsonb_build_object(
                   'iterations', coalesce((metrics ->> 'iterations')::numeric, 0) + $8::numeric,
@@ -143,6 +146,7 @@ export class EventRepository {
         append.rowsJson,
         append.clientEventIds,
         append.incarnation,
+        append.answeredThrough,
       ],
       PREPARED,
     );
@@ -177,6 +181,7 @@ export class EventRepository {
           lease_epoch: append.leaseEpoch,
           incarnation: append.incarnation,
           agent_state: append.agentState,
+          answered_through: append.answeredThrough,
           state_deleted: append.stateDeleted,
           iterations: append.metrics.iterations,
           prompt_tokens: append.metrics.prompt_tokens,
@@ -196,7 +201,7 @@ export class EventRepository {
          SELECT *
            FROM jsonb_to_recordset($1::jsonb)
              AS b(tenant_id text, conversation_id uuid, count int, lease_epoch bigint,
-                  incarnation uuid, agent_state text, state_set jsonb, state_deleted text[], iterations numeric,
+                  incarnation uuid, agent_state text, answered_through bigint, state_set jsonb, state_deleted text[], iterations numeric,
                   prompt_tokens numeric, completion_tokens numeric, cost_usd numeric,
                   client_event_ids text[], events jsonb)
        ), locked AS MATERIALIZED (
@@ -219,6 +224,7 @@ export class EventRepository {
          UPDATE conversations c
             SET last_event_id = c.last_event_id + b.count,
                 agent_state = coalesce(b.agent_state, c.agent_state),
+                answered_through = greatest(c.answered_through, coalesce(b.answered_through, -1)),
                 state = (c.state || b.state_set) - b.state_deleted,
                 metrics = jsonb_build_object(
                   'iterations', coalesce((c.metrics ->> 'iterations')::numeric, 0) + b.iterations,

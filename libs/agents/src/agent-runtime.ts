@@ -1,0 +1,75 @@
+/**
+ * What a process needs to run agents, made once at start from the
+ * configuration: the agents by name (built-in, `llm` and `http` when
+ * configured, and those of agent modules), the tools they may call
+ * (built-in, MCP servers', modules'), and how a usage is priced. A name
+ * taken twice stops the process with one line.
+ */
+import type { AppConfig } from '@cs/config';
+import { BUILTIN_TOOLS, ToolRegistry, type StepUsage } from '@cs/core';
+import { AgentRegistry } from './agent-registry.js';
+import { AgentModuleError, loadAgentModules } from './agent-modules.js';
+import { builtinAgents, validateAgentConfig } from './builtin-agents.js';
+import { loadMcpTools } from './mcp/mcp-tools.js';
+
+export interface AgentRuntime {
+  agents: AgentRegistry;
+  tools: ToolRegistry;
+  /** `LLM_PRICES` of the usage's model (the conversation's, or `LLM_MODEL`). */
+  price: (model: string | undefined, usage: StepUsage) => number;
+  close(): Promise<void>;
+}
+
+export async function createAgentRuntime(
+  config: AppConfig,
+  options: { onWarning?: (message: string) => void; withTools?: boolean } = {},
+): Promise<AgentRuntime> {
+  const agents = new AgentRegistry((name, agentConfig) =>
+    validateAgentConfig(name, agentConfig, config),
+  );
+  for (const [name, make] of Object.entries(builtinAgents(config))) agents.register(name, make);
+  const tools = new ToolRegistry(config.tools.timeoutMs);
+  for (const [name, tool] of Object.entries(BUILTIN_TOOLS)) tools.add(name, tool);
+  // Gateways only need the names of the agents: no MCP session from them.
+  const mcp =
+    options.withTools === false
+      ? null
+      : await loadMcpTools(config.mcp.servers, {
+          timeoutMs: config.tools.timeoutMs,
+          ...(options.onWarning ? { onWarning: options.onWarning } : {}),
+        });
+  for (const [name, tool] of Object.entries(mcp?.tools ?? {})) tools.add(name, tool);
+  for (const { entry, module } of await loadAgentModules(config.agent.modules)) {
+    for (const [name, make] of Object.entries(module.agents ?? {})) {
+      if (agents.has(name)) {
+        throw new AgentModuleError(`AGENT_MODULES: ${entry}: the agent name ${name} is taken`);
+      }
+      agents.register(name, make);
+    }
+    for (const [name, tool] of Object.entries(module.tools ?? {})) {
+      if (tools.has(name)) {
+        throw new AgentModuleError(`AGENT_MODULES: ${entry}: the tool name ${name} is taken`);
+      }
+      try {
+        tools.add(name, tool);
+      } catch (error) {
+        throw new AgentModuleError(
+          `AGENT_MODULES: ${entry}: ${error instanceof Error ? error.message : String(error)}`,
+        );
+      }
+    }
+  }
+  const prices = config.llm.prices;
+  return {
+    agents,
+    tools,
+    price: (model, usage) => {
+      const price = prices[model ?? config.llm.model ?? ''];
+      if (!price) return 0;
+      return (usage.promptTokens * price.input + usage.completionTokens * price.output) / 1e6;
+    },
+    close: async () => {
+      await mcp?.close();
+    },
+  };
+}

@@ -1,0 +1,178 @@
+/**
+ * One step of a turn: asks the agent for its outputs, checks each against
+ * the one schema of agent outputs (an agent's output is untrusted), streams
+ * its text to the room as it comes, and sums up what the step produced. It
+ * stores nothing: the turn runner stores a step's outcome in one batch.
+ */
+import { AgentOutputSchema, type AgentOutput, type EventBody } from '@cs/protocol';
+import type { Agent, AgentContext } from '../agent.js';
+import type { StateDelta } from '../conversation.js';
+import type { DeltaStream } from './delta-stream.js';
+
+export interface StepToolCall {
+  tool: string;
+  arguments: Record<string, unknown>;
+  tool_call_id?: string;
+}
+
+export interface StepUsage {
+  promptTokens: number;
+  completionTokens: number;
+  /** Reported by the agent; otherwise priced by the runtime. */
+  costUsd?: number;
+}
+
+/** What a step produced, whatever ended it. */
+export interface StepResult {
+  /** The step's text: its `message`, else what it streamed. */
+  text: string;
+  /** True when the agent gave a final `message`. */
+  answered: boolean;
+  toolCalls: StepToolCall[];
+  events: { body: EventBody; stateDelta?: StateDelta }[];
+  stateDelta: StateDelta;
+  usage: StepUsage[];
+  /** `finish` was yielded (with its reason). */
+  finished: { reason?: string } | null;
+  /**
+   * How the step ended: `done` (the agent's iterable ended), `aborted` (the
+   * signal), `failed` (the agent threw, or yielded what is not an output).
+   */
+  end: 'done' | 'aborted' | 'failed';
+  error?: unknown;
+}
+
+/** The agent yielded something that is not an agent output. */
+export class InvalidAgentOutputError extends Error {
+  constructor(readonly issue: string) {
+    super(`invalid agent output: ${issue}`);
+    this.name = 'InvalidAgentOutputError';
+  }
+}
+
+const ABORTED: unique symbol = Symbol('aborted');
+/** An agent that never ends its step (a loop of outputs) is cut off here. */
+export const MAX_OUTPUTS_PER_STEP = 10_000;
+/** Every so many outputs the step lets timers and I/O run (a stop, a timeout must get through). */
+const YIELD_EVERY = 64;
+
+export async function runStep(
+  agent: Agent,
+  context: AgentContext,
+  stream: DeltaStream,
+): Promise<StepResult> {
+  const result: StepResult = {
+    text: '',
+    answered: false,
+    toolCalls: [],
+    events: [],
+    stateDelta: {},
+    usage: [],
+    finished: null,
+    end: 'done',
+  };
+  const { signal } = context;
+  let iterator: AsyncIterator<AgentOutput> | undefined;
+  let done = false;
+  try {
+    iterator = agent.step(context)[Symbol.asyncIterator]();
+    for (let count = 1; ; count += 1) {
+      if (count % YIELD_EVERY === 0) await new Promise((resolve) => setImmediate(resolve));
+      if (count > MAX_OUTPUTS_PER_STEP) {
+        throw new InvalidAgentOutputError(`more than ${MAX_OUTPUTS_PER_STEP} outputs in one step`);
+      }
+      const next = await untilAborted(iterator.next(), signal);
+      if (next === ABORTED || signal.aborted) {
+        result.end = 'aborted';
+        break;
+      }
+      if (next.done) {
+        done = true;
+        break;
+      }
+      const parsed = AgentOutputSchema.safeParse(next.value);
+      if (!parsed.success) {
+        const issue = parsed.error.issues[0];
+        throw new InvalidAgentOutputError(
+          `${issue?.path.join('.') || 'output'}: ${issue?.message ?? 'invalid'}`,
+        );
+      }
+      collect(parsed.data, result, stream);
+    }
+  } catch (error) {
+    done = true; // an iterator that threw is finished
+    if (signal.aborted) result.end = 'aborted';
+    else {
+      result.end = 'failed';
+      result.error = error;
+    }
+  } finally {
+    stream.flush();
+    if (!done && iterator) {
+      // Do not wait: an agent that ignores its signal must not hold the session.
+      iterator.return?.().then(undefined, () => undefined);
+    }
+  }
+  if (!result.answered) result.text = stream.content;
+  return result;
+}
+
+function collect(output: AgentOutput, result: StepResult, stream: DeltaStream): void {
+  switch (output.type) {
+    case 'delta':
+      stream.push(output.delta);
+      break;
+    case 'message':
+      result.text = output.content;
+      result.answered = true;
+      break;
+    case 'tool_call':
+      result.toolCalls.push({
+        tool: output.tool,
+        arguments: output.arguments,
+        ...(output.tool_call_id === undefined ? {} : { tool_call_id: output.tool_call_id }),
+      });
+      break;
+    case 'event':
+      result.events.push({
+        body: output.body,
+        ...(output.state_delta ? { stateDelta: output.state_delta } : {}),
+      });
+      break;
+    case 'state':
+      Object.assign(result.stateDelta, output.delta);
+      break;
+    case 'usage':
+      result.usage.push({
+        promptTokens: output.prompt_tokens,
+        completionTokens: output.completion_tokens,
+        ...(output.cost_usd === undefined ? {} : { costUsd: output.cost_usd }),
+      });
+      break;
+    case 'finish':
+      result.finished = output.reason === undefined ? {} : { reason: output.reason };
+      break;
+  }
+}
+
+/** Resolves with the promise's value, or `ABORTED` as soon as the signal aborts. */
+function untilAborted<T>(promise: Promise<T>, signal: AbortSignal): Promise<T | typeof ABORTED> {
+  if (signal.aborted) {
+    promise.then(undefined, () => undefined);
+    return Promise.resolve(ABORTED);
+  }
+  return new Promise<T | typeof ABORTED>((resolve, reject) => {
+    const onAbort = (): void => resolve(ABORTED);
+    signal.addEventListener('abort', onAbort, { once: true });
+    promise.then(
+      (value) => {
+        signal.removeEventListener('abort', onAbort);
+        resolve(value);
+      },
+      (error: unknown) => {
+        signal.removeEventListener('abort', onAbort);
+        reject(error instanceof Error ? error : new Error(String(error)));
+      },
+    );
+  });
+}

@@ -1,0 +1,10 @@
+/** The fallback title of PROTOCOL.md "Titles": the first user message, cut at a word boundary. */
+export const MAX_TITLE_CHARS = 60;
+
+export function fallbackTitle(firstMessage: string): string {
+  const text = firstMessage.replace(/\s+/g, ' ').trim();
+  if (text.length <= MAX_TITLE_CHARS) return text;
+  const cut = text.slice(0, MAX_TITLE_CHARS + 1);
+  const boundary = cut.lastIndexOf(' ');
+  return boundary > 0 ? cut.slice(0, boundary).trimEnd() : text.slice(0, MAX_TITLE_CHARS);
+}

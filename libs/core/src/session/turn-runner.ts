@@ -1,0 +1,460 @@
+/**
+ * One turn: the steps that answer one user message. Each step's outcome is
+ * stored before the next starts (tool calls before they run, their results
+ * after), so a turn cut short anywhere goes on from its stored events on the
+ * next holder without asking the agent again for what is stored: see
+ * `readTurnProgress`. The turn ends with an answer, `finish`, a limit, or an
+ * error; it is suspended while tool calls await the user's confirmation.
+ */
+import type { StatusUpdate, StoredEvent, StreamDelta } from '@cs/protocol';
+import { isAction, isObservation } from '@cs/protocol';
+import { AgentTurnError, type Agent } from '../agent.js';
+import type { ConversationRef, EventDraft, StateDelta } from '../conversation.js';
+import type { ConversationStore } from '../ports/conversation-store.port.js';
+import type { RuntimeMetrics } from '../ports/runtime-metrics.port.js';
+import type { ToolRegistry } from '../tools/tool-registry.js';
+import {
+  AGENT_ERROR_REASON,
+  agentStateChangeDraft,
+  readAgentStateChange,
+} from './agent-state-change.js';
+import { DeltaStream } from './delta-stream.js';
+import { runStep, type StepResult, type StepUsage } from './step-runner.js';
+import type { RecentEvents } from './turn-history.js';
+import { TurnHistory } from './turn-history.js';
+
+export const AGENT_FAILED_MESSAGE = 'The agent failed to answer.';
+export const MAX_ITERATIONS_MESSAGE = 'The agent took too many steps for this message.';
+export const BUDGET_MESSAGE = 'The agent reached the budget for this message.';
+
+/** What a turn's stored events say of its progress (after a failover, a restart, a confirmation). */
+export interface TurnProgress {
+  /** Steps stored so far (each stored its tool calls). */
+  steps: number;
+  /** Ids of the events the turn stored. */
+  events: Set<number>;
+  /** Its tool calls without a result, oldest first. */
+  unresolved: StoredEvent[];
+  /** The user's answer to the pending calls, if one was stored. */
+  confirmation: 'awaiting' | 'confirmed' | 'rejected' | null;
+}
+
+export function emptyProgress(): TurnProgress {
+  return { steps: 0, events: new Set(), unresolved: [], confirmation: null };
+}
+
+/** Reads a turn's progress from the events stored after its trigger. */
+export function readTurnProgress(
+  trigger: StoredEvent,
+  after: readonly StoredEvent[],
+): TurnProgress {
+  const progress = emptyProgress();
+  const calls = new Map<number, StoredEvent>();
+  let previousWasCall = false;
+  for (const event of after) {
+    const inTurn =
+      event.source !== 'user' &&
+      (event.cause === trigger.id ||
+        (event.cause !== undefined && progress.events.has(event.cause)));
+    const change = readAgentStateChange(event);
+    if (
+      change &&
+      (change.agentState === 'user_confirmed' || change.agentState === 'user_rejected')
+    ) {
+      if (calls.size > 0)
+        progress.confirmation = change.agentState === 'user_confirmed' ? 'confirmed' : 'rejected';
+      continue;
+    }
+    if (!inTurn) continue;
+    progress.events.add(event.id);
+    if (isAction(event) && event.action === 'tool_call') {
+      if (!previousWasCall) progress.steps += 1;
+      calls.set(event.id, event);
+      previousWasCall = true;
+      continue;
+    }
+    previousWasCall = false;
+    if (isObservation(event) && event.observation === 'tool_result' && event.cause !== undefined) {
+      calls.delete(event.cause);
+    } else if (change?.agentState === 'awaiting_user_confirmation') {
+      progress.confirmation = 'awaiting';
+    }
+  }
+  progress.unresolved = [...calls.values()];
+  if (progress.unresolved.length === 0) progress.confirmation = null;
+  return progress;
+}
+
+export interface TurnSettings {
+  maxIterations: number;
+  /** 0: none. */
+  maxBudgetUsd: number;
+  confirmationMode: boolean;
+  /** Tools the agent may call (`agent_config.tools`), or all. */
+  allowedTools: readonly string[] | undefined;
+  /** Prices a usage the agent did not price (`LLM_PRICES` of its model). */
+  price: (usage: StepUsage) => number;
+}
+
+/** What a turn needs of its session. */
+export interface TurnDeps {
+  ref: ConversationRef;
+  store: ConversationStore;
+  agent: Agent;
+  tools: ToolRegistry;
+  metrics: RuntimeMetrics;
+  settings: TurnSettings;
+  cache: RecentEvents;
+  /** Appends in the turn's order ('running' first when not stored yet). */
+  write: (drafts: EventDraft[]) => Promise<StoredEvent[]>;
+  publishStatus: (status: StatusUpdate) => void;
+  publishStream: (delta: StreamDelta) => void;
+  state: () => Readonly<Record<string, unknown>>;
+  instructions: () => string | null;
+  /** The id of the last stored event the session knows. */
+  lastEventId: () => number;
+  reportError: (message: string, error: unknown) => void;
+}
+
+/** How `run` left the turn. */
+export type TurnOutcome =
+  | { kind: 'settled'; answered: boolean }
+  | { kind: 'awaiting_confirmation' }
+  /** Aborted: nothing more was stored; the session decides what the cut means. */
+  | { kind: 'interrupted'; partialText: string };
+
+export class TurnRunner {
+  private costUsd = 0;
+
+  constructor(
+    private readonly deps: TurnDeps,
+    readonly trigger: StoredEvent,
+    readonly progress: TurnProgress,
+    /** False when the turn's stored calls were made by an earlier holder. */
+    private readonly ownCalls: boolean,
+  ) {}
+
+  /** Runs the turn from where its stored events leave it, until it settles, waits or is cut. */
+  async run(signal: AbortSignal): Promise<TurnOutcome> {
+    const { progress } = this;
+    if (progress.unresolved.length > 0) {
+      if (progress.confirmation === 'awaiting') return { kind: 'awaiting_confirmation' };
+      if (progress.confirmation === 'rejected') {
+        await this.resolve(progress.unresolved, 'rejected', signal);
+      } else {
+        // Confirmed, or a failover in the middle of running them.
+        await this.resolve(progress.unresolved, this.ownCalls ? 'run' : 'resume', signal);
+      }
+      if (signal.aborted) return { kind: 'interrupted', partialText: '' };
+    }
+    for (;;) {
+      const { settings } = this.deps;
+      if (progress.steps >= settings.maxIterations) {
+        await this.settleInError('max_iterations', MAX_ITERATIONS_MESSAGE, '');
+        return { kind: 'settled', answered: false };
+      }
+      if (settings.maxBudgetUsd > 0 && this.costUsd > settings.maxBudgetUsd) {
+        await this.settleInError('max_budget_exceeded', BUDGET_MESSAGE, '');
+        return { kind: 'settled', answered: false };
+      }
+      const started = performance.now();
+      const stream = new DeltaStream(this.trigger.id, this.deps.publishStream);
+      const step = await runStep(
+        this.deps.agent,
+        this.context(signal, stream, progress.steps + 1),
+        stream,
+      );
+      stream.close();
+      this.deps.metrics.stepFinished((performance.now() - started) / 1000);
+      const accounting = this.account(step);
+      if (step.end === 'aborted') return { kind: 'interrupted', partialText: step.text };
+      if (step.end === 'failed') {
+        this.deps.reportError(`the agent of ${this.deps.ref.conversationId} failed`, step.error);
+        const { reason, message } = failureOf(step.error);
+        await this.settleInError(reason, message, step.text, accounting);
+        return { kind: 'settled', answered: false };
+      }
+      const outputs: EventDraft[] = step.events.map((event) => ({
+        source: 'agent',
+        body: event.body,
+        cause: this.trigger.id,
+        ...(event.stateDelta ? { stateDelta: event.stateDelta } : {}),
+      }));
+      if (step.toolCalls.length > 0 && !step.finished) {
+        const calls: EventDraft[] = step.toolCalls.map((call) => ({
+          source: 'agent',
+          cause: this.trigger.id,
+          body: {
+            action: 'tool_call',
+            args: {
+              tool: call.tool,
+              arguments: call.arguments,
+              tool_call_id: call.tool_call_id ?? `call_${crypto.randomUUID()}`,
+            },
+            message: step.text,
+          },
+        }));
+        const stored = await this.deps.write(withAccounting([...outputs, ...calls], accounting));
+        for (const event of stored) progress.events.add(event.id);
+        progress.steps += 1;
+        const storedCalls = stored.filter(
+          (event) => isAction(event) && event.action === 'tool_call',
+        );
+        if (this.deps.settings.confirmationMode) {
+          progress.unresolved = storedCalls;
+          progress.confirmation = 'awaiting';
+          await this.deps.write([
+            agentStateChangeDraft('awaiting_user_confirmation', { cause: this.trigger.id }),
+          ]);
+          return { kind: 'awaiting_confirmation' };
+        }
+        await this.resolve(storedCalls, 'run', signal);
+        if (signal.aborted) return { kind: 'interrupted', partialText: '' };
+        continue;
+      }
+      const answer: EventDraft[] =
+        step.text === '' ? [] : [messageDraft(this.trigger.id, step.text)];
+      const settle = agentStateChangeDraft(step.finished ? 'finished' : 'awaiting_user_input', {
+        cause: this.trigger.id,
+        answers: this.trigger.id,
+        ...(step.finished?.reason ? { reason: step.finished.reason } : {}),
+      });
+      await this.deps.write(withAccounting([...outputs, ...answer, settle], accounting));
+      return { kind: 'settled', answered: answer.length > 0 };
+    }
+  }
+
+  /** The user answered the pending calls: run them, or tell the agent they were rejected. */
+  confirm(decision: 'confirmed' | 'rejected'): void {
+    this.progress.confirmation = decision;
+  }
+
+  /**
+   * Ends the turn now (a stop, a pause, an interrupt, a new message while
+   * calls awaited confirmation): its partial text stored as interrupted, each
+   * call that never ran answered with an error saying why.
+   */
+  async end(
+    why: string,
+    partialText: string,
+    reason: string,
+    write: (drafts: EventDraft[]) => Promise<StoredEvent[]> = this.deps.write,
+  ): Promise<void> {
+    const drafts: EventDraft[] = [];
+    if (partialText !== '') drafts.push(messageDraft(this.trigger.id, partialText, true));
+    drafts.push(
+      ...this.progress.unresolved.map((call) => resultDraft(call, why, { is_error: true })),
+    );
+    drafts.push(
+      agentStateChangeDraft('awaiting_user_input', {
+        cause: this.trigger.id,
+        answers: this.trigger.id,
+        reason,
+      }),
+    );
+    this.progress.unresolved = [];
+    await write(drafts);
+  }
+
+  /** A context for a request outside the turn's steps (a title), never aborted. */
+  titleContext(): ReturnType<TurnRunner['context']> {
+    const stream = new DeltaStream(this.trigger.id, () => undefined);
+    return this.context(new AbortController().signal, stream, this.progress.steps + 1);
+  }
+
+  // ------------------------------------------------------------- internals
+
+  private context(signal: AbortSignal, stream: DeltaStream, step: number) {
+    const { deps } = this;
+    return {
+      conversation_id: deps.ref.conversationId,
+      tenant_id: deps.ref.tenantId,
+      user_id: deps.ref.userId,
+      trigger: this.trigger,
+      state: deps.state(),
+      instructions: deps.instructions(),
+      tools: deps.tools.describe(deps.settings.allowedTools),
+      signal,
+      history: new TurnHistory(
+        deps.store,
+        deps.ref,
+        this.trigger,
+        this.progress.events,
+        deps.lastEventId(),
+        deps.cache,
+      ),
+      step,
+      notify: (status: Omit<StatusUpdate, 'status_update'>) => {
+        // A retried model request starts its text afresh.
+        if (status.id === 'STATUS$LLM_RETRY') stream.restart();
+        deps.publishStatus({ status_update: true, ...status });
+      },
+    };
+  }
+
+  /** Runs (or resolves otherwise) tool calls, each result stored as it comes. */
+  private async resolve(
+    calls: readonly StoredEvent[],
+    how: 'run' | 'resume' | 'rejected',
+    signal: AbortSignal,
+  ): Promise<void> {
+    const { tools, metrics } = this.deps;
+    const pending = [...calls];
+    while (pending.length > 0 && !signal.aborted) {
+      const call = pending.shift()!;
+      const args = isAction(call) ? call.args : {};
+      const tool = typeof args['tool'] === 'string' ? args['tool'] : '';
+      const callId =
+        typeof args['tool_call_id'] === 'string' ? args['tool_call_id'] : String(call.id);
+      let draft: EventDraft;
+      if (how === 'rejected') {
+        metrics.toolCalled(tool, 'rejected');
+        draft = resultDraft(call, 'The user rejected this call.', {
+          is_error: true,
+          rejected: true,
+        });
+      } else if (how === 'resume' && !tools.isIdempotent(tool)) {
+        metrics.toolCalled(tool, 'in_doubt');
+        draft = resultDraft(
+          call,
+          'This call was interrupted by a failover and is not run again: its effect is unknown.',
+          {
+            is_error: true,
+            in_doubt: true,
+          },
+        );
+      } else {
+        const toolArgs = args['arguments'];
+        const outcome = await tools.run(
+          tool,
+          typeof toolArgs === 'object' && toolArgs !== null && !Array.isArray(toolArgs)
+            ? (toolArgs as Record<string, unknown>)
+            : {},
+          { signal, idempotency_key: callId, conversation_id: this.deps.ref.conversationId },
+        );
+        if (signal.aborted) break; // cut mid-call: the call stays unresolved
+        metrics.toolCalled(tool, outcome.outcome);
+        draft = resultDraft(
+          call,
+          outcome.content,
+          { is_error: outcome.isError },
+          outcome.stateDelta,
+        );
+      }
+      const [stored] = await this.deps.write([draft]);
+      if (stored) this.progress.events.add(stored.id);
+      this.progress.unresolved = this.progress.unresolved.filter((c) => c.id !== call.id);
+    }
+  }
+
+  /** Adds up a step's usage: the turn's cost, the metrics drafts carry. */
+  private account(step: StepResult): Accounting {
+    let prompt = 0;
+    let completion = 0;
+    let cost = 0;
+    for (const usage of step.usage) {
+      prompt += usage.promptTokens;
+      completion += usage.completionTokens;
+      cost += usage.costUsd ?? this.deps.settings.price(usage);
+    }
+    this.costUsd += cost;
+    if (prompt + completion > 0) this.deps.metrics.tokensUsed(prompt, completion);
+    return {
+      metrics: {
+        iterations: 1,
+        prompt_tokens: prompt,
+        completion_tokens: completion,
+        cost_usd: cost,
+      },
+      state: step.stateDelta,
+    };
+  }
+
+  private async settleInError(
+    reason: string,
+    message: string,
+    partialText: string,
+    accounting?: Accounting,
+  ): Promise<void> {
+    const drafts: EventDraft[] = [];
+    if (partialText !== '') drafts.push(messageDraft(this.trigger.id, partialText, true));
+    drafts.push(
+      agentStateChangeDraft('error', {
+        cause: this.trigger.id,
+        answers: this.trigger.id,
+        reason,
+        message,
+      }),
+    );
+    await this.deps.write(accounting ? withAccounting(drafts, accounting) : drafts);
+    this.deps.publishStatus({
+      status_update: true,
+      type: 'error',
+      id: 'AGENT_ERROR$ERROR',
+      message,
+    });
+  }
+}
+
+interface Accounting {
+  metrics: {
+    iterations: number;
+    prompt_tokens: number;
+    completion_tokens: number;
+    cost_usd: number;
+  };
+  state: StateDelta;
+}
+
+/** The step's metrics and state change ride on its first stored event. */
+function withAccounting(drafts: EventDraft[], accounting: Accounting): EventDraft[] {
+  const [first, ...rest] = drafts;
+  if (!first) return drafts;
+  const stateDelta = { ...accounting.state, ...first.stateDelta };
+  return [
+    {
+      ...first,
+      metricsDelta: accounting.metrics,
+      ...(Object.keys(stateDelta).length > 0 ? { stateDelta } : {}),
+    },
+    ...rest,
+  ];
+}
+
+function messageDraft(cause: number, content: string, interrupted = false): EventDraft {
+  return {
+    source: 'agent',
+    cause,
+    body: {
+      action: 'message',
+      args: interrupted ? { content, interrupted: true } : { content },
+      message: content,
+    },
+  };
+}
+
+function resultDraft(
+  call: StoredEvent,
+  content: string,
+  flags: { is_error: boolean; rejected?: boolean; in_doubt?: boolean },
+  stateDelta?: StateDelta,
+): EventDraft {
+  const args = isAction(call) ? call.args : {};
+  return {
+    source: 'environment',
+    cause: call.id,
+    body: {
+      observation: 'tool_result',
+      content,
+      extras: { tool: args['tool'] ?? null, tool_call_id: args['tool_call_id'] ?? null, ...flags },
+      message: content,
+    },
+    ...(stateDelta ? { stateDelta } : {}),
+  };
+}
+
+/** What users see of a failed step: the agent's reason of the contract, or a generic one. */
+function failureOf(error: unknown): { reason: string; message: string } {
+  if (error instanceof AgentTurnError) return { reason: error.reason, message: error.safeMessage };
+  return { reason: AGENT_ERROR_REASON, message: AGENT_FAILED_MESSAGE };
+}

@@ -1,0 +1,63 @@
+/**
+ * What an agent yields in a step (PROTOCOL.md "Agent outputs"): the same JSON
+ * objects for built-in agents, agent modules and the HTTP agent's response
+ * lines. One schema, checked by the runtime for every agent kind: an agent's
+ * output is untrusted.
+ */
+import { z } from 'zod';
+import { ActionBodySchema, ObservationBodySchema } from './events.js';
+
+const JsonObjectSchema = z.record(z.string(), z.unknown());
+/** Tool names: what MCP and model APIs accept (`<server>__<tool>` included). */
+export const ToolNameSchema = z.string().regex(/^[A-Za-z0-9_.-]{1,128}$/, 'must be a tool name');
+const tokens = z.number().int().min(0).max(1e9);
+
+export const AgentOutputSchema = z.discriminatedUnion('type', [
+  z.strictObject({ type: z.literal('delta'), delta: z.string().max(1_000_000) }),
+  z.strictObject({ type: z.literal('message'), content: z.string() }),
+  z.strictObject({
+    type: z.literal('tool_call'),
+    tool: ToolNameSchema,
+    arguments: JsonObjectSchema,
+    tool_call_id: z.string().min(1).max(256).optional(),
+  }),
+  z.strictObject({
+    type: z.literal('event'),
+    body: z.union([ActionBodySchema, ObservationBodySchema]),
+    state_delta: JsonObjectSchema.optional(),
+  }),
+  z.strictObject({ type: z.literal('state'), delta: JsonObjectSchema }),
+  z.strictObject({
+    type: z.literal('usage'),
+    prompt_tokens: tokens,
+    completion_tokens: tokens,
+    cost_usd: z.number().min(0).max(1e6).optional(),
+  }),
+  z.strictObject({ type: z.literal('finish'), reason: z.string().max(1000).optional() }),
+]);
+export type AgentOutput = z.infer<typeof AgentOutputSchema>;
+
+/** A tool as agents see it (`context.tools`, the HTTP agent's `tools`). */
+export interface ToolDescription {
+  name: string;
+  description: string;
+  /** A JSON Schema of the arguments. */
+  parameters: Record<string, unknown>;
+}
+
+/** Why a turn could not go on (`extras.reason` of its `agent_state_changed` to `error`). */
+export const TURN_ERROR_REASONS = [
+  'max_iterations',
+  'max_budget_exceeded',
+  'llm_error',
+  'agent_http_error',
+  'agent_error',
+] as const;
+export type TurnErrorReason = (typeof TURN_ERROR_REASONS)[number];
+
+export const MULTITASK_STRATEGIES = ['enqueue', 'interrupt', 'reject'] as const;
+export const MultitaskStrategySchema = z.enum(MULTITASK_STRATEGIES);
+export type MultitaskStrategy = z.infer<typeof MultitaskStrategySchema>;
+
+export const CONCURRENCY_POLICIES = ['evict_oldest', 'reject'] as const;
+export type ConcurrencyPolicy = (typeof CONCURRENCY_POLICIES)[number];

@@ -1,0 +1,494 @@
+// The agent runtime from outside, on the standalone app: agents written as an
+// agent module (test/fixtures/agents/scripted-agents.mjs) stream, call tools,
+// wait for approval, get interrupted and hit their limits.
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import type { ServerEvent, StoredEvent, StreamDelta } from '@cs/protocol';
+import { AGENT_MODULE, assemble, deltasOf, signFor } from '../support/agent-runtime.js';
+import { ConversationClient, api, isAgentReply } from '../support/clients.js';
+import { until } from '../support/cluster.js';
+import { startApp, type AppProcess } from '../support/processes.js';
+import { createScratchDatabase, uniqueName, type ScratchDatabase } from '../support/services.js';
+
+const SECRET = 'runtime-secret-0123456789abcdef-0123';
+type ActionEvent = StoredEvent & { action: string; args: Record<string, unknown> };
+
+function agentMessages(events: ServerEvent[], cause: number): ActionEvent[] {
+  return events.filter(
+    (e): e is ActionEvent =>
+      'action' in e && e.source === 'agent' && e.action === 'message' && e.cause === cause,
+  );
+}
+
+describe('agent runtime (standalone)', () => {
+  let app: AppProcess;
+  let db: ScratchDatabase;
+  let dir: string;
+  let toolLog: string;
+  const tenant = uniqueName('runtime');
+
+  beforeAll(async () => {
+    db = await createScratchDatabase('cs_runtime');
+    dir = mkdtempSync(join(tmpdir(), 'cs-runtime-'));
+    toolLog = join(dir, 'tools.log');
+    writeFileSync(toolLog, '');
+    app = await startApp('standalone', {
+      DATABASE_URL: db.url,
+      AUTH_JWT_SECRET: SECRET,
+      AGENT_MODULES: AGENT_MODULE,
+      CS_TEST_TOOL_LOG: toolLog,
+      MAX_BUDGET_PER_TASK_USD: '1',
+      MAX_CONCURRENT_CONVERSATIONS: '20',
+    });
+  });
+
+  afterAll(async () => {
+    await app?.stop();
+    await db?.drop();
+    rmSync(dir, { recursive: true, force: true });
+  });
+
+  async function conversation(token: string, body: Record<string, unknown>): Promise<string> {
+    const created = await api(app.url, 'POST', '/api/conversations', { token, body });
+    expect(created.status, JSON.stringify(created.body)).toBe(201);
+    return created.body.conversation_id as string;
+  }
+
+  const userToken = () => signFor(SECRET, uniqueName('user'), tenant);
+
+  it('streams deltas in order with offsets; the stored message is their text; a late joiner gets the text so far first', async () => {
+    const token = await userToken();
+    const text = 'Streaming is the art of saying a long thing one small piece at a time.';
+    const id = await conversation(token, {
+      agent: 'streamer',
+      agent_config: { text, chunks: 20, delay_ms: 60 },
+    });
+    const early = await ConversationClient.connect(app.url, token, { conversation_id: id });
+    const ack = await early.message('go');
+    const cause = (ack as { event_id: number }).event_id;
+    // Join mid-step, by socket and by SSE.
+    await early.waitFor((events) => deltasOf(events, cause).length >= 5);
+    const late = await ConversationClient.connect(app.url, token, { conversation_id: id });
+    const controller = new AbortController();
+    const sse = await fetch(`${app.url}/api/conversations/${id}/stream`, {
+      headers: { authorization: `Bearer ${token}`, 'last-event-id': String(cause) },
+      signal: controller.signal,
+    });
+    let sseText = '';
+    const reading = (async () => {
+      const decoder = new TextDecoder();
+      try {
+        for await (const chunk of sse.body!) sseText += decoder.decode(chunk as Uint8Array);
+      } catch {
+        // aborted
+      }
+    })();
+    await early.waitForReply(cause);
+    await late.waitForReply(cause);
+    await until(async () => sseText.includes('"action":"message"'), 'the SSE answer');
+    controller.abort();
+    await reading;
+
+    const deltas = deltasOf(early.events, cause);
+    expect(deltas.length).toBeGreaterThan(5);
+    let expected = 0;
+    for (const delta of deltas) {
+      expect(delta.offset).toBe(expected);
+      expected += delta.delta.length;
+    }
+    expect(assemble(deltas)).toBe(text);
+    const [stored] = agentMessages(early.events, cause);
+    expect(stored?.args['content']).toBe(text);
+    // Deltas are never stored.
+    const history = await api(app.url, 'GET', `/api/conversations/${id}/events?limit=100`, {
+      token,
+    });
+    expect(JSON.stringify(history.body.events)).not.toContain('"stream"');
+
+    const lateDeltas = deltasOf(late.events, cause);
+    expect(lateDeltas[0]?.offset).toBe(0);
+    expect(lateDeltas[0]!.delta.length).toBeGreaterThan(0);
+    expect(lateDeltas[1]?.offset).toBe(lateDeltas[0]!.delta.length);
+    expect(assemble(lateDeltas)).toBe(text);
+    const sseDeltas = sseText
+      .split('\n')
+      .filter((line) => line.startsWith('data: ') && line.includes('"stream":true'))
+      .map((line) => JSON.parse(line.slice(6)) as StreamDelta);
+    expect(sseDeltas[0]?.offset).toBe(0);
+    expect(assemble(sseDeltas)).toBe(text);
+    early.close();
+    late.close();
+  });
+
+  it('stores a tool call and its result linked by cause; set_state with a user: key reaches the other conversations of the user', async () => {
+    const token = await userToken();
+    const id = await conversation(token, {
+      agent: 'tool_user',
+      agent_config: { tool: 'set_state', arguments: { key: 'user:color', value: 'teal' } },
+      initial_user_msg: 'remember my color',
+    });
+    await until(
+      async () =>
+        (await api(app.url, 'GET', `/api/conversations/${id}`, { token })).body.agent_state ===
+        'awaiting_user_input',
+      'the turn',
+    );
+    const { events } = (
+      await api(app.url, 'GET', `/api/conversations/${id}/events?limit=100`, { token })
+    ).body as { events: StoredEvent[] };
+    const call = events.find((e) => 'action' in e && e.action === 'tool_call')!;
+    expect(call).toMatchObject({
+      source: 'agent',
+      args: { tool: 'set_state', arguments: { key: 'user:color', value: 'teal' } },
+    });
+    const result = events.find((e) => 'observation' in e && e.observation === 'tool_result')!;
+    expect(result).toMatchObject({
+      source: 'environment',
+      cause: call.id,
+      extras: {
+        tool: 'set_state',
+        tool_call_id: (call as unknown as { args: { tool_call_id: string } }).args.tool_call_id,
+        is_error: false,
+      },
+    });
+    expect(events.at(-2)).toMatchObject({
+      action: 'message',
+      args: { content: expect.stringContaining('tool said') },
+    });
+    const other = await conversation(token, {});
+    const state = await api(app.url, 'GET', `/api/conversations/${other}/state`, { token });
+    expect(state.body.state).toMatchObject({ 'user:color': 'teal' });
+  });
+
+  it('gives an unknown tool or bad arguments an is_error result, and the turn goes on', async () => {
+    const token = await userToken();
+    for (const config of [
+      { tool: 'no_such_tool', arguments: {} },
+      { tool: 'slow_idempotent', arguments: { ms: 'soon' } },
+    ]) {
+      const id = await conversation(token, {
+        agent: 'tool_user',
+        agent_config: config,
+        initial_user_msg: 'try',
+      });
+      await until(async () => {
+        const { events } = (
+          await api(app.url, 'GET', `/api/conversations/${id}/events?limit=100`, { token })
+        ).body as { events: StoredEvent[] };
+        return events.some((e) => e.source === 'agent' && 'action' in e && e.action === 'message');
+      }, 'the answer');
+      const { events } = (
+        await api(app.url, 'GET', `/api/conversations/${id}/events?limit=100`, { token })
+      ).body as { events: StoredEvent[] };
+      const result = events.find((e) => 'observation' in e && e.observation === 'tool_result');
+      expect(result).toMatchObject({ extras: { is_error: true } });
+      expect(
+        events.find((e) => 'action' in e && e.action === 'message' && e.source === 'agent'),
+      ).toMatchObject({
+        args: { content: expect.stringContaining('[is_error]') },
+      });
+    }
+  });
+
+  it('asks for approval: confirm runs the call, reject tells the agent, a message meanwhile rejects and is answered next', async () => {
+    const token = await userToken();
+    const id = await conversation(token, {
+      agent: 'tool_user',
+      agent_config: { tool: 'current_time', arguments: {} },
+      confirmation_mode: true,
+    });
+    const client = await ConversationClient.connect(app.url, token, { conversation_id: id });
+    const awaiting = () =>
+      client.waitFor(
+        (events) =>
+          events.filter(
+            (e) => 'observation' in e && e.extras?.['agent_state'] === 'awaiting_user_confirmation',
+          ).length >= waits,
+        10_000,
+        'awaiting confirmation',
+      );
+    let waits = 1;
+    const first = ((await client.message('what time is it?')) as { event_id: number }).event_id;
+    await awaiting();
+    // Nothing ran yet.
+    expect(client.stored.some((e) => 'observation' in e && e.observation === 'tool_result')).toBe(
+      false,
+    );
+    expect(
+      await client.send({ action: 'change_agent_state', args: { agent_state: 'user_confirmed' } }),
+    ).toMatchObject({ ok: true });
+    await client.waitForReply(first);
+    expect(agentMessages(client.events, first)[0]?.args['content']).toMatch(/tool said: \d{4}-/);
+
+    waits = 2;
+    const second = ((await client.message('again?')) as { event_id: number }).event_id;
+    await awaiting();
+    expect(
+      await client.send({ action: 'change_agent_state', args: { agent_state: 'user_rejected' } }),
+    ).toMatchObject({ ok: true });
+    await client.waitForReply(second);
+    expect(agentMessages(client.events, second)[0]?.args['content']).toContain(
+      '[is_error,rejected]',
+    );
+
+    waits = 3;
+    const third = ((await client.message('and now?')) as { event_id: number }).event_id;
+    await awaiting();
+    const fourth = ((await client.message('never mind, hello')) as { event_id: number }).event_id;
+    await client.waitFor(
+      (events) =>
+        events.some(
+          (e) =>
+            'observation' in e &&
+            e.observation === 'tool_result' &&
+            e.extras?.['is_error'] === true &&
+            (e.cause ?? 0) > third,
+        ),
+      10_000,
+      'the rejected call',
+    );
+    // The fourth message is a turn of its own: its tool call waits for approval too.
+    waits = 4;
+    await awaiting();
+    expect(
+      client.stored.some(
+        (e) =>
+          'observation' in e &&
+          e.extras?.['agent_state'] === 'awaiting_user_confirmation' &&
+          e.cause === fourth,
+      ),
+    ).toBe(true);
+    // An answer when nothing waits is refused.
+    expect(
+      await client.send({ action: 'change_agent_state', args: { agent_state: 'user_confirmed' } }),
+    ).toMatchObject({ ok: true });
+    await client.waitForReply(fourth);
+    expect(
+      await client.send({ action: 'change_agent_state', args: { agent_state: 'user_rejected' } }),
+    ).toMatchObject({
+      ok: false,
+      error: { code: 'BAD_REQUEST' },
+    });
+    client.close();
+  });
+
+  it('interrupt cuts the running step within 1 s and answers the new message; enqueue answers each once in order; reject refuses with AGENT_BUSY', async () => {
+    const token = await userToken();
+    const interrupting = await conversation(token, {
+      agent: 'waiter',
+      multitask_strategy: 'interrupt',
+    });
+    const client = await ConversationClient.connect(app.url, token, {
+      conversation_id: interrupting,
+    });
+    const slow = ((await client.message('take your time')) as { event_id: number }).event_id;
+    await client.waitFor((events) => deltasOf(events, slow).length >= 2);
+    const sentAt = Date.now();
+    const quick = ((await client.message('quick one')) as { event_id: number }).event_id;
+    await client.waitForReply(quick);
+    const aborted = readFileSync(toolLog, 'utf8')
+      .split('\n')
+      .filter((l) => l.startsWith('aborted'))
+      .map((l) => Number(l.split(' ')[1]));
+    expect(aborted.some((at) => at >= sentAt && at - sentAt < 1_000)).toBe(true);
+    const cut = agentMessages(client.events, slow);
+    expect(cut).toHaveLength(1);
+    expect(cut[0]?.args).toMatchObject({ interrupted: true });
+    expect(agentMessages(client.events, quick)[0]?.args['content']).toBe('answered: quick one');
+    client.close();
+
+    const queueing = await conversation(token, {
+      agent: 'streamer',
+      agent_config: { chunks: 3, delay_ms: 30 },
+    });
+    const queue = await ConversationClient.connect(app.url, token, { conversation_id: queueing });
+    const ids = [];
+    for (const text of ['one', 'two', 'three'])
+      ids.push(((await queue.message(text)) as { event_id: number }).event_id);
+    for (const id of ids) await queue.waitForReply(id);
+    const replies = queue.stored.filter(
+      (e) => e.source === 'agent' && 'action' in e && e.action === 'message',
+    );
+    expect(replies.map((e) => e.cause)).toEqual(ids);
+    queue.close();
+
+    const rejecting = await conversation(token, { agent: 'waiter', multitask_strategy: 'reject' });
+    const busy = await ConversationClient.connect(app.url, token, { conversation_id: rejecting });
+    const running = ((await busy.message('take your time')) as { event_id: number }).event_id;
+    await busy.waitFor((events) => deltasOf(events, running).length >= 1);
+    expect(await busy.message('me too')).toMatchObject({
+      ok: false,
+      error: { code: 'AGENT_BUSY' },
+    });
+    const rest = await api(app.url, 'POST', `/api/conversations/${rejecting}/events`, {
+      token,
+      body: { action: 'message', args: { content: 'me too' } },
+    });
+    expect(rest.status).toBe(409);
+    expect(rest.body).toMatchObject({ error: { code: 'AGENT_BUSY' } });
+    const { events } = (
+      await api(app.url, 'GET', `/api/conversations/${rejecting}/events?limit=100`, { token })
+    ).body as { events: StoredEvent[] };
+    expect(events.filter((e) => e.source === 'user')).toHaveLength(1);
+    expect(
+      await busy.send({ action: 'change_agent_state', args: { agent_state: 'stopped' } }),
+    ).toMatchObject({ ok: true });
+    busy.close();
+  });
+
+  it('stops a running step within 1 s, storing its partial text as interrupted', async () => {
+    const token = await userToken();
+    const id = await conversation(token, { agent: 'waiter' });
+    const client = await ConversationClient.connect(app.url, token, { conversation_id: id });
+    const slow = ((await client.message('take your time')) as { event_id: number }).event_id;
+    await client.waitFor((events) => deltasOf(events, slow).length >= 3);
+    const sentAt = Date.now();
+    const stopped = await api(app.url, 'POST', `/api/conversations/${id}/stop`, { token });
+    expect(stopped.body).toEqual({ conversation_status: 'STOPPED' });
+    expect(Date.now() - sentAt).toBeLessThan(1_000);
+    await client.waitFor((events) => agentMessages(events, slow).length === 1);
+    const [partial] = agentMessages(client.events, slow);
+    expect(partial?.args).toMatchObject({ interrupted: true });
+    expect(String(partial?.args['content'])).toMatch(/^0 1 2 /);
+    client.close();
+  });
+
+  it('ends a turn at max_iterations and at the budget with their reasons, and answers the next message', async () => {
+    const token = await userToken();
+    for (const [body, reason] of [
+      [{ agent: 'spender', agent_config: { cost: 0 }, max_iterations: 4 }, 'max_iterations'],
+      [{ agent: 'spender', agent_config: { cost: 0.3 } }, 'max_budget_exceeded'],
+    ] as const) {
+      const id = await conversation(token, body);
+      const client = await ConversationClient.connect(app.url, token, { conversation_id: id });
+      const first = ((await client.message('spend')) as { event_id: number }).event_id;
+      await client.waitFor(
+        (events) =>
+          events.some(
+            (e) => 'observation' in e && e.extras?.['agent_state'] === 'error' && e.cause === first,
+          ),
+        15_000,
+        reason,
+      );
+      const failure = client.stored.find(
+        (e) => 'observation' in e && e.extras?.['agent_state'] === 'error' && e.cause === first,
+      )!;
+      expect(failure).toMatchObject({ extras: { reason } });
+      const state = await api(app.url, 'GET', `/api/conversations/${id}/state`, { token });
+      if (reason === 'max_iterations') expect(state.body.metrics.iterations).toBe(4);
+      else expect(state.body.metrics.cost_usd).toBeCloseTo(1.2, 5);
+      expect(state.body.metrics.prompt_tokens).toBeGreaterThan(0);
+      // The conversation stays usable: the next message is a new turn with fresh limits.
+      const next = ((await client.message('again')) as { event_id: number }).event_id;
+      await client.waitFor(
+        (events) =>
+          events.some(
+            (e) => 'observation' in e && e.extras?.['agent_state'] === 'error' && e.cause === next,
+          ),
+        15_000,
+        'the next turn',
+      );
+      client.close();
+    }
+    expect(
+      (
+        await api(app.url, 'POST', '/api/conversations', {
+          token,
+          body: { agent: 'spender', max_iterations: 101 },
+        })
+      ).body,
+    ).toMatchObject({ error: { code: 'BAD_REQUEST', field: 'max_iterations' } });
+    expect(
+      (
+        await api(app.url, 'POST', '/api/conversations', {
+          token,
+          body: { agent: 'spender', max_budget_usd: 2 },
+        })
+      ).body,
+    ).toMatchObject({ error: { code: 'BAD_REQUEST', field: 'max_budget_usd' } });
+  });
+
+  it('refuses an unknown agent and an agent_config over 16 KiB with BAD_REQUEST', async () => {
+    const token = await userToken();
+    expect(
+      (await api(app.url, 'POST', '/api/conversations', { token, body: { agent: 'nobody' } })).body,
+    ).toMatchObject({ error: { code: 'BAD_REQUEST', field: 'agent' } });
+    const big = await api(app.url, 'POST', '/api/conversations', {
+      token,
+      body: { agent: 'streamer', agent_config: { text: 'x'.repeat(17 * 1024) } },
+    });
+    expect(big.status).toBe(400);
+    expect(big.body).toMatchObject({ error: { code: 'BAD_REQUEST', field: 'agent_config' } });
+  });
+
+  it('ends a turn whose output the store refuses once, stores a safe message for a failing agent, and answers the next message', async () => {
+    const token = await userToken();
+    const id = await conversation(token, {
+      agent: 'broken',
+      agent_config: { host: 'db-7.internal' },
+    });
+    const client = await ConversationClient.connect(app.url, token, { conversation_id: id });
+    const poison = ((await client.message('poison')) as { event_id: number }).event_id;
+    const next = ((await client.message('next')) as { event_id: number }).event_id;
+    await client.waitForReply(next);
+    const errors = client.stored.filter(
+      (e) => 'observation' in e && e.extras?.['agent_state'] === 'error' && e.cause === poison,
+    );
+    expect(errors).toHaveLength(1);
+    expect(errors[0]).toMatchObject({ extras: { reason: 'agent_error' } });
+    const thrown = ((await client.message('throw')) as { event_id: number }).event_id;
+    await client.waitFor((events) =>
+      events.some(
+        (e) => 'observation' in e && e.extras?.['agent_state'] === 'error' && e.cause === thrown,
+      ),
+    );
+    expect(JSON.stringify(client.events)).not.toContain('db-7.internal');
+    const after = ((await client.message('after')) as { event_id: number }).event_id;
+    await client.waitForReply(after);
+    expect(client.stored.some((e) => isAgentReply(e, after))).toBe(true);
+    client.close();
+  });
+
+  it('gives an untitled conversation a title after its first answer, announced to the room', async () => {
+    const token = await userToken();
+    const id = await conversation(token, {
+      agent: 'streamer',
+      agent_config: { chunks: 2, delay_ms: 1 },
+    });
+    const client = await ConversationClient.connect(app.url, token, { conversation_id: id });
+    await client.message(
+      'What is the weather going to be like in Lisbon next weekend for a picnic?',
+    );
+    await client.waitFor((events) =>
+      events.some((e) => 'status_update' in e && e.id === 'STATUS$TITLE_UPDATED'),
+    );
+    const info = await api(app.url, 'GET', `/api/conversations/${id}`, { token });
+    expect(info.body.title).toBe('What is the weather going to be like in Lisbon next weekend');
+    client.close();
+  });
+});
+
+describe('agent modules', () => {
+  it('stops the process with one clear line when a module fails to load', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'cs-modules-'));
+    try {
+      await expect(
+        startApp('standalone', {
+          DATA_DIR: dir,
+          AGENT_MODULES: join(dir, 'missing-module.mjs'),
+        }),
+      ).rejects.toThrow(/AGENT_MODULES: .*missing-module\.mjs failed to load/);
+      writeFileSync(
+        join(dir, 'clash.mjs'),
+        'export const agents = { echo: () => ({ async *step() {} }) };\n',
+      );
+      await expect(
+        startApp('standalone', { DATA_DIR: dir, AGENT_MODULES: join(dir, 'clash.mjs') }),
+      ).rejects.toThrow(/the agent name echo is taken/);
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+});
