@@ -1,0 +1,230 @@
+// The agent runtime on a cluster of two gateways and two workers: streaming
+// reaches both gateways, a stop sent through one gateway reaches the worker
+// behind the other, and tool calls and approvals survive kill -9 of their
+// worker (idempotent tools run again, others are in doubt).
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import type { StoredEvent } from '@cs/protocol';
+import { ConversationClient, api } from '../support/clients.js';
+import { holderOf, startCluster, until, type TestCluster } from '../support/cluster.js';
+import { uniqueName } from '../support/services.js';
+import { AGENT_MODULE, assemble, deltasOf } from '../support/agent-runtime.js';
+
+const LEASE_TTL_MS = 3000;
+
+describe('agent runtime (cluster)', () => {
+  let cluster: TestCluster;
+  let dir: string;
+  let toolLog: string;
+
+  beforeAll(async () => {
+    dir = mkdtempSync(join(tmpdir(), 'cs-runtime-cluster-'));
+    toolLog = join(dir, 'tools.log');
+    writeFileSync(toolLog, '');
+    cluster = await startCluster({
+      gateways: 2,
+      workers: 2,
+      env: {
+        AGENT_MODULES: AGENT_MODULE,
+        CS_TEST_TOOL_LOG: toolLog,
+        LEASE_TTL_MS: String(LEASE_TTL_MS),
+        MAX_CONCURRENT_CONVERSATIONS: '20',
+      },
+    });
+  });
+
+  afterAll(async () => {
+    await cluster?.close();
+    rmSync(dir, { recursive: true, force: true });
+  });
+
+  async function conversation(token: string, body: Record<string, unknown>): Promise<string> {
+    const created = await api(cluster.gateways[0]!.url, 'POST', '/api/conversations', {
+      token,
+      body,
+    });
+    expect(created.status, JSON.stringify(created.body)).toBe(201);
+    return created.body.conversation_id as string;
+  }
+
+  async function eventsOf(token: string, id: string): Promise<StoredEvent[]> {
+    const page = await api(
+      cluster.gateways[1]!.url,
+      'GET',
+      `/api/conversations/${id}/events?limit=100`,
+      { token },
+    );
+    return page.body.events as StoredEvent[];
+  }
+
+  it('delivers deltas to clients on both gateways in order, and a late joiner on either gets the text so far first', async () => {
+    const [a, b] = cluster.gateways as [(typeof cluster.gateways)[0], (typeof cluster.gateways)[0]];
+    const token = await cluster.token(uniqueName('streamer'));
+    const text = 'Two gateways, one stream: every client sees each piece once and in order.';
+    const id = await conversation(token, {
+      agent: 'streamer',
+      agent_config: { text, chunks: 15, delay_ms: 60 },
+    });
+    const onA = await ConversationClient.connect(a.url, token, { conversation_id: id });
+    const onB = await ConversationClient.connect(b.url, token, {
+      conversation_id: id,
+      start: 'false',
+    });
+    const cause = ((await onA.message('go')) as { event_id: number }).event_id;
+    await onB.waitFor((events) => deltasOf(events, cause).length >= 4);
+    const lateOnB = await ConversationClient.connect(b.url, token, {
+      conversation_id: id,
+      start: 'false',
+    });
+    for (const client of [onA, onB, lateOnB]) await client.waitForReply(cause);
+    for (const client of [onA, onB]) {
+      const deltas = deltasOf(client.events, cause);
+      let offset = 0;
+      for (const delta of deltas) {
+        expect(delta.offset).toBe(offset);
+        offset += delta.delta.length;
+      }
+      expect(assemble(deltas)).toBe(text);
+    }
+    const late = deltasOf(lateOnB.events, cause);
+    expect(late[0]?.offset).toBe(0);
+    expect(assemble(late)).toBe(text);
+    for (const client of [onA, onB, lateOnB]) client.close();
+  });
+
+  it('stops, through gateway A, the step running on the worker behind gateway B within 1 s', async () => {
+    const [a, b] = cluster.gateways as [(typeof cluster.gateways)[0], (typeof cluster.gateways)[0]];
+    const token = await cluster.token(uniqueName('stopper'));
+    const id = await conversation(token, { agent: 'waiter' });
+    const onB = await ConversationClient.connect(b.url, token, { conversation_id: id });
+    const slow = ((await onB.message('take your time')) as { event_id: number }).event_id;
+    await onB.waitFor((events) => deltasOf(events, slow).length >= 2);
+    const onA = await ConversationClient.connect(a.url, token, {
+      conversation_id: id,
+      start: 'false',
+    });
+    const sentAt = Date.now();
+    expect(
+      await onA.send({ action: 'change_agent_state', args: { agent_state: 'stopped' } }),
+    ).toMatchObject({ ok: true });
+    await onB.waitFor((events) =>
+      events.some((e) => 'observation' in e && e.extras?.['agent_state'] === 'stopped'),
+    );
+    const aborted = readFileSync(toolLog, 'utf8')
+      .split('\n')
+      .filter((line) => line.startsWith('aborted'))
+      .map((line) => Number(line.split(' ')[1]));
+    expect(aborted.some((at) => at >= sentAt && at - sentAt < 1_000)).toBe(true);
+    const partial = onB.stored.find(
+      (e) => e.source === 'agent' && 'action' in e && e.action === 'message' && e.cause === slow,
+    );
+    expect(partial).toMatchObject({ args: { interrupted: true } });
+    onA.close();
+    onB.close();
+  });
+
+  for (const [tool, idempotent] of [
+    ['slow_idempotent', true],
+    ['slow_once', false],
+  ] as const) {
+    it(`after kill -9 during ${tool}: ${idempotent ? 'it runs once more and its result is stored once' : 'it is not run again and its result is in doubt'}; the answer is stored once`, async () => {
+      const token = await cluster.token(uniqueName(tool));
+      const callId = `call-${uniqueName(tool)}`;
+      const id = await conversation(token, {
+        agent: 'tool_user',
+        agent_config: { tool, arguments: { ms: 2_500 }, tool_call_id: callId },
+        initial_user_msg: 'use the tool',
+      });
+      await until(
+        async () => readFileSync(toolLog, 'utf8').includes(`${tool} start ${callId}`),
+        'the tool started',
+      );
+      const holder = await holderOf(cluster.workers, id);
+      holder.signal('SIGKILL');
+      await holder.exited;
+      const replacement = await cluster.startWorker();
+      try {
+        await until(
+          async () =>
+            (await eventsOf(token, id)).some(
+              (e) => e.source === 'agent' && 'action' in e && e.action === 'message',
+            ),
+          'the answer after the failover',
+          LEASE_TTL_MS + 20_000,
+        );
+        const events = await eventsOf(token, id);
+        const results = events.filter((e) => 'observation' in e && e.observation === 'tool_result');
+        expect(results).toHaveLength(1);
+        const answers = events.filter(
+          (e) => e.source === 'agent' && 'action' in e && e.action === 'message',
+        );
+        expect(answers).toHaveLength(1);
+        const starts = readFileSync(toolLog, 'utf8')
+          .split('\n')
+          .filter((line) => line === `${tool} start ${callId}`);
+        if (idempotent) {
+          expect(starts).toHaveLength(2); // run again with the same idempotency key
+          expect(results[0]).toMatchObject({ extras: { is_error: false } });
+        } else {
+          expect(starts).toHaveLength(1);
+          expect(results[0]).toMatchObject({ extras: { is_error: true, in_doubt: true } });
+        }
+      } finally {
+        void replacement;
+      }
+    });
+  }
+
+  it('keeps a pending approval across kill -9 of its worker: the new holder waits, then runs the call once confirmed', async () => {
+    const token = await cluster.token(uniqueName('approver'));
+    const id = await conversation(token, {
+      agent: 'tool_user',
+      agent_config: { tool: 'current_time', arguments: {} },
+      confirmation_mode: true,
+      initial_user_msg: 'what time is it?',
+    });
+    await until(
+      async () =>
+        (await api(cluster.gateways[0]!.url, 'GET', `/api/conversations/${id}`, { token })).body
+          .agent_state === 'awaiting_user_confirmation',
+      'awaiting confirmation',
+    );
+    const holder = await holderOf(cluster.workers, id);
+    holder.signal('SIGKILL');
+    await holder.exited;
+    await cluster.startWorker();
+    const alive = cluster.workers.filter(
+      (w) => w.child.exitCode === null && w.child.signalCode === null,
+    );
+    await holderOf(alive, id, LEASE_TTL_MS + 20_000);
+    await until(
+      async () =>
+        (await api(cluster.gateways[0]!.url, 'GET', `/api/conversations/${id}`, { token })).body
+          .agent_state === 'awaiting_user_confirmation',
+      'awaiting confirmation again',
+    );
+    const client = await ConversationClient.connect(cluster.gateways[1]!.url, token, {
+      conversation_id: id,
+      start: 'false',
+    });
+    expect(
+      await client.send({ action: 'change_agent_state', args: { agent_state: 'user_confirmed' } }),
+    ).toMatchObject({ ok: true });
+    await until(
+      async () =>
+        (await eventsOf(token, id)).some(
+          (e) => e.source === 'agent' && 'action' in e && e.action === 'message',
+        ),
+      'the answer',
+      20_000,
+    );
+    const events = await eventsOf(token, id);
+    expect(events.filter((e) => 'action' in e && e.action === 'tool_call')).toHaveLength(1);
+    expect(
+      events.filter((e) => 'observation' in e && e.observation === 'tool_result'),
+    ).toHaveLength(1);
+    client.close();
+  });
+});
