@@ -1,0 +1,379 @@
+// The llm and http agents end to end, through the standalone app built in
+// dist/: a local OpenAI-compatible model server, a real MCP server and the
+// Python example agent, all started by the test; a Socket.IO client and REST
+// as a client sees them.
+import { spawn, type ChildProcess } from 'node:child_process';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { createInterface } from 'node:readline';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import type { ServerEvent, StoredEvent } from '@cs/protocol';
+import {
+  FakeModelServer,
+  openAiCompletion,
+  openAiStream,
+  type FakeReply,
+} from '../../libs/agents/src/testing/fake-model-server.js';
+import { FakeMcpServer } from '../../libs/agents/src/testing/fake-mcp-server.js';
+import { ConversationClient, api, devToken, isAgentReply } from '../support/clients.js';
+import { ROOT, startApp, type AppProcess } from '../support/processes.js';
+import { uniqueName } from '../support/services.js';
+
+const API_KEY = 'sk-e2e-THE-MODEL-KEY-0123456789';
+const HMAC_SECRET = 'e2e-hmac-secret-0123456789abcdef';
+const MCP_TOKEN = 'e2e-mcp-token-0123456789abcdef';
+const PRICES = { 'fake-model': { input: 2, output: 10 } };
+
+let model: FakeModelServer;
+let mcp: FakeMcpServer;
+let python: ChildProcess;
+let app: AppProcess;
+let dataDir: string;
+let token: string;
+
+/** The text of the last user message a model request carries. */
+function lastUser(body: Record<string, unknown>): string {
+  const messages = (body['messages'] ?? []) as { role: string; content: unknown }[];
+  const last = [...messages].reverse().find((m) => m.role === 'user');
+  return typeof last?.content === 'string' ? last.content : JSON.stringify(last?.content ?? '');
+}
+const hasToolResults = (body: Record<string, unknown>) =>
+  ((body['messages'] ?? []) as { role: string }[]).some((m) => m.role === 'tool');
+const streaming = (body: Record<string, unknown>) => body['stream'] === true;
+
+/** Scripts the model's answer to a user message tagged `tag` (first step, and after tool results). */
+function script(tag: string, first: FakeReply, afterTools?: FakeReply): void {
+  model.when((b) => streaming(b) && lastUser(b).includes(tag) && !hasToolResults(b), first);
+  if (afterTools) {
+    model.when((b) => streaming(b) && lastUser(b).includes(tag) && hasToolResults(b), afterTools);
+  }
+}
+
+async function startPython(): Promise<string> {
+  python = spawn('python3', [join(ROOT, 'examples/http-agent-python/agent.py')], {
+    env: { PATH: process.env.PATH, PORT: '0', AGENT_HTTP_SECRET: HMAC_SECRET, DELTA_PAUSE: '0.01' },
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  const lines = createInterface({ input: python.stdout! });
+  return new Promise((resolve, reject) => {
+    const timer = setTimeout(() => reject(new Error('the Python agent did not start')), 15_000);
+    lines.on('line', (line) => {
+      const found = /listening on (http:\/\/\S+)/.exec(line);
+      if (found) {
+        clearTimeout(timer);
+        resolve(found[1]!);
+      }
+    });
+  });
+}
+
+beforeAll(async () => {
+  model = await FakeModelServer.start();
+  mcp = await FakeMcpServer.start({ token: MCP_TOKEN });
+  // Titles: one non-streamed request after the first answer of an untitled conversation.
+  model.when((b) => !streaming(b), {
+    kind: 'json',
+    status: 200,
+    body: openAiCompletion('A title from the model', { prompt_tokens: 20, completion_tokens: 4 }),
+  });
+  const pythonUrl = await startPython();
+  dataDir = mkdtempSync(join(tmpdir(), 'cs-e2e-agents-'));
+  app = await startApp('standalone', {
+    DATA_DIR: dataDir,
+    AUTH_DEV_TOKENS: 'true',
+    RATE_LIMIT_PER_MINUTE: '0',
+    MAX_CONCURRENT_CONVERSATIONS: '20',
+    LOG_LEVEL: 'debug',
+    LLM_BASE_URL: `${model.url}/v1`,
+    LLM_API_KEY: API_KEY,
+    LLM_MODEL: 'fake-model',
+    LLM_MAX_RETRIES: '2',
+    LLM_PRICES: JSON.stringify(PRICES),
+    MCP_SERVERS: JSON.stringify({
+      files: { url: mcp.url, headers: { authorization: `Bearer ${MCP_TOKEN}` } },
+    }),
+    AGENT_HTTP_URL: pythonUrl,
+    AGENT_HTTP_SECRET: HMAC_SECRET,
+  });
+  token = await devToken(app.url, { user_id: 'alice', tenant_id: uniqueName('tenant') });
+});
+
+afterAll(async () => {
+  await app?.stop();
+  python?.kill('SIGTERM');
+  await mcp?.close();
+  await model?.close();
+  if (dataDir) rmSync(dataDir, { recursive: true, force: true });
+});
+
+async function conversation(body: Record<string, unknown>): Promise<{
+  id: string;
+  client: ConversationClient;
+}> {
+  const created = await api<{ conversation_id: string }>(app.url, 'POST', '/api/conversations', {
+    token,
+    body,
+  });
+  expect(created.status).toBe(201);
+  const id = created.body.conversation_id;
+  const client = await ConversationClient.connect(app.url, token, { conversation_id: id });
+  return { id, client };
+}
+
+async function say(client: ConversationClient, text: string): Promise<number> {
+  const ack = await client.message(text);
+  expect(ack.ok).toBe(true);
+  return ack.ok ? ack.event_id : -1;
+}
+
+async function storedEvents(id: string): Promise<StoredEvent[]> {
+  const page = await api<{ events: StoredEvent[] }>(
+    app.url,
+    'GET',
+    `/api/conversations/${id}/events?start_id=0&limit=100`,
+    { token },
+  );
+  expect(page.status).toBe(200);
+  return page.body.events;
+}
+
+const isDelta = (e: ServerEvent): e is Extract<ServerEvent, { stream: true }> =>
+  (e as { stream?: unknown }).stream === true;
+const turnError = (events: ServerEvent[]) =>
+  events.find(
+    (e): e is StoredEvent =>
+      'observation' in e &&
+      e.observation === 'agent_state_changed' &&
+      e.extras['agent_state'] === 'error',
+  );
+
+describe('the llm agent in the standalone app', () => {
+  it('streams deltas to the socket before the final message, and stores only the message', async () => {
+    script('tag-stream', {
+      kind: 'stream',
+      delayMs: 30,
+      events: openAiStream({
+        text: ['Hello', ' there', ', friend'],
+        usage: { prompt_tokens: 1000, completion_tokens: 500 },
+      }),
+    });
+    const { id, client } = await conversation({ agent: 'llm', title: 'fixed' });
+    try {
+      const cause = await say(client, 'tag-stream: greet me');
+      await client.waitForReply(cause, 20_000);
+      const replyAt = client.events.findIndex((e) => isAgentReply(e, cause));
+      const deltas = client.events.filter(isDelta);
+      expect(deltas.map((d) => d.delta).join('')).toBe('Hello there, friend');
+      expect(client.events.findIndex(isDelta)).toBeLessThan(replyAt);
+      const reply = client.events[replyAt] as StoredEvent & { args: { content: string } };
+      expect(reply.args.content).toBe('Hello there, friend');
+
+      const stored = await storedEvents(id);
+      expect(stored.some((e) => (e as { stream?: unknown }).stream)).toBe(false);
+      expect(stored.filter((e) => isAgentReply(e, cause))).toHaveLength(1);
+
+      const state = await api<{ metrics: Record<string, number> }>(
+        app.url,
+        'GET',
+        `/api/conversations/${id}/state`,
+        { token },
+      );
+      expect(state.body.metrics).toMatchObject({ prompt_tokens: 1000, completion_tokens: 500 });
+      expect(state.body.metrics['cost_usd']).toBeCloseTo((1000 * 2 + 500 * 10) / 1e6, 9);
+    } finally {
+      client.close();
+    }
+  });
+
+  it('runs a built-in and an MCP tool call and stores them linked; a failing tool is an is_error result and the turn goes on', async () => {
+    script(
+      'tag-tools',
+      {
+        kind: 'stream',
+        events: openAiStream({
+          toolCalls: [
+            { id: 'call_time', name: 'current_time', argumentPieces: ['{', '}'] },
+            { id: 'call_echo', name: 'files__echo', argumentPieces: ['{"text":', '"from mcp"}'] },
+            { id: 'call_fail', name: 'files__fail', argumentPieces: ['{}'] },
+          ],
+        }),
+      },
+      { kind: 'stream', events: openAiStream({ text: ['All three done.'] }) },
+    );
+    const { id, client } = await conversation({ agent: 'llm', title: 'fixed' });
+    try {
+      const cause = await say(client, 'tag-tools: use the tools');
+      await client.waitForReply(cause, 20_000);
+      const stored = await storedEvents(id);
+      const calls = stored.filter((e) => 'action' in e && e.action === 'tool_call');
+      expect(calls.map((c) => ('args' in c ? c.args['tool'] : ''))).toEqual([
+        'current_time',
+        'files__echo',
+        'files__fail',
+      ]);
+      for (const call of calls) {
+        const callId = 'args' in call ? call.args['tool_call_id'] : undefined;
+        const result = stored.find(
+          (e) =>
+            'observation' in e &&
+            e.observation === 'tool_result' &&
+            e.extras['tool_call_id'] === callId,
+        ) as (StoredEvent & { content: string; extras: Record<string, unknown> }) | undefined;
+        expect(result, String(callId)).toBeDefined();
+        expect(result!.cause).toBe(call.id);
+        if (callId === 'call_echo') expect(result!.content).toBe('from mcp');
+        if (callId === 'call_time') expect(Date.parse(result!.content)).not.toBeNaN();
+        expect(result!.extras['is_error']).toBe(callId === 'call_fail');
+      }
+      expect(stored.find((e) => isAgentReply(e, cause))).toMatchObject({
+        args: { content: 'All three done.' },
+      });
+    } finally {
+      client.close();
+    }
+  });
+
+  it('announces each retry with STATUS$LLM_RETRY, then answers', async () => {
+    let tries = 0;
+    model.when((b) => streaming(b) && lastUser(b).includes('tag-retry') && tries++ < 1, {
+      kind: 'json',
+      status: 429,
+      body: { error: { message: 'slow down' } },
+      headers: { 'retry-after': '0' },
+    });
+    script('tag-retry', { kind: 'stream', events: openAiStream({ text: ['after a retry'] }) });
+    const { client } = await conversation({ agent: 'llm', title: 'fixed' });
+    try {
+      const cause = await say(client, 'tag-retry: once more');
+      await client.waitForReply(cause, 20_000);
+      expect(
+        client.events.some(
+          (e) =>
+            (e as { status_update?: boolean; id?: unknown }).status_update &&
+            (e as { id: unknown }).id === 'STATUS$LLM_RETRY',
+        ),
+      ).toBe(true);
+    } finally {
+      client.close();
+    }
+  });
+
+  it('ends the turn in llm_error with a safe message when the 500s outlast the retries', async () => {
+    script('tag-500', {
+      kind: 'json',
+      status: 500,
+      body: { error: { message: `PROVIDER-SECRET-TEXT ${API_KEY}` } },
+    });
+    const { client } = await conversation({ agent: 'llm', title: 'fixed' });
+    try {
+      await say(client, 'tag-500: fail please');
+      await client.waitFor((events) => turnError(events) !== undefined, 30_000, 'llm_error');
+      const error = turnError(client.events)!;
+      expect(error).toMatchObject({ extras: { reason: 'llm_error' } });
+      expect(JSON.stringify(error)).not.toContain('PROVIDER-SECRET-TEXT');
+      expect(JSON.stringify(client.events)).not.toContain(API_KEY);
+    } finally {
+      client.close();
+    }
+  });
+
+  it('does not store a cut stream as a complete answer', async () => {
+    script('tag-cut', {
+      kind: 'stream',
+      events: openAiStream({ text: ['half an ans'], finish: false }),
+      cut: true,
+    });
+    const { id, client } = await conversation({ agent: 'llm', title: 'fixed' });
+    try {
+      const cause = await say(client, 'tag-cut: go');
+      await client.waitFor((events) => turnError(events) !== undefined, 30_000, 'llm_error');
+      expect(turnError(client.events)).toMatchObject({ extras: { reason: 'llm_error' } });
+      // The partial text is kept, marked as interrupted: never as a complete answer.
+      const answers = (await storedEvents(id)).filter((e) => isAgentReply(e, cause));
+      expect(answers).toHaveLength(1);
+      expect(answers[0]).toMatchObject({ args: { content: 'half an ans', interrupted: true } });
+    } finally {
+      client.close();
+    }
+  });
+
+  it('closes the connection to the model server within 1 s of a stop', async () => {
+    script('tag-stop', {
+      kind: 'stream',
+      events: openAiStream({ text: ['thinking very hard'], finish: false }),
+      hang: true,
+    });
+    const { id, client } = await conversation({ agent: 'llm', title: 'fixed' });
+    try {
+      await say(client, 'tag-stop: think');
+      await client.waitFor((events) => events.some(isDelta), 20_000, 'first delta');
+      const request = model.streamed.find((r) => lastUser(r.body).includes('tag-stop'))!;
+      const stoppedAt = Date.now();
+      const stop = await api(app.url, 'POST', `/api/conversations/${id}/stop`, { token });
+      expect(stop.status).toBe(200);
+      expect((await request.closed) - stoppedAt).toBeLessThan(1000);
+      await client.waitFor(
+        (events) =>
+          events.some((e) => 'action' in e && e.action === 'message' && e.source === 'agent'),
+        10_000,
+        'the interrupted message',
+      );
+      const partial = (await storedEvents(id)).find(
+        (e) => 'action' in e && e.action === 'message' && e.source === 'agent',
+      );
+      expect(partial).toMatchObject({ args: { content: 'thinking very hard', interrupted: true } });
+    } finally {
+      client.close();
+    }
+  });
+
+  it('titles an untitled conversation with one model request', async () => {
+    script('tag-title', { kind: 'stream', events: openAiStream({ text: ['an answer'] }) });
+    const { id, client } = await conversation({ agent: 'llm' });
+    try {
+      const cause = await say(client, 'tag-title: name this');
+      await client.waitForReply(cause, 20_000);
+      await client.waitFor(
+        (events) => events.some((e) => (e as { id?: unknown }).id === 'STATUS$TITLE_UPDATED'),
+        20_000,
+        'title',
+      );
+      const info = await api<{ title: string }>(app.url, 'GET', `/api/conversations/${id}`, {
+        token,
+      });
+      expect(info.body.title).toBe('A title from the model');
+    } finally {
+      client.close();
+    }
+  });
+});
+
+describe('the http agent in the standalone app', () => {
+  it('answers through the Python example: a tool call, its result, then the message', async () => {
+    const { id, client } = await conversation({ agent: 'http', title: 'fixed' });
+    try {
+      const cause = await say(client, 'What time is it?');
+      await client.waitForReply(cause, 30_000);
+      expect(client.events.filter(isDelta).length).toBeGreaterThan(0);
+      const stored = await storedEvents(id);
+      expect(stored.some((e) => 'action' in e && e.action === 'tool_call')).toBe(true);
+      const reply = stored.find((e) => isAgentReply(e, cause)) as StoredEvent & {
+        args: { content: string };
+      };
+      expect(reply.args.content).toMatch(/^It is \d{4}-\d\d-\d\dT.*\(UTC\)\.$/);
+    } finally {
+      client.close();
+    }
+  });
+});
+
+describe('secrets', () => {
+  it('never writes the model key, the HMAC secret or MCP headers to the logs', () => {
+    const output = app.output();
+    expect(output.length).toBeGreaterThan(0);
+    expect(output).not.toContain(API_KEY);
+    expect(output).not.toContain(HMAC_SECRET);
+    expect(output).not.toContain(MCP_TOKEN);
+  });
+});
