@@ -328,6 +328,71 @@ describe('the llm agent in the standalone app', () => {
     }
   });
 
+  it('stops a turn whose cost passes the conversation budget', async () => {
+    // Every step calls a tool again, at $0.007 a step (1000 × $2/M + 500 × $10/M).
+    script('tag-budget', {
+      kind: 'stream',
+      events: openAiStream({
+        toolCalls: [{ id: 'call_loop', name: 'current_time', argumentPieces: ['{}'] }],
+        usage: { prompt_tokens: 1000, completion_tokens: 500 },
+      }),
+    });
+    model.when((b) => streaming(b) && lastUser(b).includes('tag-budget'), {
+      kind: 'stream',
+      events: openAiStream({
+        toolCalls: [{ id: 'call_again', name: 'current_time', argumentPieces: ['{}'] }],
+        usage: { prompt_tokens: 1000, completion_tokens: 500 },
+      }),
+    });
+    const { id, client } = await conversation({
+      agent: 'llm',
+      title: 'fixed',
+      max_budget_usd: 0.01,
+    });
+    try {
+      await say(client, 'tag-budget: loop');
+      await client.waitFor((events) => turnError(events) !== undefined, 30_000, 'budget');
+      expect(turnError(client.events)).toMatchObject({ extras: { reason: 'max_budget_exceeded' } });
+      const steps = model.streamed.filter((r) => lastUser(r.body).includes('tag-budget'));
+      expect(steps.length).toBeGreaterThanOrEqual(2);
+      expect(steps.length).toBeLessThanOrEqual(3);
+      const state = await api<{ metrics: Record<string, number> }>(
+        app.url,
+        'GET',
+        `/api/conversations/${id}/state`,
+        { token },
+      );
+      expect(state.body.metrics['cost_usd']).toBeCloseTo(steps.length * 0.007, 9);
+    } finally {
+      client.close();
+    }
+  });
+
+  it('closes the connection to the model server within 1 s when a message interrupts the turn', async () => {
+    script('tag-interrupt', {
+      kind: 'stream',
+      events: openAiStream({ text: ['a long answer'], finish: false }),
+      hang: true,
+    });
+    script('tag-next', { kind: 'stream', events: openAiStream({ text: ['the next answer'] }) });
+    const { client } = await conversation({
+      agent: 'llm',
+      title: 'fixed',
+      multitask_strategy: 'interrupt',
+    });
+    try {
+      await say(client, 'tag-interrupt: write');
+      await client.waitFor((events) => events.some(isDelta), 20_000, 'first delta');
+      const request = model.streamed.find((r) => lastUser(r.body).includes('tag-interrupt'))!;
+      const sentAt = Date.now();
+      const next = await say(client, 'tag-next: instead');
+      expect((await request.closed) - sentAt).toBeLessThan(1000);
+      await client.waitForReply(next, 20_000);
+    } finally {
+      client.close();
+    }
+  });
+
   it('titles an untitled conversation with one model request', async () => {
     script('tag-title', { kind: 'stream', events: openAiStream({ text: ['an answer'] }) });
     const { id, client } = await conversation({ agent: 'llm' });
