@@ -55,6 +55,13 @@ import {
 } from '../tokens.js';
 import { ConversationRoomHub } from '../realtime/conversation-room-hub.js';
 
+/** What a create answers, and whether it made the conversation (201) or found it (200). */
+export interface CreatedConversation {
+  created: boolean;
+  conversation_id: string;
+  conversation_status: ConversationStatus;
+}
+
 /** The app name of conversations created through this API. */
 export const DEFAULT_APP_NAME = 'default';
 /** PROTOCOL.md: a page of events is at most 4 MiB (then `has_more`). */
@@ -99,14 +106,7 @@ export class ConversationService {
     return conversation;
   }
 
-  async create(
-    principal: Principal,
-    body: CreateConversationBody,
-  ): Promise<{
-    created: boolean;
-    conversation_id: string;
-    conversation_status: ConversationStatus;
-  }> {
+  async create(principal: Principal, body: CreateConversationBody): Promise<CreatedConversation> {
     const agentName = body.agent ?? this.config.agent.default;
     if (!this.agents.has(agentName))
       throw new BadRequestError(`unknown agent ${agentName}`, 'agent');
@@ -198,11 +198,7 @@ export class ConversationService {
     conversation: ConversationRecord,
     created: boolean,
     body: CreateConversationBody,
-  ): Promise<{
-    created: boolean;
-    conversation_id: string;
-    conversation_status: ConversationStatus;
-  }> {
+  ): Promise<CreatedConversation> {
     const ref = refOf(conversation);
     if (body.initial_user_msg !== undefined && (created || conversation.agentState === null)) {
       await this.manager.ensureRunning(ref);

@@ -29,6 +29,7 @@ import { ConversationRoomHub } from './conversation-room-hub.js';
 import {
   LiveConnection,
   REPLAY_LOW_WATER_BYTES,
+  firstOf,
   type ConnectionTransport,
 } from './live-connection.js';
 
@@ -247,15 +248,7 @@ function socketTransport(socket: ConversationSocket): ConnectionTransport {
     drained: () =>
       unsent < REPLAY_LOW_WATER_BYTES || socket.disconnected
         ? Promise.resolve()
-        : new Promise<void>((resolve) => {
-            const done = () => {
-              engine.off('drain', done);
-              engine.off('close', done);
-              resolve();
-            };
-            engine.on('drain', done);
-            engine.on('close', done);
-          }),
+        : firstOf(engine, ['drain', 'close']),
     // Graceful or not, the engine sends what it has queued before it closes.
     close: () => socket.disconnect(true),
   };

@@ -7,7 +7,7 @@ import type { Principal } from '../auth/principal.js';
 import { ConversationService } from '../conversations/conversation.service.js';
 import { ConnectionLimiter } from './connection-limiter.js';
 import { ConversationRoomHub } from './conversation-room-hub.js';
-import { LiveConnection, REPLAY_LOW_WATER_BYTES } from './live-connection.js';
+import { LiveConnection, REPLAY_LOW_WATER_BYTES, firstOf } from './live-connection.js';
 
 const HEARTBEAT_MS = 15_000;
 
@@ -67,15 +67,7 @@ export class EventStreamService {
         drained: () =>
           response.writableLength < REPLAY_LOW_WATER_BYTES || hasClosed(response)
             ? Promise.resolve()
-            : new Promise<void>((resolve) => {
-                const done = () => {
-                  response.off('drain', done);
-                  response.off('close', done);
-                  resolve();
-                };
-                response.on('drain', done);
-                response.on('close', done);
-              }),
+            : firstOf(response, ['drain', 'close']),
         close: (graceful) => (graceful ? response.end() : response.destroy()),
       },
       onEnd: (why) => this.logger.log(`stream of ${conversation.id} closed: ${why}`),

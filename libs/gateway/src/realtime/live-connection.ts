@@ -38,6 +38,23 @@ export interface ConnectionTransport {
   close(graceful: boolean): void;
 }
 
+/** Resolves at the first of `events` on `emitter` (a drain, or the connection's close). */
+export function firstOf(
+  emitter: {
+    on(event: string, listener: () => void): unknown;
+    off(event: string, listener: () => void): unknown;
+  },
+  events: readonly string[],
+): Promise<void> {
+  return new Promise<void>((resolve) => {
+    const done = () => {
+      for (const event of events) emitter.off(event, done);
+      resolve();
+    };
+    for (const event of events) emitter.on(event, done);
+  });
+}
+
 export interface LiveConnectionOptions {
   hub: ConversationRoomHub;
   conversation: ConversationRecord;
