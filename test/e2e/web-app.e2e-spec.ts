@@ -2,13 +2,14 @@
 // against the built standalone app started by the test: what a person does,
 // found by the accessible names of PROTOCOL.md "Web app".
 //
-// Streaming and approval need agents that stream and ask for confirmation
-// (agent modules); their browser tests come with those agents.
+// Streaming and approval run on a second app with the test agent module
+// (AGENT_MODULES, test/fixtures/agents/scripted-agents.mjs).
 import { mkdirSync, mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import type { Browser, BrowserContext, Page } from 'playwright-core';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { AGENT_MODULE } from '../support/agent-runtime.js';
 import { api, devToken } from '../support/clients.js';
 import { launchChromium } from '../support/browser.js';
 import { freePort, ROOT, startApp, type AppProcess } from '../support/processes.js';
@@ -63,8 +64,8 @@ describe('web app', () => {
   }
 
   /** Signs in as a user of the test's own, through the development token button. */
-  async function signIn(page: Page, user = uniqueName('user')) {
-    await page.goto(app.url);
+  async function signIn(page: Page, user = uniqueName('user'), url = app.url) {
+    await page.goto(url);
     await page.getByLabel('User id (optional)').fill(user);
     await page.getByRole('button', { name: 'Sign in with a development token' }).click();
     await page.getByRole('button', { name: 'New conversation' }).waitFor({ timeout: TIMEOUT });
@@ -94,6 +95,100 @@ describe('web app', () => {
     const texts = await page.getByRole('article').allTextContents();
     return texts.map((text) => text.trim());
   }
+
+  describe('with agent modules', () => {
+    let agentApp: AppProcess;
+    let agentDataDir: string;
+
+    beforeAll(async () => {
+      agentDataDir = mkdtempSync(join(tmpdir(), 'cs-web-agents-'));
+      agentApp = await startApp('standalone', {
+        DATA_DIR: agentDataDir,
+        PORT: String(await freePort()),
+        RATE_LIMIT_PER_MINUTE: '0',
+        AGENT_MODULES: AGENT_MODULE,
+      });
+    });
+
+    afterAll(async () => {
+      await agentApp?.stop();
+      if (agentDataDir) rmSync(agentDataDir, { recursive: true, force: true });
+    });
+
+    /** A page signed in on the agent app, opened on a conversation created through the API. */
+    async function openAgentConversation(body: Record<string, unknown>) {
+      const opened = await newPage();
+      const user = await signIn(opened.page, uniqueName('user'), agentApp.url);
+      const token = await devToken(agentApp.url, { user_id: user });
+      const created = await api<{ conversation_id: string }>(
+        agentApp.url,
+        'POST',
+        '/api/conversations',
+        { token, body },
+      );
+      expect(created.status, JSON.stringify(created.body)).toBe(201);
+      await opened.page.goto(`${agentApp.url}/#/c/${created.body.conversation_id}`);
+      await opened.page
+        .getByRole('status')
+        .filter({ hasText: 'Live' })
+        .waitFor({ timeout: TIMEOUT });
+      return opened;
+    }
+
+    it('shows the streamed text before the stored answer, then the answer', async () => {
+      const text = [
+        'Streaming in the browser means the reader sees the answer grow word by word',
+        'long before the agent has finished thinking it through, which makes a slow',
+        'answer feel quick and lets a person stop an agent that has gone astray early.',
+      ].join(' ');
+      const chunks = 20;
+      const { page, errors } = await openAgentConversation({
+        agent: 'streamer',
+        agent_config: { text, chunks, delay_ms: 150 },
+      });
+      await send(page, 'tell me something long');
+      const firstChunk = text.slice(0, Math.ceil(text.length / chunks));
+      const streamed = page.getByRole('log', { name: 'Messages' }).getByText(firstChunk);
+      await streamed.waitFor({ timeout: TIMEOUT });
+      // Read the streamed text, then check that no article had the answer: articles only come.
+      const partial = (await streamed.textContent()) ?? '';
+      await expect(article(page, text).count()).resolves.toBe(0);
+      expect(text.startsWith(partial)).toBe(true);
+      expect(partial.length).toBeGreaterThanOrEqual(firstChunk.length);
+      expect(partial.length).toBeLessThan(text.length);
+
+      await article(page, text).waitFor({ timeout: TIMEOUT });
+      await expect(articleTexts(page)).resolves.toEqual(['tell me something long', text]);
+      expect(errors).toEqual([]);
+    });
+
+    it('approves and rejects a tool call from its buttons', async () => {
+      const { page, errors } = await openAgentConversation({
+        agent: 'tool_user',
+        agent_config: { tool: 'current_time', arguments: {} },
+        confirmation_mode: true,
+      });
+      const approve = page.getByRole('button', { name: 'Approve' });
+      const reject = page.getByRole('button', { name: 'Reject' });
+
+      await send(page, 'what time is it?');
+      await approve.waitFor({ timeout: TIMEOUT });
+      await expect(reject.count()).resolves.toBe(1);
+      await approve.click();
+      const approved = article(page, 'tool said:');
+      await approved.waitFor({ timeout: TIMEOUT });
+      await expect(approved.textContent()).resolves.toMatch(/tool said: \d{4}-/);
+      await approve.waitFor({ state: 'detached', timeout: TIMEOUT });
+
+      await send(page, 'and again?');
+      await reject.waitFor({ timeout: TIMEOUT });
+      await reject.click();
+      await article(page, '[is_error,rejected]').waitFor({ timeout: TIMEOUT });
+      await reject.waitFor({ state: 'detached', timeout: TIMEOUT });
+      await expect(article(page, 'tool said:').count()).resolves.toBe(2);
+      expect(errors).toEqual([]);
+    });
+  });
 
   it('signs in with a development token, creates a conversation, sends a message and shows the reply', async () => {
     const { page, errors } = await newPage();
