@@ -380,6 +380,30 @@ describe('traces', () => {
     );
     expect(workerRoots.length).toBeGreaterThan(0);
     for (const span of workerRoots) expect(gatewaySpans.has(span.parentSpanId ?? '')).toBe(true);
+    // The message's turn and its step are spans of the gateway's trace, on the worker.
+    await until(
+      () =>
+        spans.some(
+          (span) =>
+            span.role === 'worker' &&
+            span.name === 'agent turn' &&
+            spans.some((s) => s.traceId === span.traceId && s.role === 'gateway'),
+        ),
+      () => `an agent turn in a gateway's trace among ${JSON.stringify(spans.slice(-40))}`,
+      15_000,
+      200,
+    );
+    const turn = spans.find(
+      (span) =>
+        span.name === 'agent turn' &&
+        spans.some((s) => s.traceId === span.traceId && s.role === 'gateway'),
+    )!;
+    expect(
+      spans.some(
+        (span) =>
+          span.traceId === turn.traceId && span.name === 'agent step' && span.role === 'worker',
+      ),
+    ).toBe(true);
     // Probes and scrapes make no spans.
     expect(spans.some((span) => /healthz|readyz|metrics/.test(span.name))).toBe(false);
   });

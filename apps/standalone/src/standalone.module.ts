@@ -15,7 +15,7 @@ import {
   USER_ACTION_RATE_LIMITER,
   type ReadinessCheck,
 } from '@cs/gateway';
-import { databaseCheck } from '@cs/observability';
+import { databaseCheck, traceContext } from '@cs/observability';
 import type { OpenedStore } from '@cs/store';
 import { hostname } from 'node:os';
 
@@ -67,6 +67,7 @@ export const StandaloneModule = {
                 maxBudgetUsd: config.limits.maxBudgetUsd,
                 multitaskStrategy: config.agent.multitaskStrategy,
                 metrics: metrics.runtime(),
+                tracing: traceContext,
               },
               ownerId: `standalone@${hostname()}:${process.pid}`,
               cleanupIntervalMs: Math.min(IDLE_CLEANUP_INTERVAL_MS, config.limits.idleTimeoutMs),

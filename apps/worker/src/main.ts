@@ -21,6 +21,7 @@ import {
   databaseCheck,
   logCallback,
   redisCheck,
+  traceContext,
 } from '@cs/observability';
 import { runService, type RunningService, type ServiceContext } from '@cs/process';
 import { openStore } from '@cs/store';
@@ -83,6 +84,7 @@ async function main({ config, logger: root }: ServiceContext): Promise<RunningSe
         maxBudgetUsd: config.limits.maxBudgetUsd,
         multitaskStrategy: config.agent.multitaskStrategy,
         metrics: metrics.runtime(),
+        tracing: traceContext,
       },
       timing,
       idleTimeoutMs: config.limits.idleTimeoutMs,

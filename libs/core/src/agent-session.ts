@@ -31,6 +31,7 @@ import type { ConversationBroadcaster } from './ports/broadcaster.port.js';
 import { systemClock, type Clock } from './ports/clock.port.js';
 import type { ConversationStore } from './ports/conversation-store.port.js';
 import { NO_RUNTIME_METRICS, type RuntimeMetrics } from './ports/runtime-metrics.port.js';
+import { NO_TRACING, type Tracing } from './ports/tracing.port.js';
 import {
   AGENT_ERROR_REASON,
   agentStateChangeDraft,
@@ -57,6 +58,8 @@ export interface AgentSessionOptions {
   /** The tools agents may call (default: the built-ins). */
   tools?: ToolRegistry;
   metrics?: RuntimeMetrics;
+  /** Turns, steps and tool calls as spans of their message's trace. */
+  tracing?: Tracing;
   /** Prices a usage by `LLM_PRICES` (the conversation's model, if it names one). */
   price?: (model: string | undefined, usage: StepUsage) => number;
   /**
@@ -77,7 +80,7 @@ export interface AgentSessionOptions {
 /** What every session of a process shares: tools, metrics, the deployment's limits and prices. */
 export type SessionRuntime = Pick<
   AgentSessionOptions,
-  'tools' | 'metrics' | 'maxBudgetUsd' | 'multitaskStrategy' | 'price'
+  'tools' | 'metrics' | 'tracing' | 'maxBudgetUsd' | 'multitaskStrategy' | 'price'
 >;
 
 export interface AgentSessionInit {
@@ -159,6 +162,9 @@ export class AgentSession {
   private readonly pageSize: number;
   private readonly reportError: (message: string, error: unknown) => void;
   private readonly cache = new RecentEvents();
+  private readonly tracing: Tracing;
+  /** The trace each pending user message arrived in (by event id), until its turn runs. */
+  private readonly traces = new Map<number, string>();
 
   /** The id the next stored event will have: everything before it was read. */
   private nextId = 0;
@@ -208,6 +214,7 @@ export class AgentSession {
     this.options = init.options;
     this.clock = init.options.clock ?? systemClock;
     this.tools = init.options.tools ?? defaultTools();
+    this.tracing = init.options.tracing ?? NO_TRACING;
     this.catchUpMs = init.options.catchUpIntervalMs ?? DEFAULT_CATCH_UP_MS;
     this.pageSize = init.options.readPageSize ?? DEFAULT_PAGE_SIZE;
     this.reportError = init.options.reportError ?? (() => undefined);
@@ -277,6 +284,14 @@ export class AgentSession {
    */
   wake(events?: readonly StoredEvent[]): void {
     if (this.closing) return;
+    // The wake-up arrives in its message's trace: the turn continues it.
+    const trace = events ? this.tracing.currentTraceparent() : undefined;
+    if (trace) {
+      for (const event of events ?? [])
+        if (event.source === 'user') this.traces.set(event.id, trace);
+      while (this.traces.size > 1_000)
+        this.traces.delete(this.traces.keys().next().value as number);
+    }
     if (!events || !this.accept(events)) this.unread = true;
     this.wakePending = true;
     this.releaseWaiter();
@@ -502,10 +517,19 @@ export class AgentSession {
     this.attempts.set(trigger.id, attempts);
     // A message stored before this run began may have been worked on by an earlier holder.
     const resumed = trigger.id < this.loadingEventId;
-    const progress = resumed
-      ? readTurnProgress(trigger, await this.readAfter(trigger.id))
-      : emptyProgress();
-    await this.drive(this.newRunner(trigger, progress, !resumed));
+    const trace = this.traces.get(trigger.id);
+    this.traces.delete(trigger.id);
+    await this.tracing.withRemoteParent(
+      trace,
+      'agent turn',
+      async () => {
+        const progress = resumed
+          ? readTurnProgress(trigger, await this.readAfter(trigger.id))
+          : emptyProgress();
+        await this.drive(this.newRunner(trigger, progress, !resumed));
+      },
+      { 'cs.conversation_id': this.ref.conversationId, 'cs.event_id': trigger.id },
+    );
   }
 
   /** Runs a turn until it settles, waits for a confirmation or is cut; stores what the cut means. */
@@ -583,6 +607,7 @@ export class AgentSession {
         agent: this.agent,
         tools: this.tools,
         metrics: this.options.metrics ?? NO_RUNTIME_METRICS,
+        tracing: this.tracing,
         settings: {
           maxIterations: Math.min(this.options.maxIterations, settings?.maxIterations ?? Infinity),
           maxBudgetUsd:

@@ -19,3 +19,4 @@ export * from './session/title.js';
 export * from './session/step-runner.js';
 export * from './ports/cluster-metrics.port.js';
 export * from './session/stream-text.js';
+export * from './ports/tracing.port.js';

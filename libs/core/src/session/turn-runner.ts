@@ -12,6 +12,7 @@ import { AgentTurnError, type Agent } from '../agent.js';
 import type { ConversationRef, EventDraft, StateDelta } from '../conversation.js';
 import type { ConversationStore } from '../ports/conversation-store.port.js';
 import type { RuntimeMetrics } from '../ports/runtime-metrics.port.js';
+import type { Tracing } from '../ports/tracing.port.js';
 import type { ToolRegistry } from '../tools/tool-registry.js';
 import {
   AGENT_ERROR_REASON,
@@ -103,6 +104,7 @@ export interface TurnDeps {
   agent: Agent;
   tools: ToolRegistry;
   metrics: RuntimeMetrics;
+  tracing: Tracing;
   settings: TurnSettings;
   cache: RecentEvents;
   /** Appends in the turn's order ('running' first when not stored yet). */
@@ -159,10 +161,10 @@ export class TurnRunner {
       }
       const started = performance.now();
       const stream = new DeltaStream(this.trigger.id, this.deps.publishStream);
-      const step = await runStep(
-        this.deps.agent,
-        this.context(signal, stream, progress.steps + 1),
-        stream,
+      const step = await this.deps.tracing.withSpan(
+        'agent step',
+        () => runStep(this.deps.agent, this.context(signal, stream, progress.steps + 1), stream),
+        { 'cs.step': progress.steps + 1 },
       );
       stream.close();
       this.deps.metrics.stepFinished((performance.now() - started) / 1000);
@@ -325,12 +327,14 @@ export class TurnRunner {
         );
       } else {
         const toolArgs = args['arguments'];
-        const outcome = await tools.run(
-          tool,
-          typeof toolArgs === 'object' && toolArgs !== null && !Array.isArray(toolArgs)
-            ? (toolArgs as Record<string, unknown>)
-            : {},
-          { signal, idempotency_key: callId, conversation_id: this.deps.ref.conversationId },
+        const outcome = await this.deps.tracing.withSpan(`tool ${tool}`, () =>
+          tools.run(
+            tool,
+            typeof toolArgs === 'object' && toolArgs !== null && !Array.isArray(toolArgs)
+              ? (toolArgs as Record<string, unknown>)
+              : {},
+            { signal, idempotency_key: callId, conversation_id: this.deps.ref.conversationId },
+          ),
         );
         if (signal.aborted) break; // cut mid-call: the call stays unresolved
         metrics.toolCalled(tool, outcome.outcome);
