@@ -282,7 +282,11 @@ export class ConversationHost {
       }
     } catch (error) {
       if (error instanceof LeaseLostError) return 'lease_lost';
-      this.deps.log('error', `conversation ${ref.conversationId}: ${describe(error)}`);
+      this.deps.log(
+        'error',
+        `conversation ${ref.conversationId}: ${describe(error)}`,
+        idsOf(hosted),
+      );
       await this.endInError(hosted, 'start_failed').catch(() => undefined);
       return 'failed';
     }
@@ -304,7 +308,8 @@ export class ConversationHost {
         ...options.runtime,
         maxIterations: options.maxIterations,
         catchUpIntervalMs: 0,
-        reportError: (message, error) => this.deps.log('warn', `${message}: ${String(error)}`),
+        reportError: (message, error) =>
+          this.deps.log('warn', `${message}: ${String(error)}`, idsOf(hosted)),
       },
     });
     hosted.session = session;
@@ -353,6 +358,7 @@ export class ConversationHost {
         this.deps.log(
           'warn',
           `lease of ${hosted.ref.conversationId} was taken over: closing its session`,
+          idsOf(hosted),
         );
         hosted.leaseLost = true;
         await hosted.session?.close();
@@ -392,10 +398,18 @@ export class ConversationHost {
   private async onSlotLost(hosted: HostedConversation): Promise<void> {
     const { tenantId, userId, conversationId } = hosted.ref;
     if (await this.deps.limiter.reclaim(tenantId, userId, conversationId)) {
-      this.deps.log('warn', `slot of ${conversationId} was lost: took a free one back`);
+      this.deps.log(
+        'warn',
+        `slot of ${conversationId} was lost: took a free one back`,
+        idsOf(hosted),
+      );
       return;
     }
-    this.deps.log('warn', `slot of ${conversationId} was taken, and none is free: stopping it`);
+    this.deps.log(
+      'warn',
+      `slot of ${conversationId} was taken, and none is free: stopping it`,
+      idsOf(hosted),
+    );
     this.onInbox(hosted, { type: 'evict' });
   }
 
@@ -509,6 +523,16 @@ export class ConversationHost {
       event.source === 'user' && isAction(event) && event.action === 'message' ? [event.id] : [],
     );
   }
+}
+
+/** The ids of PROTOCOL.md "Operations" on every log line about a conversation. */
+function idsOf(hosted: HostedConversation): Record<string, unknown> {
+  return {
+    conversation_id: hosted.ref.conversationId,
+    tenant_id: hosted.ref.tenantId,
+    user_id: hosted.ref.userId,
+    lease_epoch: hosted.epoch,
+  };
 }
 
 function describe(error: unknown): string {

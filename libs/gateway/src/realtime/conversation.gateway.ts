@@ -30,6 +30,7 @@ import {
   LiveConnection,
   REPLAY_LOW_WATER_BYTES,
   firstOf,
+  logFieldsOf,
   type ConnectionTransport,
 } from './live-connection.js';
 
@@ -137,8 +138,10 @@ export class ConversationGateway
       afterId: latestEventId,
       read: (fromId, toId, limit) => this.conversations.readPage(conversation, fromId, toId, limit),
       transport: socketTransport(socket),
-      onEnd: (why) => this.logger.log(`socket of ${conversation.id} closed: ${why}`),
-      onError: (error) => this.logger.warn(`replay of ${conversation.id} failed: ${String(error)}`),
+      onEnd: (why) =>
+        this.logger.log({ msg: `socket closed: ${why}`, ...logFieldsOf(conversation) }),
+      onError: (error) =>
+        this.logger.warn({ msg: `replay failed: ${String(error)}`, ...logFieldsOf(conversation) }),
     });
     socket.data.connection = connection;
     try {

@@ -7,7 +7,7 @@ import type { Principal } from '../auth/principal.js';
 import { ConversationService } from '../conversations/conversation.service.js';
 import { ConnectionLimiter } from './connection-limiter.js';
 import { ConversationRoomHub } from './conversation-room-hub.js';
-import { LiveConnection, REPLAY_LOW_WATER_BYTES, firstOf } from './live-connection.js';
+import { LiveConnection, REPLAY_LOW_WATER_BYTES, firstOf, logFieldsOf } from './live-connection.js';
 
 const HEARTBEAT_MS = 15_000;
 
@@ -70,8 +70,10 @@ export class EventStreamService {
             : firstOf(response, ['drain', 'close']),
         close: (graceful) => (graceful ? response.end() : response.destroy()),
       },
-      onEnd: (why) => this.logger.log(`stream of ${conversation.id} closed: ${why}`),
-      onError: (error) => this.logger.warn(`stream of ${conversation.id}: ${String(error)}`),
+      onEnd: (why) =>
+        this.logger.log({ msg: `stream closed: ${why}`, ...logFieldsOf(conversation) }),
+      onError: (error) =>
+        this.logger.warn({ msg: `stream failed: ${String(error)}`, ...logFieldsOf(conversation) }),
     });
     const heartbeat = setInterval(() => response.write(': keep-alive\n\n'), HEARTBEAT_MS);
     heartbeat.unref();

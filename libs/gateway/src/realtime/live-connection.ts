@@ -38,6 +38,15 @@ export interface ConnectionTransport {
   close(graceful: boolean): void;
 }
 
+/** The ids of PROTOCOL.md "Operations" for log lines about a connection's conversation. */
+export function logFieldsOf(conversation: ConversationRecord): Record<string, string> {
+  return {
+    conversation_id: conversation.id,
+    tenant_id: conversation.tenantId,
+    user_id: conversation.userId,
+  };
+}
+
 /** Resolves at the first of `events` on `emitter` (a drain, or the connection's close). */
 export function firstOf(
   emitter: {
