@@ -94,7 +94,7 @@ describe('npm run bench', () => {
       /BullMQ add → processor start .* p50 [\d.]+ ms/,
       /message → echo +p50 [\d.]+ ms .*\(n=100\)/,
       /connect → awaiting_user_input +p50 [\d.]+ ms .*\(n=10\)/,
-      /connect → last of 501 events +p50 [\d.]+ ms/,
+      /connect → last of 500 events +p50 [\d.]+ ms/,
       /Failover[^]*10\/10 answered/,
       /Hand-off[^]*10\/10 answered/,
       /100 clients at 500 msg\/s: .*errors 0/,
