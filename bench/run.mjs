@@ -7,10 +7,12 @@
 //   npm run bench -- --quick
 //   npm run bench -- --only round-trip,cold-start
 //   npm run bench -- --only memory
+//   npm run bench -- --only streaming,model-turn,long-history,sizes,browser
 //   npm run bench -- --gateways 3 --workers 3 --sustained-conversations 1000 --duration 20
 import { mkdtempSync } from 'node:fs';
 import { loadavg, tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 import { Cluster } from './lib/cluster.mjs';
 import { devToken } from './lib/client.mjs';
@@ -21,6 +23,11 @@ import { runColdStart, runReplay, runRoundTrip } from './scenarios/conversation-
 import { runFailover } from './scenarios/failover.mjs';
 import { runMemory } from './scenarios/memory.mjs';
 import { runSustained } from './scenarios/sustained.mjs';
+import { runStreaming } from './scenarios/streaming.mjs';
+import { runLongHistory } from './scenarios/long-history.mjs';
+import { runModelTurn } from './scenarios/model-turn.mjs';
+import { startFakeModel } from './lib/fake-model.mjs';
+import { runBrowser, runSizes } from './scenarios/web-client.mjs';
 
 const SCENARIOS = [
   { name: 'building-blocks', title: 'Building blocks', run: runBuildingBlocks },
@@ -30,7 +37,12 @@ const SCENARIOS = [
   { name: 'failover', title: 'Failover (kill -9)', run: (ctx) => runFailover(ctx, 'SIGKILL') },
   { name: 'handoff', title: 'Hand-off (SIGTERM)', run: (ctx) => runFailover(ctx, 'SIGTERM') },
   { name: 'sustained', title: 'Sustained load', run: runSustained },
+  { name: 'streaming', title: 'Streaming (agent delta → client)', run: runStreaming },
+  { name: 'model-turn', title: "Model turn (the service's overhead)", run: runModelTurn },
+  { name: 'sizes', title: 'Client SDK and web app sizes', run: runSizes },
+  { name: 'browser', title: 'Web app in headless Chromium', run: runBrowser },
   { name: 'memory', title: 'Memory', run: runMemory },
+  { name: 'long-history', title: 'Long histories', run: runLongHistory },
 ];
 
 const USAGE = `usage: npm run bench -- [options]
@@ -48,8 +60,19 @@ const USAGE = `usage: npm run bench -- [options]
   --sustained-rates a,b,…        offered rates (msg/s) for the sustained conversations, each
                                  sending at its share of the rate (default 250,500,1000,1100,1250)
   --duration S                   seconds per sustained level (default 20)
+  --streams N                    concurrent streams of the streaming scenario (default 200)
+  --stream-seconds S             seconds of the one-stream and the 50 deltas/s levels (default 15)
+  --stream-rates a,b,…           deltas/s per stream of the step-up after them (default 100,200,400,800)
+  --step-seconds S               seconds per step-up level (default 8)
   --memory-sockets N             idle sockets for the gateway memory probe (default 10000)
   --memory-conversations N       idle conversations for the worker memory probe (default 5000)
+  --model-turns N                turns of the one model conversation (default 30)
+  --model-conversations N        concurrent model conversations (default 100)
+  --model-ttft-ms MS, --model-token-ms MS, --model-tokens N
+                                 the fake model: time to first token (default 100), time between
+                                 tokens (default 20: 50 tokens/s), tokens an answer (default 50)
+  --history-conversations N      conversations of the long-history scenario (default 100)
+  --history-events N             events in each of their histories (default 10000)
   --profile                      run the services with --cpu-prof and print where their CPU went
   --render                       only write BENCHMARKS.md (and the chart) again from the newest results
   --keep                         keep the database and the Redis keys
@@ -74,8 +97,19 @@ function parseOptions(argv) {
       'sustained-levels': { type: 'string', default: '1,10,100' },
       'sustained-rates': { type: 'string', default: '250,500,1000,1100,1250' },
       duration: { type: 'string', default: '20' },
+      streams: { type: 'string', default: '200' },
+      'stream-seconds': { type: 'string', default: '15' },
+      'stream-rates': { type: 'string', default: '100,200,400,800' },
+      'step-seconds': { type: 'string', default: '8' },
       'memory-sockets': { type: 'string', default: '10000' },
       'memory-conversations': { type: 'string', default: '5000' },
+      'model-turns': { type: 'string', default: '30' },
+      'model-conversations': { type: 'string', default: '100' },
+      'model-ttft-ms': { type: 'string', default: '100' },
+      'model-token-ms': { type: 'string', default: '20' },
+      'model-tokens': { type: 'string', default: '50' },
+      'history-conversations': { type: 'string', default: '100' },
+      'history-events': { type: 'string', default: '10000' },
       'worker-concurrency': { type: 'string', default: '10000' },
       keep: { type: 'boolean', default: false },
       render: { type: 'boolean', default: false },
@@ -130,11 +164,29 @@ function parseOptions(argv) {
       .map((s) => Number(s))
       .filter((n) => Number.isFinite(n) && n > 0),
     durationS: int('duration', 2, 300),
+    streams: int('streams', 2, 2000),
+    streamSeconds: int('stream-seconds', 2, 300),
+    streamRates: values['stream-rates']
+      .split(',')
+      .filter(Boolean)
+      .map((s) => Number(s))
+      .filter((n) => Number.isFinite(n) && n > 0),
+    stepSeconds: int('step-seconds', 2, 300),
     memorySockets: int('memory-sockets', 10, 15_000),
     memoryConversations: int('memory-conversations', 10, 9_000),
+    modelTurns: int('model-turns', 1, 10_000),
+    modelConversations: int('model-conversations', 1, 2000),
+    modelTtftMs: int('model-ttft-ms', 0, 60_000),
+    modelTokenMs: int('model-token-ms', 1, 10_000),
+    modelTokens: int('model-tokens', 1, 10_000),
+    historyConversations: int('history-conversations', 1, 1000),
+    historyEvents: int('history-events', 4, 100_000),
     workerConcurrency: int('worker-concurrency', 1, 100_000),
   };
 }
+
+/** The bench's agent module (bench_pacer), loaded by every gateway and worker. */
+const BENCH_AGENTS = fileURLToPath(new URL('./agents/bench-agents.mjs', import.meta.url));
 
 const log = (line) => process.stdout.write(`${line}\n`);
 
@@ -158,6 +210,14 @@ async function main() {
   }
   const selected = SCENARIOS.filter((s) => !options.only || options.only.includes(s.name));
   const profileDir = options.profile ? mkdtempSync(join(tmpdir(), 'bench-profiles-')) : null;
+  // The `llm` agent's model server, started first: the services are given its URL.
+  const model = selected.some((s) => s.name === 'model-turn')
+    ? await startFakeModel({
+        ttftMs: options.modelTtftMs,
+        tokenMs: options.modelTokenMs,
+        tokens: options.modelTokens,
+      })
+    : null;
   const cluster = new Cluster({
     gateways: options.gateways,
     workers: options.workers,
@@ -165,6 +225,17 @@ async function main() {
     workerConcurrency: options.workerConcurrency,
     log,
     nodeArgs: profileDir ? ['--cpu-prof', `--cpu-prof-dir=${profileDir}`] : [],
+    env: {
+      AGENT_MODULES: BENCH_AGENTS,
+      ...(model
+        ? {
+            LLM_BASE_URL: model.url,
+            LLM_MODEL: 'bench-model',
+            LLM_API_KEY: 'bench-key',
+            LLM_MAX_RETRIES: '0',
+          }
+        : {}),
+    },
   });
 
   let stopping = false;
@@ -197,6 +268,7 @@ async function main() {
       options,
       log,
       results,
+      model,
       upcoming: [],
       /** A development token for a user of the bench tenant (cached). */
       async token(userId) {
@@ -228,6 +300,7 @@ async function main() {
       log('\nstopping the cluster …');
       await cluster.destroy({ keep: options.keep });
     }
+    await model?.stop();
   }
   if (profileDir) {
     log(`\nCPU profiles of the services (open in Chrome DevTools): ${profileDir}`);

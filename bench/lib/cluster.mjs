@@ -133,8 +133,10 @@ class ServiceProcess {
 export class Cluster {
   /**
    * @param {{ gateways: number, workers: number, leaseTtlMs: number,
-   *   workerConcurrency: number, log: (line: string) => void, nodeArgs?: string[] }} options
-   *   `nodeArgs`: extra flags for the service processes (e.g. `--cpu-prof`)
+   *   workerConcurrency: number, log: (line: string) => void, nodeArgs?: string[],
+   *   env?: Record<string, string> }} options
+   *   `nodeArgs`: extra flags for the service processes (e.g. `--cpu-prof`);
+   *   `env`: more variables for every service process (e.g. `AGENT_MODULES`, `LLM_*`)
    */
   constructor(options) {
     this.options = options;
@@ -168,6 +170,7 @@ export class Cluster {
       RATE_LIMIT_PER_MINUTE: '0',
       LOG_LEVEL: 'warn',
       HOST: '127.0.0.1',
+      ...this.options.env,
     };
   }
 

@@ -12,6 +12,7 @@ import { builtPathBudget, roundTripBudget } from '../scenarios/building-blocks.m
 import { round } from './stats.mjs';
 import { latencyChartSvg } from './chart.mjs';
 import { activitySummary } from './pg-activity.mjs';
+import { STEP_P99_MS as STREAM_STEP_P99_MS } from '../scenarios/streaming.mjs';
 
 const RESULTS_DIR = join(ROOT, 'bench', 'results');
 
@@ -202,6 +203,184 @@ function cpuCells(cpu) {
   ];
 }
 
+const kb = (bytes) => round(bytes / 1000);
+const level50Name = (level) => `${level.streams} streams × ${level.ratePerStream} deltas/s`;
+
+/** Results rows of the streaming, model turn, long history and web client scenarios. */
+function newScenarioRows(s) {
+  const lines = [];
+  const blank = ['–', '–', '–', '–', '–'];
+  const streaming = s.streaming;
+  if (streaming) {
+    const levels = [
+      ['one stream × 50 deltas/s', streaming.one],
+      ...streaming.steps.map((level) => [level50Name(level), level]),
+    ];
+    for (const [name, level] of levels) {
+      lines.push(
+        latencyRow(
+          'Streaming',
+          `delta emitted by an agent → received by a client (${name}, ${level.seconds} s)`,
+          level.latency,
+          `${level.deliveredPerSecond} deltas/s`,
+          '–',
+          `of ${level.offeredPerSecond}/s offered; ${level.deltasPerFrame} deltas per frame; lost ${level.lost},` +
+            ` errors ${level.errors}; service CPU: gateways ${cpuOf(level.cpu, 'gateway')}%, workers` +
+            ` ${cpuOf(level.cpu, 'worker')}%, Redis ${cpuOf(level.cpu, 'redis')}%; load generator ${level.cpu?.bench ?? '?'}%` +
+            (level.toRedis
+              ? `; emit → a Redis subscriber p50 ${ms(level.toRedis.p50)}, p99 ${ms(level.toRedis.p99)}`
+              : ''),
+        ),
+      );
+    }
+    if (streaming.idleHop) {
+      lines.push(
+        latencyRow(
+          'Streaming',
+          'reference: Redis PUBLISH → subscriber, one every 20 ms (processes idle between)',
+          streaming.idleHop,
+          '–',
+          '–',
+          `n=${streaming.idleHop.n}; the building block, back to back: p50 ${ms(s['building-blocks']?.blocks?.redis_hop?.p50)}`,
+        ),
+      );
+    }
+  }
+  const model = s['model-turn'];
+  if (model) {
+    const m = model.model;
+    for (const level of [model.one, model.concurrent]) {
+      const name = `${level.conversations} conversation${level.conversations === 1 ? '' : 's'}`;
+      const fake = `fake model: first token ${m.ttftMs} ms, ${Math.round(1000 / m.tokenMs)} tokens/s, ${m.tokens} tokens`;
+      const b = level.breakdown;
+      lines.push(
+        latencyRow(
+          'Model turn',
+          `model's first chunk written → first delta at the client (${name})`,
+          level.first,
+          '–',
+          '–',
+          `n=${level.first.n}, errors ${level.errors}; ${fake}` +
+            (b
+              ? `; first chunk → first delta published (at a Redis subscriber) p50 ${ms(b.firstToRedis.p50)}, p99 ${ms(b.firstToRedis.p99)}`
+              : ''),
+        ),
+        latencyRow(
+          'Model turn',
+          `model's last chunk written → final message at the client (${name})`,
+          level.final,
+          '–',
+          '–',
+          `n=${level.final.n}` +
+            (b
+              ? `; last chunk → answer stamped in Postgres p50 ${ms(b.lastToStored.p50)}, p99 ${ms(b.lastToStored.p99)};` +
+                ` stamped → client p50 ${ms(b.storedToClient.p50)}, p99 ${ms(b.storedToClient.p99)}`
+              : ''),
+        ),
+        latencyRow(
+          'Model turn',
+          `every token: model → client (${name})`,
+          level.deltas,
+          '–',
+          '–',
+          `n=${level.deltas.n}; the workers' CPU per turn ${ms(level.workerCpuMsPerTurn)};` +
+            ` service CPU: gateways ${cpuOf(level.cpu, 'gateway')}%, workers ${cpuOf(level.cpu, 'worker')}%`,
+        ),
+      );
+    }
+  }
+  if (model?.sdk) {
+    const sdk = model.sdk;
+    lines.push(
+      latencyRow(
+        'Model turn',
+        "reference: the AI SDK alone (streamText in the bench process): model's first chunk → first text part",
+        sdk.first,
+        '–',
+        '–',
+        `n=${sdk.first.n}; CPU per request ${ms(sdk.cpuMsPerRequest)}`,
+      ),
+      latencyRow(
+        'Model turn',
+        "reference: the AI SDK alone: model's last chunk → end of the stream",
+        sdk.end,
+        '–',
+        '–',
+        `n=${sdk.end.n}; → finish part p50 ${ms(sdk.finish.p50)}, p99 ${ms(sdk.finish.p99)}`,
+      ),
+    );
+  }
+  const history = s['long-history'];
+  if (history) {
+    lines.push(
+      latencyRow(
+        'Long history',
+        `connect to a stopped conversation of ${history.events} events → awaiting_user_input`,
+        history.latency,
+        '–',
+        '–',
+        `n=${history.latency.n}, errors ${history.errors}; stored loading → awaiting_user_input p50 ${ms(history.stored.p50)}, p99 ${ms(history.stored.p99)}`,
+      ),
+      row([
+        'Long history',
+        `worker RSS per hosted idle conversation of ${history.events} events (${history.hosted} conversations)`,
+        ...blank,
+        `${history.perConversationKiB} KiB per conversation (RSS of the workers ${history.rssBeforeMiB} →` +
+          ` ${history.rssAfterMiB} MiB; V8 heap used ${history.heapBeforeMiB} → ${history.heapAfterMiB} MiB,` +
+          ` ${history.heapPerConversationKiB} KiB per conversation); histories written in ${history.seedS} s`,
+      ]),
+    );
+  }
+  const sizes = s.sizes;
+  if (sizes) {
+    lines.push(
+      row([
+        'Web client',
+        'client SDK (libs/client/dist + socket.io-client), minified, gzipped',
+        ...blank,
+        `${sizes.sdkGzippedBytes} bytes gzipped (${sizes.sdkMinifiedBytes} bytes minified)`,
+      ]),
+      row([
+        'Web client',
+        "web app's initial JavaScript, gzipped",
+        ...blank,
+        `${sizes.appGzippedBytes} bytes (${(sizes.appFiles ?? []).join(', ')})`,
+      ]),
+    );
+  }
+  const web = s.browser;
+  if (web) {
+    lines.push(
+      latencyRow(
+        'Web client',
+        `headless Chromium: open a ${web.events}-event conversation → its latest events on screen`,
+        web.open,
+        '–',
+        '–',
+        `n=${web.open.n}; viewport ${web.viewport}`,
+      ),
+      latencyRow(
+        'Web client',
+        'headless Chromium: streamed delta reaching the page (WebSocket frame) → painted',
+        web.paint,
+        '–',
+        '–',
+        `n=${web.paint.n} (${web.deltasArrived} deltas arrived)`,
+      ),
+    );
+  }
+  return lines;
+}
+
+function cpuOf(cpu, prefix) {
+  if (!cpu) return '?';
+  return round(
+    Object.entries(cpu.processes)
+      .filter(([name]) => name.startsWith(prefix))
+      .reduce((total, [, value]) => total + (value ?? 0), 0),
+  );
+}
+
 /**
  * The figures the service is held to (issue "Benchmark and chaos harness"),
  * each against what this run measured.
@@ -280,6 +459,108 @@ function targetsTable(s, blocks) {
       memory.worker.perConversationKiB * 1.024 <= 50,
     );
   }
+  const streaming = s.streaming;
+  if (streaming) {
+    for (const [name, level] of [
+      ['one stream', streaming.one],
+      [`${level50Name(streaming.concurrent)}`, streaming.concurrent],
+    ]) {
+      if (!level) continue;
+      const delivered = level.deliveredPerSecond >= 0.99 * level.offeredPerSecond;
+      const note = level.streams > 1 ? ` (${level.deliveredPerSecond} deltas/s delivered)` : '';
+      add(
+        `streamed delta, agent → client, p50 (${name})`,
+        '≤ 1 ms',
+        `${ms(level.latency.p50)}${note}`,
+        level.latency.p50 <= 1 && delivered,
+      );
+      add(
+        `streamed delta, agent → client, p99 (${name})`,
+        '≤ 10 ms',
+        ms(level.latency.p99),
+        level.latency.p99 <= 10 && delivered,
+      );
+    }
+    const best = streaming.best;
+    add(
+      `most deltas/s delivered with p99 ≤ ${STREAM_STEP_P99_MS} ms`,
+      'measured (no target)',
+      best
+        ? `${best.deliveredPerSecond} deltas/s (${best.streams} streams × ${best.ratePerStream}/s), p99 ${ms(best.latency.p99)}`
+        : `none: ${streaming.steps.map((l) => `${l.offeredPerSecond}/s p99 ${ms(l.latency.p99)}`).join(', ')}`,
+      null,
+    );
+  }
+  const history = s['long-history'];
+  if (history) {
+    add(
+      `worker memory per hosted conversation of ${history.events} events (${history.hosted})`,
+      '≤ 100 KB',
+      `${history.perConversationKiB} KiB (V8 heap ${history.heapPerConversationKiB} KiB)`,
+      history.hosted === history.conversations && history.perConversationKiB * 1.024 <= 100,
+    );
+    add(
+      `restore of a ${history.events}-event conversation → awaiting_user_input, p50`,
+      '≤ 30 ms',
+      `${ms(history.latency.p50)} (connect → ready at the client; stored loading → ready ${ms(history.stored.p50)})`,
+      history.latency.p50 <= 30,
+    );
+  }
+  const model = s['model-turn'];
+  if (model) {
+    for (const level of [model.one, model.concurrent]) {
+      if (!level) continue;
+      const name = `${level.conversations} conversation${level.conversations === 1 ? '' : 's'}`;
+      add(
+        `model turn, first token added, p50 (${name})`,
+        '≤ 3 ms',
+        ms(level.first.p50),
+        level.first.p50 <= 3 && level.errors === 0,
+      );
+      add(
+        `model turn, first token added, p99 (${name})`,
+        '≤ 20 ms',
+        ms(level.first.p99),
+        level.first.p99 <= 20 && level.errors === 0,
+      );
+      add(
+        `model turn, final message added, p50 (${name})`,
+        '≤ 5 ms',
+        ms(level.final.p50),
+        level.final.p50 <= 5 && level.errors === 0,
+      );
+    }
+  }
+  const sizes = s.sizes;
+  if (sizes) {
+    add(
+      'client SDK, minified and gzipped (socket.io-client included)',
+      '≤ 30 KB',
+      `${sizes.sdkGzippedBytes} bytes (${kb(sizes.sdkGzippedBytes)} KB)`,
+      sizes.sdkGzippedBytes <= 30_000,
+    );
+    add(
+      "web app's initial JavaScript, gzipped",
+      '≤ 120 KB',
+      `${sizes.appGzippedBytes} bytes (${kb(sizes.appGzippedBytes)} KB)`,
+      sizes.appGzippedBytes <= 120_000,
+    );
+  }
+  const web = s.browser;
+  if (web) {
+    add(
+      `web app opens a ${web.events}-event conversation to its latest events (headless Chromium)`,
+      '≤ 1 s',
+      `max ${ms(web.open.max)} of ${web.open.n} (p50 ${ms(web.open.p50)})`,
+      web.open.max <= 1000,
+    );
+    add(
+      'web app, streamed delta reaching the page → painted, p99',
+      '≤ 50 ms',
+      `${ms(web.paint.p99)} (p50 ${ms(web.paint.p50)}, n=${web.paint.n})`,
+      web.paint.p99 <= 50,
+    );
+  }
   if (rows.length === 0) return [];
   return [
     '## Figures to reach',
@@ -312,7 +593,10 @@ export function renderMarkdown(data, chart) {
     lines.push(
       `Cluster: ${c.gateways} gateway(s), ${c.workers} worker(s), \`LEASE_TTL_MS=${c.leaseTtlMs}\`,` +
         ` \`WORKER_CONCURRENCY=${c.workerConcurrency}\`, \`MAX_CONCURRENT_CONVERSATIONS=10000\`,` +
-        ' `RATE_LIMIT_PER_MINUTE=0`, echo agent, a fresh database and Redis key prefix per run.',
+        ' `RATE_LIMIT_PER_MINUTE=0`, a fresh database and Redis key prefix per run; the echo agent,' +
+        " the bench's agent module (`AGENT_MODULES=bench/agents/bench-agents.mjs`: `bench_pacer`" +
+        ' streams deltas at a given pace) and the `llm` agent on a local fake OpenAI-compatible' +
+        ' server (bench/lib/fake-model.mjs).',
     );
   }
   lines.push('');
@@ -485,6 +769,7 @@ export function renderMarkdown(data, chart) {
       ]),
     );
   }
+  lines.push(...newScenarioRows(s));
   lines.push('');
   if (chart) lines.push(`![Latency percentiles against load](${chart})`, '');
 
@@ -600,8 +885,9 @@ export function renderMarkdown(data, chart) {
       ' defaults `postgres://postgres@127.0.0.1:5432/postgres` and `redis://127.0.0.1:6379`).' +
       ' The harness builds `dist/` if needed, creates a database `bench_<stamp>` and a key prefix' +
       ' `bench-<stamp>`, starts the cluster, runs the scenarios and removes everything again' +
-      ' (`--keep` keeps the database and keys). The default run takes about 6 minutes; memory is' +
-      ' measured last, on a fresh gateway and fresh workers. The round trip is timed after 2,000' +
+      ' (`--keep` keeps the database and keys). The default run takes about 9 minutes; memory is' +
+      ' measured near the end, on a fresh gateway and fresh workers, and the long histories last,' +
+      ' on fresh workers again. The round trip is timed after 2,000' +
       ' unmeasured round trips (V8 compiles the hot path meanwhile). Sustained load runs closed-loop levels first (1, 10, 100, 1,000' +
       ' clients, each sending again as soon as its echo arrives: the most the cluster answers),' +
       ' then paced levels: the 1,000 conversations each sending at its share of an offered rate' +
@@ -614,6 +900,8 @@ export function renderMarkdown(data, chart) {
     'npm run bench -- --quick                        # short run; results in bench/results/<date>-quick.json',
     "npm run bench -- --only round-trip,cold-start   # some scenarios (merged into the day's results)",
     'npm run bench -- --only memory                  # RSS per idle socket and per hosted conversation',
+    'npm run bench -- --only streaming,model-turn    # deltas agent → client; the overhead on a model turn',
+    'npm run bench -- --only long-history,sizes,browser',
     'npm run bench -- --sustained-conversations 1000 --duration 20 --gateways 2 --workers 2',
     'npm run bench -- --only sustained --profile     # V8 CPU profiles of the services, summarized',
     'npm run bench -- --render                       # BENCHMARKS.md again from the newest results',
@@ -631,6 +919,30 @@ export function renderMarkdown(data, chart) {
       ' at p95/p99.' +
       " Failover and hand-off times come from the stored answer's" +
       ' timestamp in Postgres; no client is connected to those conversations.',
+    '',
+    'Streaming, model turn and browser timings cross processes on one clock: the emitter (the' +
+      " `bench_pacer` agent in a worker, the fake model server) writes into each delta's text the" +
+      ' time it sent it, `process.hrtime.bigint()` (CLOCK_MONOTONIC, the same in every process of' +
+      ' the machine), and the client reads the same clock when the delta arrives. The runtime' +
+      ' batches deltas that come within 8 ms of the previous publish, so one received delta may' +
+      ' hold several emit times: each is a sample. Streaming runs one stream, then 200 concurrent' +
+      ' streams at 50 deltas/s each, then steps the pace of every stream up (100, 200, 400,' +
+      ' 800 deltas/s) until p99 passes 50 ms; turns are 250 deltas (a few hundred tokens) one' +
+      ' after the other; the first second of each level is not counted. The model turn uses the' +
+      ' `llm` agent against a fake model in a process of its own (first token after 100 ms, then' +
+      ' 50 tokens/s, 50 tokens an answer; each conversation asks again as soon as it has its' +
+      ' answer): the first token is written with the role chunk, the' +
+      ' last with the finish reason, the usage chunk and `[DONE]`. Long histories are written' +
+      " straight into the database through the service's store (`store.append`, 500 events a" +
+      ' batch), then restored one at a time on fresh workers by a client that connects with' +
+      " `latest_event_id` at the last event (no replay), and left hosted; memory is the workers'" +
+      ' RSS before and after (and their V8 heap, from `/metrics`). The browser figures drive the' +
+      ' web app served by a gateway in headless Chromium (playwright-core, /usr/bin/chromium):' +
+      ' opening is from setting `#/c/<id>` to the first task after the animation frame in which' +
+      " the newest answer is on screen; delta to paint is from the WebSocket frame's arrival in" +
+      ' the page to the first task after the animation frame that follows its text entering the' +
+      ' DOM. Sizes come from web/scripts/measure-sizes.mjs on what `npm run build` built' +
+      ' (1 KB = 1,000 bytes here).',
     '',
   );
   return lines.join('\n');

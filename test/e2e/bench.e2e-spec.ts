@@ -77,6 +77,12 @@ describe('npm run bench', () => {
         '40',
         '--memory-conversations',
         '20',
+        '--streams',
+        '10',
+        '--model-conversations',
+        '5',
+        '--history-events',
+        '400',
       ],
       { cwd: ROOT, stdio: ['ignore', 'pipe', 'pipe'] },
     );
@@ -100,6 +106,17 @@ describe('npm run bench', () => {
       /100 clients at 500 msg\/s: .*errors 0/,
       /40 idle sockets \(0 failed/,
       /20 idle conversations hosted/,
+      /one stream: 1 stream\(s\) × 50 deltas\/s: p50 [\d.]+ ms .*lost 0, errors 0/,
+      /concurrent: 10 stream\(s\) × 50 deltas\/s: p50 [\d.]+ ms .*lost 0, errors 0/,
+      /Redis PUBLISH → subscriber, one every 20 ms: p50 [\d.]+ ms/,
+      /1 conversation: model's first chunk → client's first delta +p50 [\d.]+ ms .*\(n=3\)/,
+      /5 conversations: model's last chunk → client's final message p50 [\d.]+ ms .*\(n=10\)/,
+      /SDK \(libs\/client\/dist with socket\.io-client\): \d+ bytes minified, \d+ bytes gzipped/,
+      /web app initial JavaScript .*: \d+ bytes gzipped/,
+      /open a conversation of 400 events → its latest on screen +p50 [\d.]+ ms .*\(n=2\)/,
+      /streamed delta reached the page → painted +p50 [\d.]+ ms/,
+      /connect → awaiting_user_input \(400 events stored\) +p50 [\d.]+ ms .*\(n=5\)/,
+      /5 conversations of 400 events hosted/,
     ]) {
       expect(output).toMatch(line);
     }

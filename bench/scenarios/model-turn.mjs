@@ -1,0 +1,365 @@
+// The service's overhead on a model turn: the `llm` agent against the bench's
+// fake OpenAI-compatible server (bench/lib/fake-model.mjs, in a process of its
+// own, at a fixed time to first token and token rate). Every token the server
+// writes carries the time it wrote it on the machine's monotonic clock, so the
+// client tells how long after the model's first chunk its first delta came,
+// and how long after the model's last chunk the stored final message came:
+// what the service adds to what the model takes. One conversation turn after
+// turn, then many conversations at once.
+import { createOpenAICompatible } from '@ai-sdk/openai-compatible';
+import { streamText } from 'ai';
+import { Redis } from 'ioredis';
+import {
+  ConversationSocket,
+  createConversation,
+  mapLimit,
+  stopConversation,
+} from '../lib/client.mjs';
+import { sleep } from '../lib/cluster.mjs';
+import { formatCpu, startCpuMeter } from '../lib/proc.mjs';
+import { formatEventLoop, serviceSnapshot } from '../lib/metrics.mjs';
+import { formatSummary, round, summarize } from '../lib/stats.mjs';
+
+const USERS = 10;
+const READY_TIMEOUT_MS = 60_000;
+const TURN_TIMEOUT_MS = 30_000;
+
+const nowNs = () => Number(process.hrtime.bigint());
+/** The model's write times (ns) in a text of stamps. */
+const stamps = (text) =>
+  text
+    .split(' ')
+    .filter((piece) => piece !== '')
+    .map((piece) => parseInt(piece, 36) * 1000);
+
+/** A conversation with the `llm` agent whose client records when each turn's deltas and answer arrived. */
+class ModelConversation {
+  constructor(client) {
+    this.client = client;
+    this.turns = new Map(); // cause → { firstDeltaAt, firstDelta, deltas: [latency ms] }
+    client.socket.on('oh_event', (event) => {
+      if (event?.stream !== true || typeof event.delta !== 'string') return;
+      const at = nowNs();
+      let turn = this.turns.get(event.cause);
+      if (!turn) {
+        turn = { firstDeltaAt: at, firstDelta: event.delta, deltas: [] };
+        this.turns.set(event.cause, turn);
+      }
+      for (const written of stamps(event.delta)) turn.deltas.push((at - written) / 1e6);
+    });
+  }
+
+  /** One turn: `{ first, final, deltas }` in ms after the model's chunks. */
+  async turn(content) {
+    const answerPromise = new Promise((resolve, reject) => {
+      const timer = setTimeout(() => {
+        this.client.watchers.delete(watcher);
+        reject(new Error(`no answer within ${TURN_TIMEOUT_MS} ms`));
+      }, TURN_TIMEOUT_MS);
+      const watcher = (event) => {
+        if (event.source !== 'agent' || event.action !== 'message') return;
+        clearTimeout(timer);
+        this.client.watchers.delete(watcher);
+        resolve({ event, at: nowNs() });
+      };
+      this.client.watchers.add(watcher);
+    });
+    const ack = await this.client.socket
+      .timeout(TURN_TIMEOUT_MS)
+      .emitWithAck('oh_user_action', { action: 'message', args: { content } });
+    if (!ack?.ok) throw new Error(`user action refused: ${JSON.stringify(ack?.error)}`);
+    const { event, at } = await answerPromise;
+    if (event.cause !== ack.event_id)
+      throw new Error(`answer to ${event.cause}, not ${ack.event_id}`);
+    const turn = this.turns.get(ack.event_id);
+    this.turns.delete(ack.event_id);
+    const written = stamps(event.args?.content ?? '');
+    if (!turn || written.length === 0) throw new Error('an answer without deltas or stamps');
+    return {
+      first: (turn.firstDeltaAt - stamps(turn.firstDelta)[0]) / 1e6,
+      final: (at - written[written.length - 1]) / 1e6,
+      deltas: turn.deltas,
+      trace: {
+        cause: ack.event_id,
+        answerId: event.id,
+        lastChunkNs: written[written.length - 1],
+        finalAtNs: at,
+      },
+    };
+  }
+}
+
+/**
+ * For reference, the client library alone: the AI SDK's `streamText` (what
+ * the `llm` agent runs on), in the bench process, against the same fake
+ * model, one request after the other: the model's first chunk → the first
+ * text part, its last chunk → the finish part and → the end of the stream,
+ * and the CPU time a request costs the process.
+ */
+async function sdkAlone(model, requests, warmup) {
+  const language = createOpenAICompatible({
+    name: 'llm',
+    baseURL: model.url,
+    apiKey: 'bench-key',
+    includeUsage: true,
+  }).chatModel('bench-model');
+  const firsts = [];
+  const finishes = [];
+  const ends = [];
+  let cpuUs = 0;
+  for (let i = 0; i < warmup + requests; i += 1) {
+    const cpuBefore = process.cpuUsage();
+    const result = streamText({ model: language, prompt: 'question', maxRetries: 0 });
+    let first = null;
+    let finish = null;
+    let text = '';
+    for await (const part of result.fullStream) {
+      if (part.type === 'text-delta' && part.text) {
+        first ??= nowNs() - stamps(part.text)[0];
+        text += part.text;
+      } else if (part.type === 'finish') {
+        finish = nowNs();
+      }
+    }
+    const end = nowNs();
+    const cpu = process.cpuUsage(cpuBefore);
+    if (i < warmup) continue;
+    const last = stamps(text).at(-1);
+    firsts.push(first / 1e6);
+    if (finish !== null) finishes.push((finish - last) / 1e6);
+    ends.push((end - last) / 1e6);
+    cpuUs += cpu.user + cpu.system;
+  }
+  return {
+    first: summarize(firsts),
+    finish: summarize(finishes),
+    end: summarize(ends),
+    cpuMsPerRequest: round(cpuUs / 1000 / requests),
+  };
+}
+
+async function openConversations(ctx, count) {
+  const { cluster } = ctx;
+  const gateways = cluster.gateways;
+  return mapLimit(
+    Array.from({ length: count }, (_, i) => i),
+    16,
+    async (i) => {
+      const token = await ctx.token(`model-turn-${i % USERS}`);
+      const gateway = gateways[i % gateways.length];
+      // A title: an untitled conversation would make one more model request after its first answer.
+      const id = await createConversation(gateway.url, token, {
+        title: `model turn ${i}`,
+        agent: 'llm',
+      });
+      const client = new ConversationSocket(gateway.url, token, id);
+      client.stopWith = { url: gateway.url, token };
+      await client.connected;
+      await client.ready(READY_TIMEOUT_MS);
+      return new ModelConversation(client);
+    },
+  );
+}
+
+/** Every conversation runs `turns` turns one after the other (the first `warmup` not counted). */
+async function drive(ctx, conversations, turns, warmup) {
+  const { cluster } = ctx;
+  const firsts = [];
+  const finals = [];
+  const deltas = [];
+  const traces = [];
+  let errors = 0;
+  let firstError = null;
+  let meter = null;
+  let before = null;
+  const warmed = new Set();
+  const measuring = (async () => {
+    // The window opens once every conversation is past its warm-up.
+    while (warmed.size < conversations.length) await sleep(20);
+    meter = startCpuMeter(() => cluster.meterTargets());
+    before = await serviceSnapshot(cluster);
+  })();
+  await Promise.all(
+    conversations.map(async (conversation, c) => {
+      // Out of phase: the conversations do not all ask the model at the same moment.
+      await sleep(Math.random() * 200);
+      for (let i = 0; i < warmup + turns; i += 1) {
+        if (i === warmup) {
+          warmed.add(c);
+          await measuring;
+        }
+        try {
+          const turn = await conversation.turn(`question ${i}`);
+          if (i < warmup) continue;
+          firsts.push(turn.first);
+          finals.push(turn.final);
+          for (const d of turn.deltas) deltas.push(d);
+          traces.push({ ...turn.trace, conversationId: conversation.client.conversationId });
+        } catch (error) {
+          errors += 1;
+          firstError ??= String(error);
+        }
+      }
+      warmed.add(c);
+    }),
+  );
+  await measuring;
+  const cpu = meter.stop();
+  const after = await serviceSnapshot(cluster);
+  const workerPercent = Object.entries(cpu.processes)
+    .filter(([name]) => name.startsWith('worker'))
+    .reduce((sum, [, value]) => sum + (value ?? 0), 0);
+  const measuredTurns = firsts.length;
+  return {
+    conversations: conversations.length,
+    turns,
+    // The workers' CPU time per measured turn (everything they did in the window, over its turns).
+    workerCpuMsPerTurn:
+      measuredTurns > 0
+        ? round(((workerPercent / 100) * cpu.seconds * 1000) / measuredTurns)
+        : null,
+    first: summarize(firsts),
+    final: summarize(finals),
+    deltas: summarize(deltas),
+    errors,
+    firstError,
+    cpu,
+    eventLoop: after.eventLoop,
+    eventLoopBefore: before.eventLoop,
+    traces,
+  };
+}
+
+/**
+ * Where the single conversation's time goes: the model's first chunk → the
+ * worker's publish of the first delta reaching a Redis subscriber of the
+ * bench's own (then the client), and the model's last chunk → the answer
+ * stamped in Postgres (its `created_at`, taken in the append) → the client.
+ * Postgres stamps wall-clock time; the bench converts it to the monotonic
+ * clock with the offset between the two in its own process.
+ */
+async function breakdown(cluster, traces, tap) {
+  const wallMinusMonotonicMs =
+    performance.timeOrigin + performance.now() - Number(process.hrtime.bigint()) / 1e6;
+  const toRedis = [];
+  for (const trace of traces) {
+    const published = tap.first.get(trace.cause);
+    if (published) toRedis.push((published.at - published.stamp) / 1e6);
+  }
+  const stamped = [];
+  const delivered = [];
+  if (traces.length > 0) {
+    const { rows } = await cluster.db.query(
+      `SELECT id, (extract(epoch FROM created_at) * 1000)::float8 AS at
+         FROM events WHERE conversation_id = $1 AND id = ANY($2::bigint[])`,
+      [traces[0].conversationId, traces.map((t) => t.answerId)],
+    );
+    const at = new Map(rows.map((row) => [Number(row.id), row.at]));
+    for (const trace of traces) {
+      const wall = at.get(trace.answerId);
+      if (wall === undefined) continue;
+      const stampedNs = (wall - wallMinusMonotonicMs) * 1e6;
+      stamped.push((stampedNs - trace.lastChunkNs) / 1e6);
+      delivered.push((trace.finalAtNs - stampedNs) / 1e6);
+    }
+  }
+  return {
+    firstToRedis: summarize(toRedis),
+    lastToStored: summarize(stamped),
+    storedToClient: summarize(delivered),
+  };
+}
+
+/** A subscriber of the bench's own on a conversation's room: when each turn's first delta was published. */
+async function roomTap(cluster, conversationId) {
+  const redis = new Redis(cluster.redisUrl, { maxRetriesPerRequest: null, protocol: 2 });
+  const first = new Map(); // cause → { at, stamp } (ns)
+  redis.on('pmessage', (_pattern, _channel, raw) => {
+    const at = nowNs();
+    let message;
+    try {
+      message = JSON.parse(raw);
+    } catch {
+      return;
+    }
+    const delta = message?.type === 'stream' ? message.delta : null;
+    if (!delta || typeof delta.delta !== 'string' || first.has(delta.cause)) return;
+    const [stamp] = stamps(delta.delta);
+    if (stamp !== undefined) first.set(delta.cause, { at, stamp });
+  });
+  await redis.psubscribe(`${cluster.keyPrefix}:room:{${conversationId}*`);
+  return { first, close: () => redis.disconnect() };
+}
+
+function describe(name, level, log) {
+  log(`  ${name}: model's first chunk → client's first delta  ${formatSummary(level.first)}`);
+  log(`  ${name}: model's last chunk → client's final message ${formatSummary(level.final)}`);
+  log(`  ${name}: each token, model → client                  ${formatSummary(level.deltas)}`);
+  if (level.errors > 0) log(`  ${name}: errors ${level.errors} (${level.firstError})`);
+  log(`  ${name}: the workers' CPU per turn ${level.workerCpuMsPerTurn} ms`);
+  log(`  ${formatCpu(level.cpu)}`);
+}
+
+export async function runModelTurn(ctx) {
+  const { options, log, model } = ctx;
+  if (!model) throw new Error('the fake model server is not running');
+  const quick = options.quick;
+  const { ttftMs, tokenMs, tokens } = model.settings;
+  log(
+    `  fake model: first token after ${ttftMs} ms, then a token every ${tokenMs} ms` +
+      ` (${Math.round(1000 / tokenMs)} tokens/s), ${tokens} tokens an answer`,
+  );
+  const sdk = await sdkAlone(model, quick ? 3 : 20, quick ? 1 : 3);
+  log(`  reference, the AI SDK alone (streamText in the bench process, same fake model):`);
+  log(`    model's first chunk → first text part        ${formatSummary(sdk.first)}`);
+  log(`    model's last chunk → finish part             ${formatSummary(sdk.finish)}`);
+  log(`    model's last chunk → end of the stream       ${formatSummary(sdk.end)}`);
+  log(`    CPU per request ${sdk.cpuMsPerRequest} ms`);
+  const open = [];
+  try {
+    const [single] = await openConversations(ctx, 1);
+    open.push(single);
+    const tap = await roomTap(ctx.cluster, single.client.conversationId);
+    let one;
+    try {
+      one = await drive(ctx, [single], quick ? 3 : options.modelTurns, quick ? 1 : 3);
+      one.breakdown = await breakdown(ctx.cluster, one.traces, tap);
+    } finally {
+      tap.close();
+    }
+    describe('1 conversation', one, log);
+    log(
+      `    first chunk → first delta at a Redis subscriber (bench) ${formatSummary(one.breakdown.firstToRedis)}`,
+    );
+    log(
+      `    last chunk → answer stamped in Postgres               ${formatSummary(one.breakdown.lastToStored)}`,
+    );
+    log(
+      `    answer stamped → answer at the client                 ${formatSummary(one.breakdown.storedToClient)}`,
+    );
+
+    const count = quick ? Math.min(10, options.modelConversations) : options.modelConversations;
+    const many = await openConversations(ctx, count);
+    open.push(...many);
+    const concurrent = await drive(ctx, many, quick ? 2 : 3, 1);
+    describe(`${count} conversations`, concurrent, log);
+    log(`  ${formatEventLoop(concurrent.eventLoop)}`);
+    delete one.traces;
+    delete concurrent.traces;
+    return {
+      model: model.settings,
+      sdk,
+      one,
+      concurrent,
+      errors: one.errors + concurrent.errors,
+      cpu: concurrent.cpu,
+    };
+  } finally {
+    for (const conversation of open) conversation.client.close();
+    await mapLimit(open, 20, ({ client }) =>
+      stopConversation(client.stopWith.url, client.stopWith.token, client.conversationId).catch(
+        () => undefined,
+      ),
+    );
+  }
+}

@@ -1,0 +1,265 @@
+// What a browser user gets: the client SDK's size and the web app's initial
+// JavaScript (web/scripts/measure-sizes.mjs, on what `npm run build` built),
+// and, in headless Chromium (playwright-core driving Debian's chromium), how
+// long the web app takes to open a 10,000-event conversation to its latest
+// events, and how long a streamed delta takes from reaching the page to being
+// painted.
+/* global window, document, location, innerHeight, requestAnimationFrame, MutationObserver, addEventListener -- pageProbe, openAndWait and the evaluated callbacks run in the page */
+import { spawn } from 'node:child_process';
+import { existsSync } from 'node:fs';
+import { join } from 'node:path';
+import { chromium } from 'playwright-core';
+import { api, createConversation, stopConversation } from '../lib/client.mjs';
+import { ROOT } from '../lib/cluster.mjs';
+import { EVENTS_PER_TURN, openHistoryStore, seedHistory, turnText } from '../lib/history.mjs';
+import { formatCpu, startCpuMeter } from '../lib/proc.mjs';
+import { formatSummary, summarize } from '../lib/stats.mjs';
+import { PACER_AGENT } from './streaming.mjs';
+
+const CHROMIUM = process.env.CHROMIUM_PATH ?? '/usr/bin/chromium';
+const CHROMIUM_ARGS = [
+  '--no-sandbox',
+  '--disable-gpu',
+  '--disable-background-networking',
+  '--disable-component-update',
+  '--disable-sync',
+  '--no-first-run',
+];
+const TENANT = 'bench';
+const USER = 'browser';
+const OPEN_TIMEOUT_MS = 30_000;
+
+/** Runs web/scripts/measure-sizes.mjs and returns what it printed (it exits 1 when a target is missed). */
+function measureSizes() {
+  return new Promise((resolve, reject) => {
+    const child = spawn(process.execPath, [join(ROOT, 'web/scripts/measure-sizes.mjs')], {
+      cwd: ROOT,
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
+    let output = '';
+    let errors = '';
+    child.stdout.on('data', (data) => (output += data.toString()));
+    child.stderr.on('data', (data) => (errors += data.toString()));
+    child.on('error', reject);
+    child.on('exit', (code) => {
+      try {
+        resolve(JSON.parse(output));
+      } catch {
+        reject(new Error(`measure-sizes.mjs exited ${code}: ${(errors || output).slice(0, 300)}`));
+      }
+    });
+  });
+}
+
+export async function runSizes(ctx) {
+  const { log } = ctx;
+  const sizes = await measureSizes();
+  const result = {
+    sdkMinifiedBytes: sizes.sdk_minified_bytes,
+    sdkGzippedBytes: sizes.sdk_gzipped_bytes,
+    appGzippedBytes: sizes.app_initial_js_gzipped_bytes,
+    appFiles: sizes.app_initial_files,
+  };
+  log(
+    `  SDK (libs/client/dist with socket.io-client): ${result.sdkMinifiedBytes} bytes minified,` +
+      ` ${result.sdkGzippedBytes} bytes gzipped`,
+  );
+  log(
+    `  web app initial JavaScript (${result.appFiles.join(', ')}): ${result.appGzippedBytes} bytes gzipped`,
+  );
+  return result;
+}
+
+/**
+ * Put into every page before its scripts: records when each WebSocket frame
+ * holding streamed deltas arrived (by the emit stamps of bench_pacer inside),
+ * and, watching the DOM, when each stamp was first on screen: the first task
+ * after the animation frame that follows its insertion (the frame is painted
+ * by then).
+ */
+function pageProbe() {
+  const arrived = new Map();
+  const painted = [];
+  const pendingPaint = new Set();
+  const seen = new Set();
+  window.__bench = { arrived, painted };
+  const Native = window.WebSocket;
+  window.WebSocket = class extends Native {
+    constructor(...args) {
+      super(...args);
+      this.addEventListener('message', (event) => {
+        if (typeof event.data !== 'string' || !event.data.includes('"stream":true')) return;
+        const at = performance.now();
+        for (const match of event.data.matchAll(/"delta":"([^"]*)"/g)) {
+          for (const stamp of match[1].split(' '))
+            if (stamp && !arrived.has(stamp)) arrived.set(stamp, at);
+        }
+      });
+    }
+  };
+  const check = () => {
+    let fresh = false;
+    for (const element of document.querySelectorAll('[data-streaming="true"] .message-text')) {
+      for (const stamp of (element.textContent ?? '').split(' ')) {
+        if (!stamp || seen.has(stamp) || !arrived.has(stamp)) continue;
+        seen.add(stamp);
+        pendingPaint.add(stamp);
+        fresh = true;
+      }
+    }
+    if (!fresh) return;
+    requestAnimationFrame(() =>
+      setTimeout(() => {
+        const at = performance.now();
+        for (const stamp of pendingPaint) painted.push(at - arrived.get(stamp));
+        pendingPaint.clear();
+      }, 0),
+    );
+  };
+  const start = () => {
+    new MutationObserver(check).observe(document.body, {
+      subtree: true,
+      childList: true,
+      characterData: true,
+    });
+  };
+  if (document.body) start();
+  else addEventListener('DOMContentLoaded', start);
+}
+
+/**
+ * In the page: opens the conversation (`#/c/<id>`) and resolves, in ms, once
+ * an element matching `selector` that holds `text` is on screen (painted).
+ */
+function openAndWait({ id, text, selector, timeoutMs }) {
+  return new Promise((resolve, reject) => {
+    const started = performance.now();
+    const visible = () => {
+      for (const element of document.querySelectorAll(selector)) {
+        if (!(element.textContent ?? '').includes(text)) continue;
+        const box = element.getBoundingClientRect();
+        if (box.height > 0 && box.bottom > 0 && box.top < innerHeight) return true;
+      }
+      return false;
+    };
+    const timer = setTimeout(() => {
+      observer.disconnect();
+      reject(new Error(`"${text}" not on screen within ${timeoutMs} ms`));
+    }, timeoutMs);
+    const observer = new MutationObserver(() => {
+      if (!visible()) return;
+      observer.disconnect();
+      clearTimeout(timer);
+      requestAnimationFrame(() => setTimeout(() => resolve(performance.now() - started), 0));
+    });
+    observer.observe(document.body, { subtree: true, childList: true, characterData: true });
+    location.hash = `#/c/${id}`;
+  });
+}
+
+export async function runBrowser(ctx) {
+  const { cluster, options, log } = ctx;
+  if (!existsSync(CHROMIUM))
+    throw new Error(`no Chromium at ${CHROMIUM} (apt-get install chromium)`);
+  const gateway = cluster.gateways[0];
+  const token = await ctx.token(USER);
+  const events = options.historyEvents;
+  const opens = options.quick ? 2 : 5;
+  const ids = [];
+  const opened = await openHistoryStore(cluster);
+  let browser = null;
+  try {
+    // A conversation of `events` events.
+    const longId = await createConversation(gateway.url, token, { title: 'browser long history' });
+    ids.push(longId);
+    const info = await api(gateway.url, token, 'GET', `/api/conversations/${longId}`);
+    const { turns } = await seedHistory(opened.store, TENANT, longId, info.last_event_id, events);
+    const lastAnswer = turnText(turns - 1).answer.slice(0, 60);
+    // And one that streams.
+    const streamId = await createConversation(gateway.url, token, {
+      title: 'browser stream',
+      agent: PACER_AGENT,
+      agent_config: { rate: 50, count: 250 },
+    });
+    ids.push(streamId);
+
+    browser = await chromium.launch({
+      executablePath: CHROMIUM,
+      headless: true,
+      args: CHROMIUM_ARGS,
+    });
+    const page = await (
+      await browser.newContext({ viewport: { width: 1280, height: 800 } })
+    ).newPage();
+    await page.addInitScript(({ session }) => localStorage.setItem('cs.session', session), {
+      session: JSON.stringify({ token }),
+    });
+    await page.addInitScript(pageProbe);
+    await page.goto(`${gateway.url}/`);
+    await page
+      .getByRole('heading', { name: 'Conversations' })
+      .waitFor({ timeout: OPEN_TIMEOUT_MS });
+
+    // Open the long conversation, then back to the list, `opens` times.
+    const meter = startCpuMeter(() => cluster.meterTargets());
+    const openTimes = [];
+    for (let i = 0; i < opens; i += 1) {
+      openTimes.push(
+        await page.evaluate(openAndWait, {
+          id: longId,
+          text: lastAnswer,
+          selector: '.log .message',
+          timeoutMs: OPEN_TIMEOUT_MS,
+        }),
+      );
+      await page.evaluate(() => (location.hash = ''));
+      await page.getByText('No conversation open').waitFor({ timeout: OPEN_TIMEOUT_MS });
+    }
+    const openCpu = meter.stop();
+    const open = summarize(openTimes);
+    log(
+      `  open a conversation of ${info.last_event_id + 1 + turns * EVENTS_PER_TURN} events → its latest on screen  ${formatSummary(open)}`,
+    );
+
+    // Stream into the open page: one turn of 250 deltas at 50/s (two in a full run).
+    await page.evaluate(openAndWait, {
+      id: streamId,
+      text: 'No messages yet',
+      selector: '.log .empty',
+      timeoutMs: OPEN_TIMEOUT_MS,
+    });
+    await page.getByText('Live', { exact: true }).waitFor({ timeout: OPEN_TIMEOUT_MS });
+    const streamTurns = options.quick ? 1 : 2;
+    for (let i = 0; i < streamTurns; i += 1) {
+      await api(gateway.url, token, 'POST', `/api/conversations/${streamId}/events`, {
+        action: 'message',
+        args: { content: JSON.stringify({ rate: 50, count: options.quick ? 50 : 250 }) },
+      });
+      await page
+        .getByText(/^\d+ deltas$/)
+        .nth(i)
+        .waitFor({ timeout: OPEN_TIMEOUT_MS });
+    }
+    const { painted, arrived } = await page.evaluate(() => ({
+      painted: window.__bench.painted,
+      arrived: window.__bench.arrived.size,
+    }));
+    const paint = summarize(painted);
+    log(
+      `  streamed delta reached the page → painted  ${formatSummary(paint)} (${arrived} deltas arrived)`,
+    );
+    log(`  ${formatCpu(openCpu)}`);
+    return {
+      events: info.last_event_id + 1 + turns * EVENTS_PER_TURN,
+      open,
+      paint,
+      deltasArrived: arrived,
+      cpu: openCpu,
+      viewport: '1280×800',
+    };
+  } finally {
+    await browser?.close().catch(() => undefined);
+    await opened.close();
+    for (const id of ids) await stopConversation(gateway.url, token, id).catch(() => undefined);
+  }
+}
