@@ -61,17 +61,17 @@ const USAGE = `usage: npm run bench -- [options]
                                  sending at its share of the rate (default 250,500,1000,1100,1250)
   --duration S                   seconds per sustained level (default 20)
   --streams N                    concurrent streams of the streaming scenario (default 200)
-  --stream-seconds S             seconds of the one-stream and the 50 deltas/s levels (default 15)
+  --stream-seconds S             seconds of the one-stream and the 50 deltas/s levels (default 10)
   --stream-rates a,b,…           deltas/s per stream of the step-up after them (default 100,200,400,800)
   --step-seconds S               seconds per step-up level (default 8)
   --memory-sockets N             idle sockets for the gateway memory probe (default 10000)
   --memory-conversations N       idle conversations for the worker memory probe (default 5000)
-  --model-turns N                turns of the one model conversation (default 30)
+  --model-turns N                turns of the one model conversation (default 25)
   --model-conversations N        concurrent model conversations (default 100)
   --model-ttft-ms MS, --model-token-ms MS, --model-tokens N
                                  the fake model: time to first token (default 100), time between
                                  tokens (default 20: 50 tokens/s), tokens an answer (default 50)
-  --history-conversations N      conversations of the long-history scenario (default 100)
+  --history-conversations N      conversations of the long-history scenario (default 50)
   --history-events N             events in each of their histories (default 10000)
   --profile                      run the services with --cpu-prof and print where their CPU went
   --render                       only write BENCHMARKS.md (and the chart) again from the newest results
@@ -98,17 +98,17 @@ function parseOptions(argv) {
       'sustained-rates': { type: 'string', default: '250,500,1000,1100,1250' },
       duration: { type: 'string', default: '20' },
       streams: { type: 'string', default: '200' },
-      'stream-seconds': { type: 'string', default: '15' },
+      'stream-seconds': { type: 'string', default: '10' },
       'stream-rates': { type: 'string', default: '100,200,400,800' },
       'step-seconds': { type: 'string', default: '8' },
       'memory-sockets': { type: 'string', default: '10000' },
       'memory-conversations': { type: 'string', default: '5000' },
-      'model-turns': { type: 'string', default: '30' },
+      'model-turns': { type: 'string', default: '25' },
       'model-conversations': { type: 'string', default: '100' },
       'model-ttft-ms': { type: 'string', default: '100' },
       'model-token-ms': { type: 'string', default: '20' },
       'model-tokens': { type: 'string', default: '50' },
-      'history-conversations': { type: 'string', default: '100' },
+      'history-conversations': { type: 'string', default: '50' },
       'history-events': { type: 'string', default: '10000' },
       'worker-concurrency': { type: 'string', default: '10000' },
       keep: { type: 'boolean', default: false },

@@ -11,6 +11,30 @@
 // The runtime may batch deltas that come close together: one delta a client
 // receives may then hold several emit times, each of which is one sample.
 
+import { setFlagsFromString } from 'node:v8';
+import { runInNewContext } from 'node:vm';
+
+/**
+ * The memory probe: with BENCH_MEMORY_PROBE=1, a process that loaded this
+ * module answers SIGUSR2 by collecting garbage (a full, forced GC) and then
+ * printing its memory as one line on standard error,
+ * `BENCH_MEMORY {"rss":…,"heapUsed":…,…}` (bytes), which the bench reads from
+ * the process's output. What a process holds is then told apart from garbage
+ * it has not collected yet.
+ */
+if (process.env.BENCH_MEMORY_PROBE === '1') {
+  setFlagsFromString('--expose-gc');
+  const gc = runInNewContext('gc');
+  process.on('SIGUSR2', () => {
+    gc();
+    gc();
+    const { rss, heapTotal, heapUsed, external, arrayBuffers } = process.memoryUsage();
+    process.stderr.write(
+      `BENCH_MEMORY ${JSON.stringify({ rss, heapTotal, heapUsed, external, arrayBuffers })}\n`,
+    );
+  });
+}
+
 /** Resolves after `ms`, or at once when `signal` aborts. */
 function sleep(ms, signal) {
   return new Promise((resolve) => {

@@ -15,6 +15,8 @@ const OUTPUT_KEPT_BYTES = 64 * 1024;
 const HEALTH_TIMEOUT_MS = 60_000;
 const WORKER_EXIT_TIMEOUT_MS = 35_000;
 const GATEWAY_EXIT_TIMEOUT_MS = 12_000;
+/** How the bench agent module's memory probe starts its line (bench/agents/bench-agents.mjs). */
+const PROBE_MARKER = 'BENCH_MEMORY ';
 
 /** Every child process started by any cluster, killed for sure when the bench exits. */
 const allChildren = new Set();
@@ -65,13 +67,29 @@ class ServiceProcess {
     });
     allChildren.add(this.child);
     this.pid = this.child.pid;
+    /** Answers of the memory probe (see `probeMemory`), oldest first. */
+    this.memoryProbes = [];
+    let partial = '';
+    const probes = (text) => {
+      if (!partial && !text.includes(PROBE_MARKER)) return;
+      const lines = (partial + text).split('\n');
+      partial = lines.pop() ?? '';
+      for (const line of lines) {
+        const at = line.indexOf(PROBE_MARKER);
+        if (at >= 0) this.memoryProbes.push(JSON.parse(line.slice(at + PROBE_MARKER.length)));
+      }
+      if (!partial.includes(PROBE_MARKER)) partial = '';
+    };
     const keep = (chunk) => {
       this.output += chunk.toString();
       if (this.output.length > OUTPUT_KEPT_BYTES)
         this.output = this.output.slice(-OUTPUT_KEPT_BYTES);
     };
     this.child.stdout.on('data', keep);
-    this.child.stderr.on('data', keep);
+    this.child.stderr.on('data', (chunk) => {
+      probes(chunk.toString());
+      keep(chunk);
+    });
     this.exited = new Promise((resolve) => {
       this.child.on('exit', (code, signal) => {
         allChildren.delete(this.child);
@@ -87,6 +105,22 @@ class ServiceProcess {
         );
       }
     });
+  }
+
+  /**
+   * Its memory after a forced full GC (bytes: rss, heapTotal, heapUsed,
+   * external, arrayBuffers), from the bench agent module's probe (a process
+   * started with BENCH_MEMORY_PROBE=1 answers SIGUSR2 on standard error).
+   */
+  async probeMemory(timeoutMs = 10_000) {
+    const seen = this.memoryProbes.length;
+    this.child.kill('SIGUSR2');
+    const deadline = Date.now() + timeoutMs;
+    while (Date.now() < deadline) {
+      if (this.memoryProbes.length > seen) return this.memoryProbes[seen];
+      await sleep(20);
+    }
+    throw new Error(`${this.name} did not answer the memory probe within ${timeoutMs} ms`);
   }
 
   get alive() {
@@ -168,6 +202,8 @@ export class Cluster {
       WORKER_CONCURRENCY: String(this.options.workerConcurrency),
       // Off: the bench measures throughput (1,000+ msg/s), not quotas; the cluster e2e tests the limiter.
       RATE_LIMIT_PER_MINUTE: '0',
+      // The most the configuration takes: the memory probe opens 10,000 sockets of one user on one gateway.
+      MAX_CONNECTIONS_PER_USER: '100000',
       LOG_LEVEL: 'warn',
       HOST: '127.0.0.1',
       ...this.options.env,
@@ -216,7 +252,8 @@ export class Cluster {
     return proc;
   }
 
-  async startWorker() {
+  /** @param env more variables for this worker only (e.g. BENCH_MEMORY_PROBE) */
+  async startWorker(env = {}) {
     const port = await freePort();
     this.workerSerial += 1;
     const name = `worker-${this.workerSerial}`;
@@ -229,6 +266,7 @@ export class Cluster {
         WORKER_HTTP_PORT: String(port),
         WORKER_ID: `${this.keyPrefix}-${name}`,
         PORT: String(await freePort()),
+        ...env,
       },
       this.options.nodeArgs,
     );

@@ -66,3 +66,19 @@ export async function seedHistory(store, tenantId, conversationId, lastId, event
   }
   return { lastId: next - 1, turns };
 }
+
+/**
+ * Appends `count` copies of one user event (`body`), in batches: a long
+ * history of small events, as `replay_json` would store them (it takes at
+ * most 1,000 events a conversation).
+ */
+export async function seedUserEvents(store, tenantId, conversationId, count, body) {
+  for (let written = 0; written < count; written += HISTORY_BATCH) {
+    const size = Math.min(HISTORY_BATCH, count - written);
+    await store.append(
+      tenantId,
+      conversationId,
+      Array.from({ length: size }, () => ({ source: 'user', body })),
+    );
+  }
+}

@@ -325,7 +325,7 @@ function newScenarioRows(s) {
         'Long history',
         `worker RSS per hosted idle conversation of ${history.events} events (${history.hosted} conversations)`,
         ...blank,
-        `${history.perConversationKiB} KiB per conversation (RSS of the workers ${history.rssBeforeMiB} →` +
+        `${history.perConversationKiB} KiB per conversation (after a forced GC, RSS of the workers ${history.rssBeforeMiB} →` +
           ` ${history.rssAfterMiB} MiB; V8 heap used ${history.heapBeforeMiB} → ${history.heapAfterMiB} MiB,` +
           ` ${history.heapPerConversationKiB} KiB per conversation); histories written in ${history.seedS} s`,
       ]),
@@ -936,7 +936,9 @@ export function renderMarkdown(data, chart) {
       " straight into the database through the service's store (`store.append`, 500 events a" +
       ' batch), then restored one at a time on fresh workers by a client that connects with' +
       " `latest_event_id` at the last event (no replay), and left hosted; memory is the workers'" +
-      ' RSS before and after (and their V8 heap, from `/metrics`). The browser figures drive the' +
+      ' RSS and V8 heap before and after, each read right after a forced full GC (the bench' +
+      ' agent module answers SIGUSR2 with `gc()` then `process.memoryUsage()` in workers started' +
+      ' with `BENCH_MEMORY_PROBE=1`). The browser figures drive the' +
       ' web app served by a gateway in headless Chromium (playwright-core, /usr/bin/chromium):' +
       ' opening is from setting `#/c/<id>` to the first task after the animation frame in which' +
       " the newest answer is on screen; delta to paint is from the WebSocket frame's arrival in" +

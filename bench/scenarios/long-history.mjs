@@ -5,8 +5,10 @@
 // Then each
 // conversation is started on fresh workers by a client that connects with
 // `latest_event_id` at its last event (so no replay is sent), and is left
-// hosted, idle; the workers' RSS (and V8 heap, from their metrics) before and
-// after tells the memory per conversation.
+// hosted, idle; the workers' RSS and V8 heap before and after, each read
+// right after a forced full GC (the bench agent module's probe, so that
+// garbage not collected yet does not count), tell the memory per
+// conversation.
 import { HISTORY_BATCH, openHistoryStore, seedHistory } from '../lib/history.mjs';
 import {
   ConversationSocket,
@@ -16,7 +18,7 @@ import {
   stopConversation,
 } from '../lib/client.mjs';
 import { sleep } from '../lib/cluster.mjs';
-import { formatCpu, processRssKiB, startCpuMeter } from '../lib/proc.mjs';
+import { formatCpu, startCpuMeter } from '../lib/proc.mjs';
 import { formatSummary, round, summarize } from '../lib/stats.mjs';
 
 const SETTLE_MS = 3000;
@@ -26,32 +28,19 @@ const WARMUP_CONVERSATIONS = 10;
 const TENANT = 'bench';
 const USER = 'long-history';
 
-const sumRss = (processes) => processes.reduce((sum, p) => sum + (processRssKiB(p.pid) ?? 0), 0);
-
-/** V8 heap in use (KiB) summed over the workers, from their `/metrics`. */
-async function heapUsedKiB(workers) {
-  const values = await Promise.all(
-    workers.map(async (worker) => {
-      try {
-        const response = await fetch(`${worker.url}/metrics`, {
-          signal: AbortSignal.timeout(5000),
-        });
-        const text = await response.text();
-        const match = /^cs_nodejs_heap_size_used_bytes(?:\{[^}]*\})?\s+(\S+)/m.exec(text);
-        return match ? Number(match[1]) / 1024 : 0;
-      } catch {
-        return 0;
-      }
-    }),
-  );
-  return values.reduce((a, b) => a + b, 0);
+/** The workers' memory after a forced full GC, summed (KiB), from the bench agent module's probe. */
+async function probedKiB(workers) {
+  const probes = await Promise.all(workers.map((worker) => worker.probeMemory()));
+  const sum = (key) => probes.reduce((total, probe) => total + probe[key], 0) / 1024;
+  return { rss: sum('rss'), heapUsed: sum('heapUsed'), external: sum('external') };
 }
 
 /** Fresh workers in place of the running ones: a grown heap would hide new objects. */
 async function freshWorkers(ctx) {
   const { cluster, log } = ctx;
   const old = [...cluster.workers];
-  await Promise.all(old.map(() => cluster.startWorker()));
+  // With the memory probe of the bench agent module (a forced GC, then process.memoryUsage()).
+  await Promise.all(old.map(() => cluster.startWorker({ BENCH_MEMORY_PROBE: '1' })));
   await Promise.all(old.map((worker) => cluster.stopWorker(worker, 'SIGTERM')));
   log(`  fresh workers: ${cluster.workers.map((w) => w.name).join(', ')}`);
 }
@@ -123,8 +112,7 @@ export async function runLongHistory(ctx) {
       await stopConversation(url, token, id);
     }
     await sleep(SETTLE_MS);
-    const rssBefore = sumRss(workers);
-    const heapBefore = await heapUsedKiB(workers);
+    const before = await probedKiB(workers);
 
     // Restore each one, one at a time, as a client that has every event already.
     const readies = [];
@@ -151,18 +139,20 @@ export async function runLongHistory(ctx) {
     const wanted = new Set(ids);
     let hosted = 0;
     for (const held of holdings.values()) for (const id of held) if (wanted.has(id)) hosted += 1;
-    const rssAfter = sumRss(workers);
-    const heapAfter = await heapUsedKiB(workers);
-    const perConversationKiB = hosted > 0 ? round((rssAfter - rssBefore) / hosted) : null;
-    const heapPerConversationKiB = hosted > 0 ? round((heapAfter - heapBefore) / hosted) : null;
+    const after = await probedKiB(workers);
+    const per = (key) => (hosted > 0 ? round((after[key] - before[key]) / hosted) : null);
+    const perConversationKiB = per('rss');
+    const heapPerConversationKiB = per('heapUsed');
     const latency = summarize(readies);
     const stored = summarize(await storedRestoreTimes(cluster, ids));
     log(`  connect → awaiting_user_input (${events} events stored)  ${formatSummary(latency)}`);
     log(`  stored loading → awaiting_user_input                  ${formatSummary(stored)}`);
     log(
       `  ${workers.length} worker(s): ${hosted} conversations of ${events} events hosted:` +
-        ` RSS ${Math.round(rssBefore / 1024)} → ${Math.round(rssAfter / 1024)} MiB, ${perConversationKiB} KiB per conversation;` +
-        ` V8 heap used ${Math.round(heapBefore / 1024)} → ${Math.round(heapAfter / 1024)} MiB, ${heapPerConversationKiB} KiB per conversation`,
+        ` after a forced GC, RSS ${Math.round(before.rss / 1024)} → ${Math.round(after.rss / 1024)} MiB,` +
+        ` ${perConversationKiB} KiB per conversation; V8 heap used ${Math.round(before.heapUsed / 1024)} →` +
+        ` ${Math.round(after.heapUsed / 1024)} MiB, ${heapPerConversationKiB} KiB per conversation;` +
+        ` external ${per('external')} KiB per conversation`,
     );
     log(`  ${formatCpu(cpu)}`);
     return {
@@ -173,12 +163,14 @@ export async function runLongHistory(ctx) {
       latency,
       stored,
       errors,
-      rssBeforeMiB: round(rssBefore / 1024),
-      rssAfterMiB: round(rssAfter / 1024),
+      rssBeforeMiB: round(before.rss / 1024),
+      rssAfterMiB: round(after.rss / 1024),
       perConversationKiB,
-      heapBeforeMiB: round(heapBefore / 1024),
-      heapAfterMiB: round(heapAfter / 1024),
+      heapBeforeMiB: round(before.heapUsed / 1024),
+      heapAfterMiB: round(after.heapUsed / 1024),
       heapPerConversationKiB,
+      externalPerConversationKiB: per('external'),
+      measuredAfterGc: true,
       cpu,
     };
   } finally {

@@ -309,7 +309,7 @@ export async function runModelTurn(ctx) {
     `  fake model: first token after ${ttftMs} ms, then a token every ${tokenMs} ms` +
       ` (${Math.round(1000 / tokenMs)} tokens/s), ${tokens} tokens an answer`,
   );
-  const sdk = await sdkAlone(model, quick ? 3 : 20, quick ? 1 : 3);
+  const sdk = await sdkAlone(model, quick ? 3 : 12, quick ? 1 : 2);
   log(`  reference, the AI SDK alone (streamText in the bench process, same fake model):`);
   log(`    model's first chunk → first text part        ${formatSummary(sdk.first)}`);
   log(`    model's last chunk → finish part             ${formatSummary(sdk.finish)}`);
@@ -322,7 +322,7 @@ export async function runModelTurn(ctx) {
     const tap = await roomTap(ctx.cluster, single.client.conversationId);
     let one;
     try {
-      one = await drive(ctx, [single], quick ? 3 : options.modelTurns, quick ? 1 : 3);
+      one = await drive(ctx, [single], quick ? 3 : options.modelTurns, quick ? 1 : 2);
       one.breakdown = await breakdown(ctx.cluster, one.traces, tap);
     } finally {
       tap.close();
