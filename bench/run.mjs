@@ -62,8 +62,9 @@ const USAGE = `usage: npm run bench -- [options]
   --duration S                   seconds per sustained level (default 20)
   --streams N                    concurrent streams of the streaming scenario (default 200)
   --stream-seconds S             seconds of the one-stream and the 50 deltas/s levels (default 10)
-  --stream-rates a,b,…           deltas/s per stream of the step-up after them (default 100,200,400,800)
-  --step-seconds S               seconds per step-up level (default 8)
+  --stream-rates a,b,…           deltas/s per stream of the stepped levels: those below 50 first,
+                                 those above it until p99 passes 50 ms (default 5,10,25,100,200,400,800)
+  --step-seconds S               seconds per stepped level (default 6)
   --memory-sockets N             idle sockets for the gateway memory probe (default 10000)
   --memory-conversations N       idle conversations for the worker memory probe (default 5000)
   --model-turns N                turns of the one model conversation (default 25)
@@ -99,8 +100,8 @@ function parseOptions(argv) {
       duration: { type: 'string', default: '20' },
       streams: { type: 'string', default: '200' },
       'stream-seconds': { type: 'string', default: '10' },
-      'stream-rates': { type: 'string', default: '100,200,400,800' },
-      'step-seconds': { type: 'string', default: '8' },
+      'stream-rates': { type: 'string', default: '5,10,25,100,200,400,800' },
+      'step-seconds': { type: 'string', default: '6' },
       'memory-sockets': { type: 'string', default: '10000' },
       'memory-conversations': { type: 'string', default: '5000' },
       'model-turns': { type: 'string', default: '25' },

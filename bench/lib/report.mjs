@@ -926,7 +926,8 @@ export function renderMarkdown(data, chart) {
       ' the machine), and the client reads the same clock when the delta arrives. The runtime' +
       ' batches deltas that come within 8 ms of the previous publish, so one received delta may' +
       ' hold several emit times: each is a sample. Streaming runs one stream, then 200 concurrent' +
-      ' streams at 50 deltas/s each, then steps the pace of every stream up (100, 200, 400,' +
+      ' streams at 50 deltas/s each, then steps the pace of every stream: below it (5, 10, 25' +
+      ' deltas/s) and, when 50 deltas/s is within 50 ms at p99, above it (100, 200, 400,' +
       ' 800 deltas/s) until p99 passes 50 ms; turns are 250 deltas (a few hundred tokens) one' +
       ' after the other; the first second of each level is not counted. The model turn uses the' +
       ' `llm` agent against a fake model in a process of its own (first token after 100 ms, then' +
