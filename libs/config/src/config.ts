@@ -1,4 +1,5 @@
 import { z } from 'zod';
+import { CONCURRENCY_POLICIES, MULTITASK_STRATEGIES } from '@cs/protocol';
 
 /** The process roles; a few defaults depend on the role. */
 export type ProcessRole = 'standalone' | 'gateway' | 'worker' | 'tool';
@@ -96,7 +97,7 @@ const EnvSchema = z.object({
   AUTH_JWT_AUDIENCE: z.string().min(1).optional(),
   AUTH_DEV_TOKENS: bool.optional(),
   MAX_CONCURRENT_CONVERSATIONS: positiveInt.max(10_000).default(3),
-  CONCURRENCY_POLICY: z.enum(['evict_oldest', 'reject']).default('evict_oldest'),
+  CONCURRENCY_POLICY: z.enum(CONCURRENCY_POLICIES).default('evict_oldest'),
   IDLE_TIMEOUT_MS: positiveInt.default(3_600_000),
   LEASE_TTL_MS: z.coerce.number().int().min(1000).default(15_000),
   WORKER_CONCURRENCY: positiveInt.max(100_000).default(200),
@@ -108,7 +109,7 @@ const EnvSchema = z.object({
   MIGRATE_ON_START: bool.default(true),
   MAX_ITERATIONS: positiveInt.max(10_000).default(100),
   MAX_BUDGET_PER_TASK_USD: z.coerce.number().min(0).max(1e6).default(0),
-  MULTITASK_STRATEGY: z.enum(['enqueue', 'interrupt', 'reject']).default('enqueue'),
+  MULTITASK_STRATEGY: z.enum(MULTITASK_STRATEGIES).default('enqueue'),
   AGENT_MODULES: z
     .string()
     .transform((value) =>

@@ -6,9 +6,9 @@ import type { Agent } from './agent.js';
 import { refOf, type ConversationRef } from './conversation.js';
 import { ConcurrencyLimitError, UnavailableError } from './errors.js';
 import { readAgentStateChange } from './session/agent-state-change.js';
+import { TOO_MANY_CONVERSATIONS } from './conversation-limits.js';
 import {
   StandaloneConversationManager,
-  TOO_MANY_CONVERSATIONS,
   type StandaloneConversationManagerOptions,
 } from './standalone-conversation-manager.js';
 import {

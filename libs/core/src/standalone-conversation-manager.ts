@@ -10,8 +10,7 @@
  * behind another user's start and the idle cleanup never blocks anyone.
  */
 import { Mutex } from 'async-mutex';
-import { StatusId } from '@cs/protocol';
-import type { ConversationStatus, StatusUpdate, UserAction } from '@cs/protocol';
+import type { ConcurrencyPolicy, ConversationStatus, StatusUpdate, UserAction } from '@cs/protocol';
 import type { AgentFactory } from './agent.js';
 import {
   AgentSession,
@@ -20,14 +19,17 @@ import {
   type SessionRuntime,
 } from './agent-session.js';
 import { roomKey, type ConversationRef } from './conversation.js';
+import {
+  TOO_MANY_CONVERSATIONS,
+  TOO_MANY_CONVERSATIONS_NOTICE,
+  isIdleSince,
+} from './conversation-limits.js';
 import type { Attachment, ConversationManager } from './conversation-manager.js';
 import { ConcurrencyLimitError, NotFoundError, UnavailableError } from './errors.js';
 import type { ConversationBroadcaster } from './ports/broadcaster.port.js';
 import { userActionDraft } from './user-action.js';
 import { systemClock, type Clock } from './ports/clock.port.js';
 import type { AppendedEvent, ConversationStore } from './ports/conversation-store.port.js';
-
-export type ConcurrencyPolicy = 'evict_oldest' | 'reject';
 
 export interface StandaloneConversationManagerOptions {
   /** Running (or starting) conversations per user (per tenant). */
@@ -56,9 +58,6 @@ export interface StandaloneConversationManagerDeps {
   /** Where failures that no caller awaits are reported (a status write, a close). */
   reportError?: (message: string, error: unknown) => void;
 }
-
-/** The `extras.reason` and status id of a conversation evicted by `evict_oldest`. */
-export const TOO_MANY_CONVERSATIONS = StatusId.TooManyConversations;
 
 interface LiveConversation {
   ref: ConversationRef;
@@ -349,14 +348,7 @@ export class StandaloneConversationManager implements ConversationManager {
   }
 
   private async evict(victim: LiveConversation): Promise<void> {
-    const notice: StatusUpdate = {
-      status_update: true,
-      type: 'error',
-      id: TOO_MANY_CONVERSATIONS,
-      message:
-        'This conversation was stopped because too many conversations were running; send a message to resume it.',
-    };
-    await this.stopEntry(victim, TOO_MANY_CONVERSATIONS, notice);
+    await this.stopEntry(victim, TOO_MANY_CONVERSATIONS, TOO_MANY_CONVERSATIONS_NOTICE);
   }
 
   /** Waits for the start to settle, stores `stopped` (with a reason) and waits until gone. */
@@ -387,7 +379,8 @@ export class StandaloneConversationManager implements ConversationManager {
       const session = entry.session;
       if (entry.stopping || entry.phase !== 'running' || !session) continue;
       if ((this.connections.get(entry.ref.conversationId) ?? 0) > 0) continue;
-      if (session.isMidTurn || now - session.lastActivity <= this.options.idleTimeoutMs) continue;
+      if (session.isMidTurn || !isIdleSince(session.lastActivity, now, this.options.idleTimeoutMs))
+        continue;
       this.closeEntry(entry).catch((error: unknown) =>
         this.reportError('idle close failed', error),
       );

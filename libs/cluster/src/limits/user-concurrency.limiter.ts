@@ -1,4 +1,5 @@
 import type { Redis } from 'ioredis';
+import type { ConcurrencyPolicy } from '@cs/protocol';
 import type { ClusterKeys } from '../redis/cluster-keys.js';
 import { runScript } from '../redis/lua-scripts.js';
 
@@ -25,7 +26,7 @@ export class UserConcurrencyLimiter {
     private readonly keys: ClusterKeys,
     private readonly options: {
       limit: number;
-      policy: 'evict_oldest' | 'reject';
+      policy: ConcurrencyPolicy;
       /** How long a slot lives without renewal. */
       slotTtlMs: number;
     },
@@ -85,7 +86,7 @@ export class UserConcurrencyLimiter {
     tenantId: string,
     userId: string,
     conversationId: string,
-    policy: 'evict_oldest' | 'reject',
+    policy: ConcurrencyPolicy,
   ): Promise<[number, string?]> {
     return (await runScript(
       this.redis,
