@@ -15,6 +15,11 @@
  * would be glued to the partial one. A stream cut after some text therefore
  * ends the turn in `llm_error` (the runtime stores the partial text as
  * interrupted) instead of being retried.
+ *
+ * Each model request (each attempt, and the title request) is a
+ * `model request` span, a child of the agent step's span in the message's
+ * trace: provider, model, attempt, finish reason and token counts only —
+ * never the prompt, the answer, the key or the provider's error text.
  */
 import {
   InvalidResponseDataError,
@@ -27,6 +32,7 @@ import {
 } from 'ai';
 import { AgentTurnError, type Agent, type AgentContext } from '@cs/core';
 import type { AppConfig } from '@cs/config';
+import { startSpan, type OpenSpan } from '@cs/observability';
 import {
   ToolNameSchema,
   isAction,
@@ -106,6 +112,9 @@ export class LlmAgent implements Agent {
       let rawFinishReason: string | undefined;
       let usage: Usage | undefined;
       const calls: AgentOutput[] = [];
+      const span = this.requestSpan('step', attempt);
+      // Until the stream has ended well: a consumer that stops reading leaves it so.
+      let outcome: RequestOutcome = { abandoned: true };
       try {
         const result = streamText({
           model: this.model,
@@ -153,7 +162,10 @@ export class LlmAgent implements Agent {
             message: 'the stream ended early',
           });
         }
+        span.setAttributes(responseAttributes(finishReason, usage));
+        outcome = {};
       } catch (error) {
+        outcome = { error };
         if (context.signal.aborted) throw abortReason(context.signal);
         const failure = classifyLlmFailure(error, {
           timedOut: timeout.aborted,
@@ -169,6 +181,9 @@ export class LlmAgent implements Agent {
                 : failure.safeMessage;
           throw new AgentTurnError('llm_error', why, { cause: failure.detail });
         }
+        outcome.retried = true;
+        // The backoff is no part of the request.
+        endRequestSpan(span, outcome, false);
         context.notify?.({
           type: 'info',
           id: LLM_RETRY_STATUS,
@@ -178,6 +193,7 @@ export class LlmAgent implements Agent {
         continue;
       } finally {
         own.abort();
+        endRequestSpan(span, outcome, context.signal.aborted);
       }
 
       if (usage) yield this.usageOutput(usage);
@@ -210,6 +226,8 @@ export class LlmAgent implements Agent {
       AbortSignal.timeout(Math.min(this.settings.llm.timeoutMs, 30_000)),
     ]);
     let result;
+    const span = this.requestSpan('title', 0);
+    let failed: RequestOutcome = {};
     try {
       result = await generateText({
         model: this.model,
@@ -222,17 +240,32 @@ export class LlmAgent implements Agent {
         maxRetries: 0,
         abortSignal: signal,
       });
+      span.setAttributes(responseAttributes(result.finishReason, usageOf(result.usage)));
     } catch (error) {
+      failed = { error };
       throw new Error('the model could not title the conversation', {
         // A scrubbed copy: the SDK's error may quote a provider that echoes the key.
         // eslint-disable-next-line preserve-caught-error
         cause: scrubbedError(error, [this.settings.llm.apiKey]),
       });
+    } finally {
+      endRequestSpan(span, failed, signal.aborted);
     }
     const title = cleanTitle(result.text);
     if (!title) throw new Error('the model gave an empty title');
     const usage = usageOf(result.usage);
     return usage ? { title, usage: this.usageOutputFields(usage) } : { title };
+  }
+
+  /** A span of one model request, in the active trace (the agent step's). */
+  private requestSpan(purpose: 'step' | 'title', attempt: number): OpenSpan {
+    return startSpan('model request', {
+      'gen_ai.operation.name': 'chat',
+      'gen_ai.provider.name': this.settings.llm.provider,
+      'gen_ai.request.model': this.settings.model,
+      'cs.llm.purpose': purpose,
+      'cs.llm.attempt': attempt + 1,
+    });
   }
 
   private toolsFor(tools: readonly ToolDescription[]): ToolDescription[] {
@@ -264,6 +297,49 @@ export class LlmAgent implements Agent {
       ...(cost === undefined ? {} : { cost_usd: cost }),
     };
   }
+}
+
+/** What a span may say of an answer: its finish reason and token counts. */
+function responseAttributes(
+  finishReason: string | undefined,
+  usage: Usage | undefined,
+): Record<string, string | number | string[]> {
+  return {
+    ...(finishReason === undefined ? {} : { 'gen_ai.response.finish_reasons': [finishReason] }),
+    ...(usage
+      ? {
+          'gen_ai.usage.input_tokens': usage.prompt_tokens,
+          'gen_ai.usage.output_tokens': usage.completion_tokens,
+        }
+      : {}),
+  };
+}
+
+/**
+ * Ends a model request's span: `ok`, `retried` (it failed and is tried
+ * again), `aborted` (stop, pause, interrupt, the session closing, the
+ * runtime leaving the stream), or `failed`; `retried` and `failed` mark it
+ * as an error.
+ */
+interface RequestOutcome {
+  error?: unknown;
+  /** It failed and is tried again. */
+  retried?: boolean;
+  /** Its stream was left before it ended (the runtime stopped reading). */
+  abandoned?: boolean;
+}
+
+function endRequestSpan(span: OpenSpan, outcome: RequestOutcome, aborted: boolean): void {
+  const label =
+    outcome.abandoned || (outcome.error !== undefined && aborted)
+      ? 'aborted'
+      : outcome.error === undefined
+        ? 'ok'
+        : outcome.retried
+          ? 'retried'
+          : 'failed';
+  span.setAttributes({ 'cs.llm.outcome': label });
+  span.end(label === 'ok' || label === 'aborted' ? undefined : outcome.error);
 }
 
 function toolSet(tools: readonly ToolDescription[]): Record<string, Tool> | undefined {

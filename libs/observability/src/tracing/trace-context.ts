@@ -75,6 +75,40 @@ export function withSpan<T>(
   return run(name, SpanKind.INTERNAL, attributes, context.active(), fn);
 }
 
+/** A span begun by `startSpan`: attributes added as they become known, then ended once. */
+export interface OpenSpan {
+  setAttributes(attributes: Attributes): void;
+  /** Ends the span, marked as an error when `error` is given. Later calls do nothing. */
+  end(error?: unknown): void;
+}
+
+/**
+ * Begins a child span of the active one, for work that does not fit in one
+ * callback (a model request streamed through an async generator, whose
+ * chunks are yielded between its start and its end). The caller ends it.
+ */
+export function startSpan(name: string, attributes: Attributes = {}): OpenSpan {
+  const span = tracer().startSpan(name, { kind: SpanKind.CLIENT, attributes }, context.active());
+  let ended = false;
+  return {
+    setAttributes: (more) => {
+      if (!ended) span.setAttributes(more);
+    },
+    end: (error) => {
+      if (ended) return;
+      ended = true;
+      if (error !== undefined) {
+        // The error's name only: a provider's message may quote the prompt or the key.
+        span.setStatus({
+          code: SpanStatusCode.ERROR,
+          message: error instanceof Error ? error.name : 'error',
+        });
+      }
+      span.end();
+    },
+  };
+}
+
 function run<T>(
   name: string,
   kind: SpanKind,

@@ -1,0 +1,136 @@
+// The `model request` spans of the llm agent, with the OpenTelemetry SDK
+// started as tracing.sdk.ts starts it (exporting in memory), against the
+// local OpenAI-compatible server.
+import { NodeSDK } from '@opentelemetry/sdk-node';
+import {
+  InMemorySpanExporter,
+  SimpleSpanProcessor,
+  type ReadableSpan,
+} from '@opentelemetry/sdk-trace-base';
+import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import type { AppConfig } from '@cs/config';
+import { withSpan } from '@cs/observability';
+import { contextOf, events, resetEventIds, settle } from '../testing/agent-context.js';
+import { FakeModelServer, openAiCompletion, openAiStream } from '../testing/fake-model-server.js';
+import { LlmAgent } from './llm.agent.js';
+
+const API_KEY = 'sk-span-test-THE-KEY-0123456789';
+const USER_TEXT = 'my confidential question 5d1e';
+const ANSWER_TEXT = 'a confidential answer 9c2b';
+
+const exporter = new InMemorySpanExporter();
+const processor = new SimpleSpanProcessor(exporter);
+const sdk = new NodeSDK({
+  spanProcessors: [processor],
+  instrumentations: [],
+  resourceDetectors: [],
+});
+let server: FakeModelServer;
+
+beforeAll(() => sdk.start());
+afterAll(() => sdk.shutdown());
+beforeEach(async () => {
+  resetEventIds();
+  exporter.reset();
+  server = await FakeModelServer.start();
+});
+afterEach(() => server.close());
+
+function agent(): LlmAgent {
+  const llm: AppConfig['llm'] = {
+    provider: 'openai',
+    baseUrl: `${server.url}/v1`,
+    apiKey: API_KEY,
+    model: 'fake-model',
+    models: ['fake-model'],
+    timeoutMs: 10_000,
+    maxRetries: 2,
+    prices: {},
+    contextTokens: 10_000,
+  };
+  return new LlmAgent(
+    { llm, model: 'fake-model', temperature: undefined, toolNames: undefined },
+    { backoffMs: 10, maxBackoffMs: 20 },
+  );
+}
+
+async function finished(): Promise<ReadableSpan[]> {
+  await processor.forceFlush();
+  return exporter.getFinishedSpans();
+}
+
+const requestSpans = (spans: ReadableSpan[]) => spans.filter((s) => s.name === 'model request');
+
+describe('LlmAgent model request spans', () => {
+  it('makes one span per model request, a child of the agent step, with counts and no content or key', async () => {
+    server.reply(
+      { kind: 'json', status: 429, body: { error: { message: `slow ${API_KEY}` } } },
+      {
+        kind: 'stream',
+        events: openAiStream({
+          text: [ANSWER_TEXT],
+          usage: { prompt_tokens: 120, completion_tokens: 7 },
+        }),
+      },
+    );
+    const context = contextOf([events.user(USER_TEXT)], { instructions: 'secret instructions' });
+    const run = await withSpan('agent step', () => settle(agent().step(context)));
+    expect(run.error).toBeUndefined();
+
+    const spans = await finished();
+    const step = spans.find((s) => s.name === 'agent step')!;
+    const requests = requestSpans(spans);
+    expect(requests).toHaveLength(2);
+    for (const span of requests) {
+      expect(span.spanContext().traceId).toBe(step.spanContext().traceId);
+      expect(span.parentSpanContext?.spanId).toBe(step.spanContext().spanId);
+      expect(span.attributes).toMatchObject({
+        'gen_ai.provider.name': 'openai',
+        'gen_ai.request.model': 'fake-model',
+        'cs.llm.purpose': 'step',
+      });
+    }
+    const [retried, answered] = requests;
+    expect(retried!.attributes).toMatchObject({ 'cs.llm.attempt': 1, 'cs.llm.outcome': 'retried' });
+    expect(retried!.status.code).toBe(2); // SpanStatusCode.ERROR
+    expect(answered!.attributes).toMatchObject({
+      'cs.llm.attempt': 2,
+      'cs.llm.outcome': 'ok',
+      'gen_ai.usage.input_tokens': 120,
+      'gen_ai.usage.output_tokens': 7,
+      'gen_ai.response.finish_reasons': ['stop'],
+    });
+    const seen = JSON.stringify(
+      requests.map((s) => ({ a: s.attributes, st: s.status, ev: s.events })),
+    );
+    for (const secret of [API_KEY, USER_TEXT, ANSWER_TEXT, 'secret instructions', 'slow'])
+      expect(seen).not.toContain(secret);
+  });
+
+  it('ends the span of a request the runtime stops reading as aborted', async () => {
+    server.reply({
+      kind: 'stream',
+      events: openAiStream({ text: ['one', 'two'], finish: false }),
+      hang: true,
+    });
+    const steps = agent().step(contextOf([events.user(USER_TEXT)]));
+    const iterator = steps[Symbol.asyncIterator]();
+    await withSpan('agent step', async () => {
+      expect((await iterator.next()).value).toEqual({ type: 'delta', delta: 'one' });
+      await iterator.return?.();
+    });
+    const [span] = requestSpans(await finished());
+    expect(span?.attributes['cs.llm.outcome']).toBe('aborted');
+    expect(span?.status.code).not.toBe(2);
+  });
+
+  it('makes a span of the title request', async () => {
+    server.reply({ kind: 'json', status: 200, body: openAiCompletion('A title') });
+    const context = contextOf([events.user(USER_TEXT), events.agent(ANSWER_TEXT)]);
+    await agent().title(context);
+    const [span] = requestSpans(await finished());
+    expect(span?.attributes).toMatchObject({ 'cs.llm.purpose': 'title', 'cs.llm.outcome': 'ok' });
+    expect(JSON.stringify(span?.attributes)).not.toContain(USER_TEXT);
+    expect(JSON.stringify(span?.attributes)).not.toContain(ANSWER_TEXT);
+  });
+});
