@@ -2,8 +2,8 @@
 // schema library in the bundle): they decide what a message is and guard every
 // field the SDK reads, so that an unexpected shape is passed through or
 // ignored, never a crash. Unknown fields are kept as they came.
+import { isAgentState, readAgentState } from './protocol/agent-state-change.js';
 import {
-  AGENT_STATES,
   type ActionEvent,
   type AgentState,
   type ObservationEvent,
@@ -75,15 +75,15 @@ export function isStreamDelta(value: unknown): value is StreamDelta {
   );
 }
 
-export function isAgentState(value: unknown): value is AgentState {
-  return typeof value === 'string' && (AGENT_STATES as readonly string[]).includes(value);
-}
+export { isAgentState };
 
-/** The agent state an `agent_state_changed` observation sets, if it is one. */
+/**
+ * The agent state an `agent_state_changed` observation sets, if it is one: a
+ * well-formed observation, read by the protocol's own reader.
+ */
 export function agentStateOf(event: StoredEvent): AgentState | undefined {
-  if (!isObservationEvent(event) || event.observation !== 'agent_state_changed') return undefined;
-  const state = event.extras.agent_state;
-  return isAgentState(state) ? state : undefined;
+  if (!isObservationEvent(event)) return undefined;
+  return readAgentState(event) ?? undefined;
 }
 
 /** An agent's stored answer to the user event `cause` (complete or interrupted). */

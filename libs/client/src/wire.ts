@@ -3,21 +3,10 @@
 // declarations self-contained); wire.spec.ts checks, at compile time and at
 // run time, that whatever those schemas accept fits these types and guards.
 
-export const AGENT_STATES = [
-  'loading',
-  'running',
-  'awaiting_user_input',
-  'paused',
-  'stopped',
-  'finished',
-  'rejected',
-  'error',
-  'awaiting_user_confirmation',
-  'user_confirmed',
-  'user_rejected',
-  'rate_limited',
-] as const;
-export type AgentState = (typeof AGENT_STATES)[number];
+import type { AgentState } from './protocol/agent-state-change.js';
+
+// The agent states, from the very file of libs/protocol that reads them (no imports, no zod).
+export { AGENT_STATES, type AgentState } from './protocol/agent-state-change.js';
 
 /** The states a client may ask for with `setAgentState`. */
 export type RequestableAgentState =

@@ -1,21 +1,8 @@
 import { z } from 'zod';
+import { AGENT_STATES } from './agent-state-change.js';
 
-export const AGENT_STATES = [
-  'loading',
-  'running',
-  'awaiting_user_input',
-  'paused',
-  'stopped',
-  'finished',
-  'rejected',
-  'error',
-  'awaiting_user_confirmation',
-  'user_confirmed',
-  'user_rejected',
-  'rate_limited',
-] as const;
+// The states themselves are listed in agent-state-change.ts, which imports nothing.
 export const AgentStateSchema = z.enum(AGENT_STATES);
-export type AgentState = z.infer<typeof AgentStateSchema>;
 
 /** States a client may ask for with `change_agent_state`. */
 export const REQUESTABLE_AGENT_STATES = [

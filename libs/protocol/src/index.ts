@@ -1,4 +1,5 @@
 export * from './agent-state.js';
+export * from './agent-state-change.js';
 export * from './errors.js';
 export * from './events.js';
 export * from './json-limits.js';

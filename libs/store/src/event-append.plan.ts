@@ -7,11 +7,12 @@ import type { EventDraft, StateDelta } from '@cs/core';
 import { BadRequestError, ConflictError, EMPTY_METRICS, splitStateDelta } from '@cs/core';
 import type { AgentState, ConversationMetrics, StoredEvent } from '@cs/protocol';
 import {
-  AgentStateSchema,
+  AGENT_STATE_CHANGED,
   ClientEventIdSchema,
   EventSourceSchema,
   eventType,
-  isAction,
+  isObservation,
+  readAgentState,
 } from '@cs/protocol';
 import type { NewEventRow, StoredEventRow } from './repositories/event.repository.js';
 
@@ -72,11 +73,14 @@ export function prepareDraft(draft: EventDraft): PreparedDraft {
   }
   const payload = JSON.parse(payloadJson) as Record<string, unknown>;
 
-  let agentState: AgentState | null = null;
-  if (!isAction(draft.body) && draft.body.observation === 'agent_state_changed') {
-    const parsed = AgentStateSchema.safeParse(draft.body.extras.agent_state);
-    if (!parsed.success) throw new BadRequestError('invalid agent_state', 'extras.agent_state');
-    agentState = parsed.data;
+  // Read as every reader reads it; a state change naming no known state is not stored.
+  const agentState = readAgentState(draft.body);
+  if (
+    agentState === null &&
+    isObservation(draft.body) &&
+    draft.body.observation === AGENT_STATE_CHANGED
+  ) {
+    throw new BadRequestError('invalid agent_state', 'extras.agent_state');
   }
   return {
     draft,

@@ -5,6 +5,7 @@
  * cluster, by the broadcaster that leaves a copy in Redis for gateways that
  * open the room later.
  */
+import { isSettledState, readAgentState } from '@cs/protocol';
 import type { StoredEvent, StreamDelta } from '@cs/protocol';
 
 /** A step's streamed text, assembled from its deltas by offset. */
@@ -21,7 +22,11 @@ export class StreamText {
   /** False when the delta does not follow on (a gap): the text is then unknown. */
   apply(delta: StreamDelta): boolean {
     if (delta.offset > this.text.length) return false;
-    this.text = this.text.slice(0, delta.offset) + delta.delta;
+    // The usual case appends; only a rewrite from an earlier offset copies.
+    this.text =
+      delta.offset === this.text.length
+        ? this.text + delta.delta
+        : this.text.slice(0, delta.offset) + delta.delta;
     return true;
   }
 }
@@ -30,8 +35,8 @@ export class StreamText {
 export function endsStream(event: StoredEvent, cause: number): boolean {
   if (event.cause !== cause) return false;
   if ('action' in event) return event.action === 'message' || event.action === 'tool_call';
-  const state = event.extras['agent_state'];
-  return event.observation === 'agent_state_changed' && state !== 'running' && state !== 'loading';
+  const state = readAgentState(event);
+  return state !== null && isSettledState(state);
 }
 
 /** The text after `delta`: started afresh at offset 0, extended, or unknown (null) after a gap. */

@@ -5,7 +5,7 @@
  * `libs/store`; this double exists so that AgentSession and the managers can
  * be specified without a database.
  */
-import { AgentStateSchema, eventType, isAction, isObservation } from '@cs/protocol';
+import { isAction, readAgentState } from '@cs/protocol';
 import type { ConversationStatus, StoredEvent } from '@cs/protocol';
 import {
   EMPTY_METRICS,
@@ -366,10 +366,8 @@ export class InMemoryConversationStore implements ConversationStore {
       const metric = name as keyof typeof record.metrics;
       if (typeof value === 'number') record.metrics[metric] += value;
     }
-    if (isObservation(draft.body) && eventType(draft.body) === 'agent_state_changed') {
-      const parsed = AgentStateSchema.safeParse(draft.body.extras['agent_state']);
-      if (parsed.success) record.agentState = parsed.data;
-    }
+    const agentState = readAgentState(draft.body);
+    if (agentState !== null) record.agentState = agentState;
   }
 
   private find(tenantId: string, conversationId: string): ConversationEntry | undefined {

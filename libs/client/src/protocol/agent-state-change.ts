@@ -1,0 +1,1 @@
+../../../protocol/src/agent-state-change.ts
