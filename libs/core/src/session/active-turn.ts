@@ -1,0 +1,78 @@
+/**
+ * The turn a session is running: its runner, the signal that cuts it and
+ * why, and its writes in order. `running` is stored with the turn's first
+ * write, or on its own once the turn has taken `RUNNING_DEFER_MS`: a turn
+ * that answers sooner stores `running` in the same transaction as its answer,
+ * one durable write fewer per turn.
+ */
+import type { StoredEvent } from '@cs/protocol';
+import type { EventDraft } from '../conversation.js';
+import { agentStateChangeDraft } from './agent-state-change.js';
+import type { TurnRunner } from './turn-runner.js';
+
+const RUNNING_DEFER_MS = 20;
+
+/** Why a running turn was cut: a user's control, a newer message, or the session closing. */
+export type Cut = 'control' | 'interrupt' | 'stop' | 'close';
+
+export class ActiveTurn {
+  readonly controller = new AbortController();
+  private why: Cut | null = null;
+  private runningStored = false;
+  private writes: Promise<unknown> = Promise.resolve();
+  private runningTimer: ReturnType<typeof setTimeout> | undefined;
+
+  constructor(
+    readonly runner: TurnRunner,
+    /** The session's append; `final` lets a stop's last write through while closing. */
+    private readonly write: (drafts: EventDraft[], final: boolean) => Promise<StoredEvent[]>,
+  ) {}
+
+  get cut(): Cut | null {
+    return this.why;
+  }
+
+  /** Cuts the turn (the first reason wins) and fires its signal. */
+  cutBy(why: Cut): void {
+    this.why ??= why;
+    this.controller.abort();
+  }
+
+  /** Only notes why, for a cut that a later `abort` carries out. */
+  markCut(why: Cut): void {
+    this.why ??= why;
+  }
+
+  /** Stores `running` if the turn is still going after the defer time. */
+  deferRunning(): void {
+    this.runningTimer = setTimeout(() => {
+      this.append([]).catch(() => undefined);
+    }, RUNNING_DEFER_MS);
+  }
+
+  /** Appends after the turn's earlier writes, with `running` first if not stored yet. */
+  append(drafts: EventDraft[]): Promise<StoredEvent[]> {
+    const write = this.writes.then(() => {
+      const batch = this.runningStored
+        ? drafts
+        : [agentStateChangeDraft('running', { cause: this.runner.trigger.id }), ...drafts];
+      this.runningStored = true;
+      return batch.length > 0 ? this.write(batch, this.why === 'stop') : [];
+    });
+    this.writes = write;
+    return write;
+  }
+
+  /** The runner is done: no deferred `running` any more, and its writes have settled. */
+  async settle(): Promise<void> {
+    clearTimeout(this.runningTimer);
+    await this.writes.catch(() => undefined);
+  }
+
+  /** The turn is over, however it ended. */
+  async end(): Promise<void> {
+    clearTimeout(this.runningTimer);
+    this.controller.abort();
+    await this.writes.catch(() => undefined);
+  }
+}

@@ -1,0 +1,280 @@
+/**
+ * A session's turns: the one running (cut by a control, a newer message
+ * under `interrupt`, or closing), the one whose tool calls await the user's
+ * confirmation, and what a cut or a refused write leaves stored. A message
+ * stored before the session began is resumed from its stored progress; the
+ * agent runs at most `MAX_TURN_ATTEMPTS` times for a message whose turn could
+ * not be stored.
+ */
+import { StatusId } from '@cs/protocol';
+import type { AgentState, MultitaskStrategy, StatusUpdate, StoredEvent } from '@cs/protocol';
+import type { ConversationRecord, EventDraft } from '../conversation.js';
+import { DomainError } from '../errors.js';
+import { NO_RUNTIME_METRICS } from '../ports/runtime-metrics.port.js';
+import type { StreamDelta } from '@cs/protocol';
+import { ActiveTurn, type Cut } from './active-turn.js';
+import { AGENT_ERROR_REASON, agentStateChangeDraft } from './agent-state-change.js';
+import { titleConversation } from './conversation-title.js';
+import type { EventReader } from './event-reader.js';
+import type { AgentSessionInit, AgentSessionOptions } from './session-options.js';
+import type { RecentEvents } from './turn-history.js';
+import { TurnRunner, emptyProgress, readTurnProgress } from './turn-runner.js';
+import { turnSettings } from './turn-settings.js';
+import { isUserMessage, requestedState, type UserEventQueue } from './user-event-queue.js';
+import type { ToolRegistry } from '../tools/tool-registry.js';
+import type { Tracing } from '../ports/tracing.port.js';
+
+/** Times the agent runs for one message whose turn could not be stored; then it ends in error. */
+const MAX_TURN_ATTEMPTS = 3;
+/** Pending messages whose trace is remembered until their turn runs. */
+const MAX_TRACES = 1_000;
+
+export const OUTPUT_REFUSED_MESSAGE = 'The agent produced an answer that could not be stored.';
+export const STORE_FAILED_MESSAGE = 'The answer could not be stored; send the message again.';
+
+/** What the turns need of their session. */
+export interface TurnDriverDeps extends Pick<AgentSessionInit, 'store' | 'ref' | 'agent'> {
+  options: AgentSessionOptions;
+  tools: ToolRegistry;
+  tracing: Tracing;
+  cache: RecentEvents;
+  queue: UserEventQueue;
+  reader: EventReader;
+  /** The session's append; `final` lets a stop's last write through while closing. */
+  write: (drafts: EventDraft[], final?: boolean) => Promise<StoredEvent[]>;
+  publishStatus: (status: StatusUpdate) => void;
+  publishStream: (delta: StreamDelta) => void;
+  reportError: (message: string, error: unknown) => void;
+  record: () => ConversationRecord | null;
+  state: () => Readonly<Record<string, unknown>>;
+  agentState: () => AgentState | null;
+  strategy: () => MultitaskStrategy;
+  /** This session's `loading` event (what was stored before it, an earlier holder did). */
+  loadingEventId: () => number;
+  /** A wake-up came that the loop has not looked at (a control may be waiting). */
+  wakeRaised: () => boolean;
+  isClosing: () => boolean;
+}
+
+export class TurnDriver {
+  private turn: ActiveTurn | null = null;
+  /** A turn whose tool calls await the user's confirmation. */
+  private suspended: TurnRunner | null = null;
+  private readonly attempts = new Map<number, number>();
+  /** The trace each pending user message arrived in (by event id), until its turn runs. */
+  private readonly traces = new Map<number, string>();
+  private titled = true;
+
+  constructor(private readonly deps: TurnDriverDeps) {}
+
+  get isRunning(): boolean {
+    return this.turn !== null;
+  }
+
+  /** The message whose turn awaits a confirmation, if one does. */
+  get suspendedTrigger(): number | null {
+    return this.suspended?.trigger.id ?? null;
+  }
+
+  /** An untitled conversation gets a title after its first answer. */
+  untitled(): void {
+    this.titled = false;
+  }
+
+  /** The user messages among `events` continue the trace `traceparent` when their turn runs. */
+  rememberTrace(traceparent: string, events: readonly StoredEvent[]): void {
+    for (const event of events) if (event.source === 'user') this.traces.set(event.id, traceparent);
+    while (this.traces.size > MAX_TRACES)
+      this.traces.delete(this.traces.keys().next().value as number);
+  }
+
+  /** Cuts the running turn, if any (the first reason wins). */
+  cut(why: Cut): void {
+    this.turn?.cutBy(why);
+  }
+
+  /** Notes why the running turn will be cut, for the abort that follows. */
+  markCut(why: Cut): void {
+    this.turn?.markCut(why);
+  }
+
+  /** The user's answer to pending calls; false when nothing awaits one. */
+  async confirm(cause: number, answer: 'user_confirmed' | 'user_rejected'): Promise<boolean> {
+    const suspended = this.suspended;
+    if (!suspended) return false;
+    await this.deps.write([agentStateChangeDraft(answer, { cause })]);
+    this.deps.queue.markDone(cause);
+    this.suspended = null;
+    suspended.confirm(answer === 'user_confirmed' ? 'confirmed' : 'rejected');
+    await this.drive(suspended);
+    return true;
+  }
+
+  /** Ends the turn awaiting a confirmation, its calls answered with `why`. */
+  async endSuspended(why: string): Promise<void> {
+    const suspended = this.suspended;
+    if (!suspended) return;
+    this.suspended = null;
+    await suspended.end(why, '', 'superseded', (drafts) => this.deps.write(drafts));
+    this.settled(suspended.trigger.id);
+  }
+
+  async run(trigger: StoredEvent): Promise<void> {
+    // A new message while calls await confirmation rejects them and ends that turn.
+    await this.endSuspended('A new message came before the calls were confirmed.');
+    const attempts = (this.attempts.get(trigger.id) ?? 0) + 1;
+    if (attempts > MAX_TURN_ATTEMPTS) {
+      await this.settleInError(trigger.id, STORE_FAILED_MESSAGE);
+      return;
+    }
+    this.attempts.set(trigger.id, attempts);
+    // A message stored before this run began may have been worked on by an earlier holder.
+    const resumed = trigger.id < this.deps.loadingEventId();
+    const trace = this.traces.get(trigger.id);
+    this.traces.delete(trigger.id);
+    await this.deps.tracing.withRemoteParent(
+      trace,
+      'agent turn',
+      async () => {
+        const progress = resumed
+          ? readTurnProgress(trigger, await this.deps.reader.readAfter(trigger.id))
+          : emptyProgress();
+        await this.drive(this.newRunner(trigger, progress, !resumed));
+      },
+      { 'cs.conversation_id': this.deps.ref.conversationId, 'cs.event_id': trigger.id },
+    );
+  }
+
+  /** Mid-turn: a pause or stop (or, under `interrupt`, a newer message) cuts the turn at once. */
+  async checkForInterruption(): Promise<void> {
+    const { reader, queue } = this.deps;
+    try {
+      await reader.catchUp();
+    } catch {
+      return; // the loop's next read retries
+    }
+    const turn = this.turn;
+    if (!turn) return;
+    const strategy = this.deps.strategy();
+    for (const event of queue.pendingAfter(turn.runner.trigger.id)) {
+      const target = requestedState(event);
+      if (target === 'paused' || (target === 'stopped' && event.id > this.deps.loadingEventId())) {
+        turn.markCut('control');
+      } else if (strategy === 'interrupt' && isUserMessage(event)) {
+        turn.markCut('interrupt');
+      }
+    }
+    if (turn.cut) turn.controller.abort();
+  }
+
+  /** Runs a turn until it settles, waits for a confirmation or is cut; stores what the cut means. */
+  private async drive(runner: TurnRunner): Promise<void> {
+    const { deps } = this;
+    const trigger = runner.trigger;
+    const turn = new ActiveTurn(runner, (drafts, final) => deps.write(drafts, final));
+    this.turn = turn;
+    if (deps.wakeRaised()) void this.checkForInterruption();
+    turn.deferRunning();
+    try {
+      // Under `reject` the door reads `running` to refuse a second message: store it first.
+      if (deps.strategy() === 'reject') await turn.append([]);
+      const outcome = await runner.run(turn.controller.signal);
+      await turn.settle();
+      if (outcome.kind === 'settled') {
+        this.settled(trigger.id);
+        if (outcome.answered) void this.giveTitle(runner);
+      } else if (outcome.kind === 'awaiting_confirmation') {
+        this.suspended = runner;
+        if (deps.agentState() !== 'awaiting_user_confirmation') {
+          await deps.write([
+            agentStateChangeDraft('awaiting_user_confirmation', { cause: trigger.id }),
+          ]);
+        }
+      } else if (turn.cut === 'control' || turn.cut === 'interrupt' || turn.cut === 'stop') {
+        // Stop, pause or a newer message: the turn ends here, its text kept as interrupted.
+        await runner.end(
+          'The turn was interrupted before this call ran.',
+          outcome.partialText,
+          'interrupted',
+          (drafts) => deps.write(drafts, turn.cut === 'stop'),
+        );
+        this.settled(trigger.id);
+      }
+    } catch (error) {
+      if (!isRefusedWrite(error)) throw error;
+      // The store refuses what the agent produced (a NUL, a lone surrogate,
+      // too large): trying again would produce it again. The turn ends here.
+      deps.reportError(`the store refused an output of ${deps.ref.conversationId}`, error);
+      await this.settleInError(trigger.id, OUTPUT_REFUSED_MESSAGE);
+    } finally {
+      await turn.end();
+      if (this.turn === turn) this.turn = null;
+    }
+  }
+
+  private newRunner(
+    trigger: StoredEvent,
+    progress: ReturnType<typeof emptyProgress>,
+    own: boolean,
+  ): TurnRunner {
+    const { deps } = this;
+    const runner: TurnRunner = new TurnRunner(
+      {
+        ref: deps.ref,
+        store: deps.store,
+        agent: deps.agent,
+        tools: deps.tools,
+        metrics: deps.options.metrics ?? NO_RUNTIME_METRICS,
+        tracing: deps.tracing,
+        settings: turnSettings(deps.options, deps.record()),
+        cache: deps.cache,
+        write: (drafts) =>
+          this.turn?.runner === runner ? this.turn.append(drafts) : deps.write(drafts),
+        publishStatus: deps.publishStatus,
+        publishStream: deps.publishStream,
+        state: deps.state,
+        instructions: () => deps.record()?.instructions ?? null,
+        lastEventId: () => deps.queue.lastEventId,
+        reportError: deps.reportError,
+      },
+      trigger,
+      progress,
+      own,
+    );
+    return runner;
+  }
+
+  private settled(messageId: number): void {
+    this.deps.queue.markDone(messageId);
+    this.attempts.delete(messageId);
+  }
+
+  private async settleInError(messageId: number, message: string): Promise<void> {
+    await this.deps.write([
+      agentStateChangeDraft('error', {
+        cause: messageId,
+        answers: messageId,
+        reason: AGENT_ERROR_REASON,
+        message,
+      }),
+    ]);
+    this.settled(messageId);
+    this.deps.publishStatus({
+      status_update: true,
+      type: 'error',
+      id: StatusId.AgentError,
+      message,
+    });
+  }
+
+  private async giveTitle(runner: TurnRunner): Promise<void> {
+    if (this.titled) return;
+    this.titled = true;
+    await titleConversation(this.deps, runner);
+  }
+}
+
+/** A write the store refused for what it holds: the same write would be refused again. */
+function isRefusedWrite(error: unknown): boolean {
+  return error instanceof DomainError && error.code === 'BAD_REQUEST';
+}
