@@ -105,6 +105,34 @@ describe(HttpAgent.name, () => {
     expect(remote.requests[0]!.headers['x-cs-signature']).toBeDefined();
   });
 
+  it('keeps the idempotency-key of a step repeated after a failover, whose new holder stored state changes since', async () => {
+    const user = events.user('the trigger');
+    const before = [user, events.stateChanged('running')];
+    const call = events.toolCall('current_time', {}, 'call_1');
+    const result = events.toolResult('current_time', 'noon', 'call_1');
+    // The holder that died, in step 2; the new holder stored loading, awaiting_user_input, running.
+    const died = [...before, call, result];
+    const resumed = [
+      ...died,
+      events.stateChanged('loading'),
+      events.stateChanged('awaiting_user_input'),
+      events.stateChanged('running'),
+    ];
+    await settle(httpAgent().step(contextOf(died, { conversation_id: 'c7' })));
+    await settle(httpAgent().step(contextOf(resumed, { conversation_id: 'c7' })));
+    expect(remote.requests.map((r) => r.headers['idempotency-key'])).toEqual([
+      `c7:${result.id}`,
+      `c7:${result.id}`,
+    ]);
+    // A step whose history ends with its trigger and state changes is keyed by the trigger.
+    await settle(
+      httpAgent().step(
+        contextOf([user, events.stateChanged('running')], { conversation_id: 'c7' }),
+      ),
+    );
+    expect(remote.requests[2]!.headers['idempotency-key']).toBe(`c7:${user.id}`);
+  });
+
   it('yields each output as its line arrives, also a line split across chunks', async () => {
     let release!: () => void;
     const gate = new Promise<void>((resolve) => (release = resolve));

@@ -7,12 +7,13 @@
  * longer than `AGENT_HTTP_TIMEOUT_MS` (before the headers or between two
  * chunks), an answer over 10 MiB, or one cut short ends the turn in
  * `agent_http_error`. The `idempotency-key` is the conversation and the id
- * of the last stored event: a step repeated after a failover, from the same
- * stored history, carries the same key.
+ * of the last stored event of the step's history, the agent state changes
+ * left out: a new holder stores `loading` and `running` before it repeats
+ * the step of a holder that died, and the repeat must carry the same key.
  */
 import type { ReadableStreamDefaultReader, ReadableStreamReadResult } from 'node:stream/web';
 import { AgentTurnError, type Agent, type AgentContext } from '@cs/core';
-import { AgentOutputSchema, type AgentOutput } from '@cs/protocol';
+import { AgentOutputSchema, type AgentOutput, type StoredEvent } from '@cs/protocol';
 import { NdjsonLines } from './ndjson-lines.js';
 import { SIGNATURE_HEADER, TIMESTAMP_HEADER, signRequest } from './request-signature.js';
 
@@ -76,7 +77,7 @@ export class HttpAgent implements Agent {
             accept: 'application/x-ndjson',
             [TIMESTAMP_HEADER]: timestamp,
             [SIGNATURE_HEADER]: signRequest(this.settings.secret, timestamp, body),
-            'idempotency-key': `${context.conversation_id}:${context.history.last_event_id}`,
+            'idempotency-key': `${context.conversation_id}:${stepHistoryEnd(context, events)}`,
           },
           body,
           signal,
@@ -131,6 +132,20 @@ export class HttpAgent implements Agent {
       own.abort();
     }
   }
+}
+
+/**
+ * The id of the last event of the step's history that is not an agent
+ * state change (those say where a holder is, not what the agent was told).
+ * The trigger is always in the history: the key never goes back past it.
+ */
+export function stepHistoryEnd(context: AgentContext, events: readonly StoredEvent[]): number {
+  for (let i = events.length - 1; i >= 0; i -= 1) {
+    const event = events[i]!;
+    if ('observation' in event && event.observation === 'agent_state_changed') continue;
+    return Math.max(event.id, context.trigger.id);
+  }
+  return context.trigger.id;
 }
 
 /** One answer line as an agent output, or the `error` observation saying why it is not one. */
