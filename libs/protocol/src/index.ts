@@ -2,6 +2,7 @@ export * from './agent-state.js';
 export * from './agent-state-change.js';
 export * from './errors.js';
 export * from './events.js';
+export * from './event-repeat.js';
 export * from './json-limits.js';
 export * from './limits.js';
 export * from './replicas.js';

@@ -1,13 +1,7 @@
 import type { EventDraft } from '@cs/core';
 import { BadRequestError, ConflictError } from '@cs/core';
 import { describe, expect, it } from 'vitest';
-import {
-  eventRowsJson,
-  foldDeltas,
-  jsonEqual,
-  planAppend,
-  prepareDraft,
-} from './event-append.plan.js';
+import { eventRowsJson, foldDeltas, planAppend, prepareDraft } from './event-append.plan.js';
 import type { StoredEventRow } from './repositories/event.repository.js';
 
 const message = (content: string, extra: Partial<EventDraft> = {}): EventDraft => ({
@@ -204,16 +198,5 @@ describe('foldDeltas', () => {
     expect(() =>
       foldDeltas([prepareDraft(message('x', { metricsDelta: { iterations: Number.NaN } }))]),
     ).toThrow(BadRequestError);
-  });
-});
-
-describe('jsonEqual', () => {
-  it('ignores key order but not values, lengths or types', () => {
-    expect(jsonEqual({ a: 1, b: [1, { c: 2 }] }, { b: [1, { c: 2 }], a: 1 })).toBe(true);
-    expect(jsonEqual({ a: 1 }, { a: 1, b: 2 })).toBe(false);
-    expect(jsonEqual([1, 2], [2, 1])).toBe(false);
-    expect(jsonEqual({ a: '1' }, { a: 1 })).toBe(false);
-    expect(jsonEqual([], {})).toBe(false);
-    expect(jsonEqual(null, {})).toBe(false);
   });
 });

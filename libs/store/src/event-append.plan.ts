@@ -9,9 +9,11 @@ import type { AgentState, ConversationMetrics, StoredEvent } from '@cs/protocol'
 import {
   AGENT_STATE_CHANGED,
   ClientEventIdSchema,
+  EVENT_ENVELOPE_KEYS,
   EventSourceSchema,
   eventType,
   isObservation,
+  isSameEvent,
   readAgentState,
 } from '@cs/protocol';
 import type { NewEventRow, StoredEventRow } from './repositories/event.repository.js';
@@ -39,9 +41,6 @@ export interface PreparedDraft {
  */
 export const MAX_EVENT_BYTES = 2 * 1024 * 1024;
 
-// Keys of the envelope: a body carrying them would shadow the stored ones.
-const ENVELOPE_KEYS = ['id', 'timestamp', 'source', 'cause', 'client_event_id'];
-
 export function prepareDraft(draft: EventDraft): PreparedDraft {
   if (!EventSourceSchema.safeParse(draft.source).success) {
     throw new BadRequestError('invalid event source', 'source');
@@ -64,8 +63,9 @@ export function prepareDraft(draft: EventDraft): PreparedDraft {
   ) {
     throw new BadRequestError('invalid client_event_id', 'client_event_id');
   }
+  // A body carrying the envelope's keys would shadow the stored ones.
   const stripped: Record<string, unknown> = { ...draft.body };
-  for (const key of ENVELOPE_KEYS) delete stripped[key];
+  for (const key of EVENT_ENVELOPE_KEYS) delete stripped[key];
   const payloadJson = JSON.stringify(stripped);
   const payloadBytes = Buffer.byteLength(payloadJson);
   if (payloadBytes > MAX_EVENT_BYTES) {
@@ -155,30 +155,14 @@ function assertSameContent(
   stored: { source: string; payload: Record<string, unknown> },
   draft: PreparedDraft,
 ): void {
-  if (stored.source !== draft.source || !jsonEqual(stored.payload, draft.payload)) {
+  if (
+    !isSameEvent(
+      { source: stored.source, body: stored.payload },
+      { source: draft.source, body: draft.payload },
+    )
+  ) {
     throw new ConflictError(`client_event_id ${key} was already used for another event`);
   }
-}
-
-/** Deep equality of JSON values; object key order does not matter (jsonb reorders keys). */
-export function jsonEqual(a: unknown, b: unknown): boolean {
-  if (a === b) return true;
-  if (typeof a !== 'object' || typeof b !== 'object' || a === null || b === null) return false;
-  if (Array.isArray(a) || Array.isArray(b)) {
-    return (
-      Array.isArray(a) &&
-      Array.isArray(b) &&
-      a.length === b.length &&
-      a.every((item, i) => jsonEqual(item, b[i]))
-    );
-  }
-  const left = a as Record<string, unknown>;
-  const right = b as Record<string, unknown>;
-  const keys = Object.keys(left);
-  return (
-    keys.length === Object.keys(right).length &&
-    keys.every((key) => Object.hasOwn(right, key) && jsonEqual(left[key], right[key]))
-  );
 }
 
 /**

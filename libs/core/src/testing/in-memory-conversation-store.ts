@@ -5,7 +5,7 @@
  * `libs/store`; this double exists so that AgentSession and the managers can
  * be specified without a database.
  */
-import { isAction, readAgentState } from '@cs/protocol';
+import { isAction, isSameEvent, readAgentState } from '@cs/protocol';
 import type { ConversationStatus, StoredEvent } from '@cs/protocol';
 import {
   EMPTY_METRICS,
@@ -254,7 +254,7 @@ export class InMemoryConversationStore implements ConversationStore {
           ? undefined
           : [...entry.events, ...fresh].find((row) => row.clientEventId === key);
       if (previous) {
-        if (!sameContent(previous.event, draft)) {
+        if (!isSameEvent({ source: previous.event.source, body: previous.event }, draft)) {
           throw new ConflictError('client_event_id already used with other content');
         }
         results.push({ event: clone(previous.event), duplicate: true });
@@ -400,24 +400,6 @@ function encodeCursor(updatedAtMs: number, id: string): string {
 function decodeCursor(cursor: string): Pick<ConversationRecord, 'updatedAt' | 'id'> {
   const [ms, id] = JSON.parse(Buffer.from(cursor, 'base64url').toString()) as [number, string];
   return { updatedAt: new Date(ms), id };
-}
-
-/** Same source and body: a repeat of the same user action. */
-function sameContent(event: StoredEvent, draft: EventDraft): boolean {
-  const { id: _id, timestamp: _ts, cause: _cause, ...rest } = event;
-  const stored: Record<string, unknown> = { ...rest };
-  delete stored['client_event_id'];
-  return stableJson(stored) === stableJson({ source: draft.source, ...draft.body });
-}
-
-function stableJson(value: unknown): string {
-  return JSON.stringify(value, (_key, v: unknown) =>
-    v && typeof v === 'object' && !Array.isArray(v)
-      ? Object.fromEntries(
-          Object.entries(v as Record<string, unknown>).sort(([a], [b]) => (a < b ? -1 : 1)),
-        )
-      : v,
-  );
 }
 
 function clone<T>(value: T): T {

@@ -30,6 +30,7 @@ import {
   MAX_JSON_DEPTH,
   StatusId,
   findJsonTooDeep,
+  isSameEvent,
   type ConversationInfo,
   type ConversationPage,
   type ConversationStateResponse,
@@ -42,7 +43,6 @@ import {
   type UserAction,
 } from '@cs/protocol';
 import { randomUUID } from 'node:crypto';
-import { isDeepStrictEqual } from 'node:util';
 import { assertVisible, type Principal } from '../auth/principal.js';
 import type { UserActionRateLimiter } from '../rate-limit/user-action-rate-limiter.js';
 import {
@@ -362,15 +362,7 @@ export class ConversationService {
       draft.clientEventId,
     );
     if (!stored) return null;
-    const {
-      id: _id,
-      timestamp: _timestamp,
-      cause: _cause,
-      client_event_id: _key,
-      source,
-      ...body
-    } = stored as StoredEvent & { client_event_id?: string };
-    if (source !== draft.source || !isDeepStrictEqual(body, draft.body)) {
+    if (!isSameEvent({ source: stored.source, body: stored }, draft)) {
       throw new ConflictError('this idempotency key was used for another action');
     }
     return { event: stored, duplicate: true };
