@@ -17,6 +17,13 @@ export interface AgentRuntime {
   tools: ToolRegistry;
   /** `LLM_PRICES` of the usage's model (the conversation's, or `LLM_MODEL`). */
   price: (model: string | undefined, usage: StepUsage) => number;
+  /**
+   * Ends what this process holds for a conversation whose session ended
+   * here (stopped, closed, evicted, handed off, lease lost): its MCP
+   * sessions, each with the Streamable HTTP DELETE. A later tool call opens
+   * new ones. Never throws.
+   */
+  endConversation(conversationId: string): Promise<void>;
   close(): Promise<void>;
 }
 
@@ -67,6 +74,9 @@ export async function createAgentRuntime(
       const price = prices[model ?? config.llm.model ?? ''];
       if (!price) return 0;
       return (usage.promptTokens * price.input + usage.completionTokens * price.output) / 1e6;
+    },
+    endConversation: async (conversationId) => {
+      await mcp?.endConversation(conversationId).catch(() => undefined);
     },
     close: async () => {
       await mcp?.close();
