@@ -1,7 +1,8 @@
 // ConversationHost on real Redis, BullMQ and Postgres: a conversation whose
 // holders keep crashing is neither retried in a hot loop nor failed for good
 // (it ends in `error`, and the next message starts it); a message whose
-// wake-up was lost is still answered.
+// wake-up was lost is still answered; a job handed out again to the worker
+// still running it keeps its newer run's lock.
 import type { Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { AgentRegistry } from '@cs/agents';
@@ -218,6 +219,41 @@ describe(ConversationHost.name, () => {
     expect((await opened.store.getConversation(ref.tenantId, ref.conversationId))?.status).toBe(
       'RUNNING',
     );
+  });
+
+  it('keeps renewing the newer run when a stalled job is handed to the worker still running it', async () => {
+    const ref = await hostedConversation('stalled');
+    const lock = `${keys.bullPrefix}:{conversations}:conversation-${ref.conversationId}:lock`;
+    const leaseEpoch = async () =>
+      (await opened.store.getConversation(ref.tenantId, ref.conversationId))!.leaseEpoch;
+    const firstToken = await redis.get(lock);
+    expect(firstToken).toBeTruthy();
+    const firstEpoch = await leaseEpoch();
+
+    // As when this process was paused past its lock: the lock lapses, and the stalled
+    // check hands the job out again, to this worker, while its first run goes on.
+    await redis.del(lock);
+    let secondToken: string | null = null;
+    await vi.waitFor(
+      async () => {
+        secondToken = await redis.get(lock);
+        expect(secondToken).toBeTruthy();
+        expect(secondToken).not.toBe(firstToken);
+        expect(await leaseEpoch()).toBe(firstEpoch + 1);
+        expect(host.conversations).toContain(ref.conversationId);
+      },
+      { timeout: 10_000, interval: 50 },
+    );
+
+    // The first run is over; the second's lock outlives several lock durations, so the
+    // job is not handed out again (each time a failover, until too_many_failovers).
+    await new Promise((resolve) => setTimeout(resolve, 3 * LEASE_TTL_MS));
+    expect(await redis.get(lock)).toBe(secondToken);
+    expect(await leaseEpoch()).toBe(firstEpoch + 1);
+    expect(await jobs.state(ref.conversationId)).toBe('active');
+    expect(host.conversations).toContain(ref.conversationId);
+    const sent = await userSays(ref, 'still you?');
+    expect(await answersTo(ref, sent)).toHaveLength(1);
   });
 
   it('answers a message whose wake-up was lost, found by its periodic catch-up', async () => {

@@ -278,6 +278,50 @@ describe('acquire-slot-2.lua, renew-slots-2.lua, release-slot-2.lua', () => {
 
 // A reservation's member is unique per call (the limiter uses UUIDs): two
 // concurrent reservations never overwrite each other's entry.
+describe('record-failover-1.lua', () => {
+  const conversation = 'conversation-1';
+  const record = (windowMs: number, work: string) =>
+    runScript(
+      redis,
+      'record-failover-1',
+      [keys.conversationFailovers(conversation)],
+      [windowMs, work, randomUUID()],
+    ) as Promise<number>;
+
+  it('counts the crashes on the same work, this one included', async () => {
+    expect(await record(60_000, 'message:3')).toBe(1);
+    expect(await record(60_000, 'message:3')).toBe(2);
+    expect(await record(60_000, 'loading')).toBe(1);
+    // `message:3` is not a prefix match of `message:30`.
+    expect(await record(60_000, 'message:30')).toBe(1);
+    expect(await record(60_000, 'message:3')).toBe(3);
+    const members = await redis.zrange(keys.conversationFailovers(conversation), '0', '-1');
+    expect(members).toHaveLength(5);
+    const ttl = await redis.pttl(keys.conversationFailovers(conversation));
+    expect(ttl).toBeGreaterThan(0);
+    expect(ttl).toBeLessThanOrEqual(60_000);
+  });
+
+  it('forgets crashes older than the window; the record expires a window after the last', async () => {
+    const before = await redisNow();
+    expect(await record(500, 'message:1')).toBe(1);
+    const [, score] = await redis.zrange(
+      keys.conversationFailovers(conversation),
+      '0',
+      '0',
+      'WITHSCORES',
+    );
+    expect(Number(score)).toBeGreaterThanOrEqual(before);
+    await sleep(300);
+    expect(await record(500, 'message:1')).toBe(2);
+    await sleep(300);
+    // The first is 600 ms old: gone; the second is not.
+    expect(await record(500, 'message:1')).toBe(2);
+    await sleep(600);
+    expect(await redis.exists(keys.conversationFailovers(conversation))).toBe(0);
+  });
+});
+
 describe('concurrent reservations', () => {
   it('grant exactly the limit when many arrive at once', async () => {
     const results = await Promise.all(

@@ -1,6 +1,7 @@
 import {
   ConcurrencyLimitError,
   NotFoundError,
+  TOO_MANY_CONVERSATIONS_NOTICE,
   agentStateChangeDraft,
   readAgentStateChange,
   refOf,
@@ -23,13 +24,6 @@ import type { ConnectionRegistry } from './realtime/connection-registry.js';
 const FINISHING_RUN_WAIT_MS = 750;
 const POLL_MS = 20;
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
-
-export const TOO_MANY_CONVERSATIONS_NOTICE = {
-  status_update: true as const,
-  type: 'error' as const,
-  id: StatusId.TooManyConversations,
-  message: 'This conversation was stopped because its user started too many conversations.',
-};
 
 /**
  * The gateway's view of the cluster. It never runs an agent: it stores user

@@ -2,7 +2,13 @@ import { readFileSync } from 'node:fs';
 import type { Redis } from 'ioredis';
 
 /** The Lua scripts in `lua/`, named `<what-it-does>-<number of keys>.lua`. */
-const SCRIPTS = ['acquire-slot-2', 'renew-slots-2', 'release-slot-2', 'reserve-action-1'] as const;
+const SCRIPTS = [
+  'acquire-slot-2',
+  'renew-slots-2',
+  'release-slot-2',
+  'reserve-action-1',
+  'record-failover-1',
+] as const;
 type ScriptName = (typeof SCRIPTS)[number];
 
 const sources = new Map<ScriptName, { lua: string; numberOfKeys: number }>(

@@ -1,0 +1,146 @@
+/**
+ * The conversation's BullMQ job as its lease, through BullMQ's public API
+ * only. The worker renews no lock itself (`skipLockRenewal`): each run of a
+ * job renews its own lock, by its own token (`job.extendLock`).
+ *
+ * Why per run: BullMQ hands a job out again when its lock lapsed (this
+ * process was paused, or Redis was away, past the lock), possibly to the
+ * worker still running it, so two runs of one job may overlap here. A
+ * renewal kept by job id would be dropped when the earlier run finishes,
+ * with the newer run's lock going unrenewed: it would lapse, and the job be
+ * handed out again and again (each time a failover) until the conversation
+ * ended in `too_many_failovers`. A renewal by token belongs to its run: the
+ * earlier run's stops failing (its token is stale), the newer run's goes on.
+ */
+import { WaitingError, Worker, type ConnectionOptions, type Job } from 'bullmq';
+import { CONVERSATION_QUEUE, type ConversationJobData } from './conversation-jobs.js';
+import type { LeaseTiming } from './lease-timing.js';
+
+export type ConversationJob = Job<ConversationJobData, string>;
+
+export interface ConversationWorkerOptions {
+  connection: ConnectionOptions;
+  prefix: string;
+  concurrency: number;
+  timing: LeaseTiming;
+}
+
+/** The BullMQ worker of the conversation queue; `process` runs as long as the lease is held. */
+export function conversationWorker(
+  process: (job: ConversationJob, token: string) => Promise<string>,
+  options: ConversationWorkerOptions,
+): Worker<ConversationJobData, string> {
+  const { timing } = options;
+  return new Worker<ConversationJobData, string>(
+    CONVERSATION_QUEUE,
+    (job, token) => {
+      // BullMQ's Worker passes the run's lock token to every processor.
+      if (token === undefined) throw new Error('a conversation job runs only with its lock token');
+      return process(job, token);
+    },
+    {
+      connection: options.connection,
+      prefix: options.prefix,
+      concurrency: options.concurrency,
+      lockDuration: timing.lockDuration,
+      lockRenewTime: timing.lockRenewTime,
+      // Each run renews its own lock (JobLease); the stalled check still runs, so a
+      // dead process's job is handed out again once its lock lapsed.
+      skipLockRenewal: true,
+      stalledInterval: timing.stalledInterval,
+      // Repeated crashes are bounded by our failover accounting, not by failing the job for good.
+      maxStalledCount: Number.MAX_SAFE_INTEGER,
+      // An idle worker looks for jobs at least this often (seconds): a worker shutting
+      // down may take the wake-up marker of the jobs it hands back, and the others must
+      // not wait for the next one.
+      drainDelay: 0.2,
+    },
+  );
+}
+
+/**
+ * Hands the job back to the queue (SIGTERM, or taken while draining), so
+ * that another worker takes it at once. Never returns: BullMQ needs the
+ * `WaitingError` to leave the job waiting rather than finish it.
+ */
+export async function handBack(job: ConversationJob, token: string): Promise<never> {
+  await job.moveToWait(token);
+  throw new WaitingError();
+}
+
+export interface JobLeaseEvents {
+  /**
+   * A renewal found the lock gone or held by another run's token: another
+   * worker may have the conversation now, or Redis only lost the lock.
+   */
+  onLockLost: () => void;
+  /** A renewal failed (Redis away); the next one tries again. */
+  onError: (error: unknown) => void;
+}
+
+/** The job locks of the runs in this process, so that a kill can stop renewing them all at once. */
+export class JobLeases {
+  private readonly held = new Set<JobLease>();
+  private closed = false;
+
+  constructor(private readonly timing: Pick<LeaseTiming, 'lockDuration' | 'lockRenewTime'>) {}
+
+  /** Starts renewing the lock of this run of the job, every `lockRenewTime`. */
+  hold(job: ConversationJob, token: string, events: JobLeaseEvents): JobLease {
+    const lease = new JobLease(job, token, this.timing, events, () => this.held.delete(lease));
+    if (this.closed) lease.release();
+    else this.held.add(lease);
+    return lease;
+  }
+
+  /** Stops every renewal: the locks lapse and the stalled check hands the jobs out again. */
+  releaseAll(): void {
+    this.closed = true;
+    for (const lease of this.held) lease.release();
+  }
+}
+
+/** One run's hold of its job's lock. */
+export class JobLease {
+  private timer: NodeJS.Timeout | undefined;
+  private released = false;
+
+  constructor(
+    readonly job: ConversationJob,
+    readonly token: string,
+    private readonly timing: Pick<LeaseTiming, 'lockDuration' | 'lockRenewTime'>,
+    private readonly events: JobLeaseEvents,
+    private readonly onRelease: () => void,
+  ) {
+    this.schedule();
+  }
+
+  /** Stops renewing (the run ends); the lock goes with the job's completion or lapses. */
+  release(): void {
+    if (this.released) return;
+    this.released = true;
+    clearTimeout(this.timer);
+    this.onRelease();
+  }
+
+  /** Stops renewing and hands the job back to the queue (see `handBack`). */
+  handBack(): Promise<never> {
+    this.release();
+    return handBack(this.job, this.token);
+  }
+
+  private schedule(): void {
+    if (this.released) return;
+    this.timer = setTimeout(() => void this.renew(), this.timing.lockRenewTime);
+  }
+
+  private async renew(): Promise<void> {
+    try {
+      const extended = await this.job.extendLock(this.token, this.timing.lockDuration);
+      if (!extended && !this.released) this.events.onLockLost();
+    } catch (error) {
+      if (!this.released) this.events.onError(error);
+    }
+    this.schedule();
+  }
+}

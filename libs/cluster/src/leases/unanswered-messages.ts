@@ -1,0 +1,31 @@
+import type { ConversationRef, ConversationStore } from '@cs/core';
+import { isAction } from '@cs/protocol';
+
+/**
+ * Ids of the user messages after `answered_through` (the first 100 events
+ * after it): the ones its session has yet to answer. What a crashed holder
+ * was doing, what an error answers, and whether a closed session must run
+ * again are all read from here.
+ */
+export async function unansweredMessages(
+  store: ConversationStore,
+  ref: ConversationRef,
+): Promise<number[]> {
+  const record = await store.getConversation(ref.tenantId, ref.conversationId);
+  if (!record) return [];
+  const after = await store.readEvents(ref.tenantId, ref.conversationId, {
+    fromId: record.answeredThrough + 1,
+    limit: 100,
+  });
+  return after.flatMap((event) =>
+    event.source === 'user' && isAction(event) && event.action === 'message' ? [event.id] : [],
+  );
+}
+
+/** True when the newest user message has no settled answer after it. */
+export async function hasUnansweredMessage(
+  store: ConversationStore,
+  ref: ConversationRef,
+): Promise<boolean> {
+  return (await unansweredMessages(store, ref)).length > 0;
+}
