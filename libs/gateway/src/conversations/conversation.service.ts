@@ -1,36 +1,22 @@
 import { Inject, Injectable, Optional } from '@nestjs/common';
-import { z } from 'zod';
 import type { AppConfig } from '@cs/config';
 import {
-  AgentBusyError,
   BadRequestError,
-  ConflictError,
-  NotFoundError,
   RateLimitedError,
-  agentStateChangeDraft,
   refOf,
   roomKey,
   userActionDraft,
   toConversationInfo,
   type AgentFactory,
   type AppendedEvent,
-  type ConversationSettings,
   type EventPage,
   type ConversationBroadcaster,
   type ConversationManager,
   type ConversationRecord,
-  type ConversationRef,
   type ConversationStore,
-  type EventDraft,
 } from '@cs/core';
 import {
-  ActionBodySchema,
-  EventSourceSchema,
-  ObservationBodySchema,
-  MAX_JSON_DEPTH,
   StatusId,
-  findJsonTooDeep,
-  isSameEvent,
   type ConversationInfo,
   type ConversationPage,
   type ConversationStateResponse,
@@ -54,6 +40,9 @@ import {
   USER_ACTION_RATE_LIMITER,
 } from '../tokens.js';
 import { ConversationRoomHub } from '../realtime/conversation-room-hub.js';
+import { parseReplay, withReplayedMarkers } from './conversation-replay.js';
+import { settingsOf } from './conversation-settings.js';
+import { checkAgentBusy, findRepeat } from './user-action-admission.js';
 
 /** What a create answers, and whether it made the conversation (201) or found it (200). */
 export interface CreatedConversation {
@@ -68,14 +57,7 @@ export const DEFAULT_APP_NAME = 'default';
 const MAX_EVENT_PAGE_BYTES = 4 * 1024 * 1024;
 /** A replay holds at most this much of a client's history in memory at once. */
 const REPLAY_PAGE_BYTES = 1024 * 1024;
-/** PROTOCOL.md: `replay_json` holds at most this many events. */
-const MAX_REPLAY_EVENTS = 1_000;
 const INITIAL_MESSAGE_KEY = 'initial_user_msg';
-
-const ReplayEventSchema = z.union([
-  ActionBodySchema.extend({ source: EventSourceSchema.default('agent') }),
-  ObservationBodySchema.extend({ source: EventSourceSchema.default('environment') }),
-]);
 
 /**
  * What a caller may do with conversations, whichever door it came through
@@ -110,7 +92,7 @@ export class ConversationService {
     const agentName = body.agent ?? this.config.agent.default;
     if (!this.agents.has(agentName))
       throw new BadRequestError(`unknown agent ${agentName}`, 'agent');
-    const settings = this.settingsOf(body);
+    const settings = settingsOf(body, this.config.limits);
     const agentConfig = body.agent_config ?? {};
     this.agents.validateConfig?.(agentName, agentConfig);
     const replay = body.replay_json === undefined ? [] : parseReplay(body.replay_json);
@@ -163,27 +145,6 @@ export class ConversationService {
     }
     if (!result.created) await reservation.cancel();
     return this.created(result.conversation, result.created, body);
-  }
-
-  /** The conversation's own limits, which may only lower the deployment's. */
-  private settingsOf(body: CreateConversationBody): ConversationSettings {
-    const { maxIterations, maxBudgetUsd } = this.config.limits;
-    if (body.max_iterations !== undefined && body.max_iterations > maxIterations) {
-      throw new BadRequestError(`max_iterations may be at most ${maxIterations}`, 'max_iterations');
-    }
-    if (
-      body.max_budget_usd !== undefined &&
-      maxBudgetUsd > 0 &&
-      body.max_budget_usd > maxBudgetUsd
-    ) {
-      throw new BadRequestError(`max_budget_usd may be at most ${maxBudgetUsd}`, 'max_budget_usd');
-    }
-    return {
-      confirmationMode: body.confirmation_mode ?? false,
-      multitaskStrategy: body.multitask_strategy ?? null,
-      maxIterations: body.max_iterations ?? null,
-      maxBudgetUsd: body.max_budget_usd ?? null,
-    };
   }
 
   private info(record: ConversationRecord): ConversationInfo {
@@ -296,11 +257,11 @@ export class ConversationService {
     idempotencyKey?: string,
   ): Promise<AppendedEvent> {
     const ref = refOf(conversation);
-    await this.checkAgentBusy(conversation, action);
+    await checkAgentBusy(this.store, this.config.agent.multitaskStrategy, conversation, action);
     const reservation = await this.rateLimiter.reserve(principal.tenantId, principal.userId);
     if (!reservation) {
       // An idempotent repeat stores nothing, so it does not count against the limit.
-      const repeat = await this.findRepeat(ref, action, idempotencyKey);
+      const repeat = await findRepeat(this.store, ref, action, idempotencyKey);
       if (repeat) return repeat;
       throw new RateLimitedError();
     }
@@ -312,60 +273,6 @@ export class ConversationService {
       await reservation.cancel();
       throw error;
     }
-  }
-
-  /**
-   * What the conversation's agent state decides at the door: an answer to a
-   * confirmation needs one pending; under the `reject` strategy a message
-   * while a turn runs is refused (and stored nowhere). Read fresh: a
-   * socket's record is as old as its handshake.
-   */
-  private async checkAgentBusy(
-    conversation: ConversationRecord,
-    action: UserAction,
-  ): Promise<void> {
-    const answer =
-      action.action === 'change_agent_state' &&
-      (action.args.agent_state === 'user_confirmed' || action.args.agent_state === 'user_rejected');
-    const mayReject =
-      action.action === 'message' &&
-      (conversation.settings.multitaskStrategy ?? this.config.agent.multitaskStrategy) === 'reject';
-    if (!answer && !mayReject && this.config.agent.multitaskStrategy !== 'reject') return;
-    if (!answer && action.action !== 'message') return;
-    const current = await this.store.getConversation(conversation.tenantId, conversation.id);
-    if (!current || current.incarnation !== conversation.incarnation) throw new NotFoundError();
-    if (answer) {
-      if (current.agentState !== 'awaiting_user_confirmation') {
-        throw new BadRequestError('no tool call awaits confirmation', 'args.agent_state');
-      }
-      return;
-    }
-    const strategy = current.settings.multitaskStrategy ?? this.config.agent.multitaskStrategy;
-    const busy =
-      current.agentState === 'running' ||
-      current.agentState === 'loading' ||
-      current.agentState === 'awaiting_user_confirmation';
-    if (strategy === 'reject' && busy) throw new AgentBusyError();
-  }
-
-  /** The stored event a repeated idempotency key refers to; `CONFLICT` when its content differs. */
-  private async findRepeat(
-    ref: ConversationRef,
-    action: UserAction,
-    idempotencyKey: string | undefined,
-  ): Promise<AppendedEvent | null> {
-    const draft = userActionDraft(action, idempotencyKey);
-    if (draft.clientEventId === undefined) return null;
-    const stored = await this.store.findEventByClientEventId(
-      ref.tenantId,
-      ref.conversationId,
-      draft.clientEventId,
-    );
-    if (!stored) return null;
-    if (!isSameEvent({ source: stored.source, body: stored }, draft)) {
-      throw new ConflictError('this idempotency key was used for another action');
-    }
-    return { event: stored, duplicate: true };
   }
 
   async events(
@@ -436,42 +343,4 @@ export class ConversationService {
   ensureRunning(conversation: ConversationRecord): Promise<ConversationStatus> {
     return this.manager.ensureRunning(refOf(conversation));
   }
-}
-
-/**
- * A replayed history was answered already: each of its user events is
- * followed by a settled state change caused by it, so that no agent runs it
- * again. A new conversation's events are numbered from 0.
- */
-function withReplayedMarkers(replay: readonly EventDraft[]): EventDraft[] {
-  const drafts: EventDraft[] = [];
-  for (const draft of replay) {
-    drafts.push(draft);
-    if (draft.source === 'user') {
-      const cause = drafts.length - 1;
-      drafts.push(
-        agentStateChangeDraft('awaiting_user_input', { cause, answers: cause, reason: 'replayed' }),
-      );
-    }
-  }
-  return drafts;
-}
-
-function parseReplay(json: string): EventDraft[] {
-  let parsed: unknown;
-  try {
-    parsed = JSON.parse(json);
-  } catch {
-    throw new BadRequestError('replay_json is not valid JSON', 'replay_json');
-  }
-  if (findJsonTooDeep(parsed) !== undefined) {
-    throw new BadRequestError(`replay_json is nested deeper than ${MAX_JSON_DEPTH}`, 'replay_json');
-  }
-  const result = z.array(ReplayEventSchema).max(MAX_REPLAY_EVENTS).safeParse(parsed);
-  if (!result.success) {
-    const issue = result.error.issues[0];
-    const path = ['replay_json', ...(issue?.path ?? []).map(String)].join('.');
-    throw new BadRequestError(`${path}: ${issue?.message ?? 'invalid'}`, path);
-  }
-  return result.data.map(({ source, ...body }) => ({ source, body }));
 }

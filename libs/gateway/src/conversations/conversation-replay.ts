@@ -1,0 +1,61 @@
+/**
+ * `replay_json` of a create (PROTOCOL.md): a client's history, stored as the
+ * new conversation's first events and marked answered, so that no agent runs
+ * any of it again.
+ */
+import { z } from 'zod';
+import { BadRequestError, agentStateChangeDraft, type EventDraft } from '@cs/core';
+import {
+  ActionBodySchema,
+  EventSourceSchema,
+  MAX_JSON_DEPTH,
+  ObservationBodySchema,
+  findJsonTooDeep,
+} from '@cs/protocol';
+
+/** PROTOCOL.md: `replay_json` holds at most this many events. */
+const MAX_REPLAY_EVENTS = 1_000;
+
+const ReplayEventSchema = z.union([
+  ActionBodySchema.extend({ source: EventSourceSchema.default('agent') }),
+  ObservationBodySchema.extend({ source: EventSourceSchema.default('environment') }),
+]);
+
+/** The events of `replay_json`; `BAD_REQUEST` naming the first field that is wrong. */
+export function parseReplay(json: string): EventDraft[] {
+  let parsed: unknown;
+  try {
+    parsed = JSON.parse(json);
+  } catch {
+    throw new BadRequestError('replay_json is not valid JSON', 'replay_json');
+  }
+  if (findJsonTooDeep(parsed) !== undefined) {
+    throw new BadRequestError(`replay_json is nested deeper than ${MAX_JSON_DEPTH}`, 'replay_json');
+  }
+  const result = z.array(ReplayEventSchema).max(MAX_REPLAY_EVENTS).safeParse(parsed);
+  if (!result.success) {
+    const issue = result.error.issues[0];
+    const path = ['replay_json', ...(issue?.path ?? []).map(String)].join('.');
+    throw new BadRequestError(`${path}: ${issue?.message ?? 'invalid'}`, path);
+  }
+  return result.data.map(({ source, ...body }) => ({ source, body }));
+}
+
+/**
+ * A replayed history was answered already: each of its user events is
+ * followed by a settled state change caused by it, so that no agent runs it
+ * again. A new conversation's events are numbered from 0.
+ */
+export function withReplayedMarkers(replay: readonly EventDraft[]): EventDraft[] {
+  const drafts: EventDraft[] = [];
+  for (const draft of replay) {
+    drafts.push(draft);
+    if (draft.source === 'user') {
+      const cause = drafts.length - 1;
+      drafts.push(
+        agentStateChangeDraft('awaiting_user_input', { cause, answers: cause, reason: 'replayed' }),
+      );
+    }
+  }
+  return drafts;
+}
