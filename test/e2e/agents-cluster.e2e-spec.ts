@@ -168,7 +168,7 @@ describe('the llm agent on two gateways and two workers', () => {
     }
   });
 
-  it('runs a built-in and an MCP tool call on the worker and stores each call and result linked', async () => {
+  it('runs a built-in and an MCP tool call on the worker and stores each call and result linked; a failing tool is an is_error result and the turn goes on', async () => {
     showOutputsOnFailure();
     script(
       'tag-cluster-tools',
@@ -182,6 +182,7 @@ describe('the llm agent on two gateways and two workers', () => {
               name: 'files__echo',
               argumentPieces: ['{"text":', '"from the', ' cluster"}'],
             },
+            { id: 'call_fail', name: 'files__fail', argumentPieces: ['{}'] },
           ],
         }),
       },
@@ -201,7 +202,11 @@ describe('the llm agent on two gateways and two workers', () => {
         (e): e is StoredEvent & { args: Record<string, unknown> } =>
           'action' in e && e.action === 'tool_call',
       );
-      expect(calls.map((c) => c.args['tool'])).toEqual(['current_time', 'files__echo']);
+      expect(calls.map((c) => c.args['tool'])).toEqual([
+        'current_time',
+        'files__echo',
+        'files__fail',
+      ]);
       for (const call of calls) {
         const results = stored.filter(
           (e) =>
@@ -211,7 +216,7 @@ describe('the llm agent on two gateways and two workers', () => {
         ) as (StoredEvent & { content: string; extras: Record<string, unknown> })[];
         expect(results).toHaveLength(1);
         expect(results[0]!.cause).toBe(call.id);
-        expect(results[0]!.extras['is_error']).toBe(false);
+        expect(results[0]!.extras['is_error']).toBe(call.args['tool'] === 'files__fail');
         if (call.args['tool'] === 'files__echo')
           expect(results[0]!.content).toBe('from the cluster');
       }
@@ -363,6 +368,19 @@ describe('the http agent on two gateways and two workers', () => {
       );
     } finally {
       client.close();
+    }
+  });
+});
+
+describe('secrets on the cluster', () => {
+  it('never writes the model key, the HMAC secret or the MCP header to any process output', () => {
+    const outputs = cluster.outputs();
+    expect(outputs.length).toBeGreaterThan(0);
+    for (const proc of [...cluster.gateways, ...cluster.workers]) {
+      const output = proc.output();
+      expect(output, `${proc.name} logged the model key`).not.toContain(API_KEY);
+      expect(output, `${proc.name} logged the HMAC secret`).not.toContain(HMAC_SECRET);
+      expect(output, `${proc.name} logged the MCP header`).not.toContain(MCP_TOKEN);
     }
   });
 });
