@@ -120,7 +120,11 @@ async function clusterFixture(): Promise<ConversationManagerFixture> {
         received.statuses.set(idOf(room), [...(received.statuses.get(idOf(room)) ?? []), status]),
       publishStream: () => undefined,
     };
-    const observer = new RedisRoomSubscriber(resources.redis(`${prefix}:rooms`), keys);
+    const observer = new RedisRoomSubscriber(
+      resources.redis(`${prefix}:rooms`),
+      keys,
+      resources.redis(`${prefix}:reader`),
+    );
 
     // --- the workers
     const hosts: ConversationHost[] = [];

@@ -79,8 +79,8 @@ describe(RedisRoomSubscriber.name, () => {
   });
 
   it('delivers what is published once the room is open, to the gateways that opened it only', async () => {
-    const first = new RedisRoomSubscriber(subscriberConnection('gateway-1'), keys);
-    const second = new RedisRoomSubscriber(subscriberConnection('gateway-2'), keys);
+    const first = new RedisRoomSubscriber(subscriberConnection('gateway-1'), keys, publisher);
+    const second = new RedisRoomSubscriber(subscriberConnection('gateway-2'), keys, publisher);
     const [a, b] = [randomUUID(), randomUUID()];
     const atFirst = new Recorder();
     const atSecond = new Recorder();
@@ -116,8 +116,44 @@ describe(RedisRoomSubscriber.name, () => {
     ]);
   });
 
+  it('gives a gateway that opens a room mid-step the text so far first, appended delta by delta', async () => {
+    const room = randomUUID();
+    const delta = (text: string, offset: number, cause = 7): StreamDelta => ({
+      stream: true,
+      cause,
+      delta: text,
+      offset,
+    });
+    const late = async (name: string) => {
+      const recorder = new Recorder();
+      const subscriber = new RedisRoomSubscriber(subscriberConnection(name), keys, publisher);
+      await subscriber.open(room, recorder);
+      subscriber.close(room);
+      return recorder.of(room);
+    };
+    // Many deltas that follow on: the snapshot is their whole text (appended, not rewritten).
+    let text = '';
+    for (let i = 0; i < 200; i += 1) {
+      const piece = `t${i} `;
+      broadcaster.publishStream(room, delta(piece, text.length));
+      text += piece;
+    }
+    expect(await publisher.get(keys.roomStream(room))).toBe(`7:${text}`);
+    expect(await late('late-1')).toEqual([delta(text, 0)]);
+    // A new step (offset 0) starts its text afresh.
+    broadcaster.publishStream(room, delta('new', 0, 9));
+    expect(await late('late-2')).toEqual([delta('new', 0, 9)]);
+    // A gap makes the text unknown: a late gateway gets none rather than a wrong one.
+    broadcaster.publishStream(room, delta('lost', 10, 9));
+    expect(await late('late-3')).toEqual([]);
+    // The step's stored answer ends the stream.
+    broadcaster.publishStream(room, delta('again', 0, 11));
+    broadcaster.publishEvents(room, [{ ...storedEvent(12), cause: 11 }]);
+    expect(await publisher.exists(keys.roomStream(room))).toBe(0);
+  });
+
   it('stops delivering once the room is closed', async () => {
-    const subscriber = new RedisRoomSubscriber(subscriberConnection('closing'), keys);
+    const subscriber = new RedisRoomSubscriber(subscriberConnection('closing'), keys, publisher);
     const id = randomUUID();
     const recorder = new Recorder();
     await subscriber.open(id, recorder);
@@ -139,7 +175,7 @@ describe(RedisRoomSubscriber.name, () => {
   });
 
   it('drops traffic that is not a room message, and goes on delivering', async () => {
-    const subscriber = new RedisRoomSubscriber(subscriberConnection('garbage'), keys);
+    const subscriber = new RedisRoomSubscriber(subscriberConnection('garbage'), keys, publisher);
     const id = randomUUID();
     const recorder = new Recorder();
     await subscriber.open(id, recorder);
@@ -155,7 +191,7 @@ describe(RedisRoomSubscriber.name, () => {
   it('resubscribes after its connection dropped, then asks its rooms to catch up from the store', async () => {
     const connection = subscriberConnection('dropping');
     const clientId = await connection.client('ID');
-    const subscriber = new RedisRoomSubscriber(connection, keys);
+    const subscriber = new RedisRoomSubscriber(connection, keys, publisher);
     const resyncs: number[] = [];
     subscriber.onResync(() => resyncs.push(Date.now()));
     const id = randomUUID();

@@ -58,7 +58,7 @@ async function main({ config, logger: root }: ServiceContext): Promise<RunningSe
   const redis = openRedis(redisUrl, `${gatewayId}:commands`);
   const subscriber = openRedis(redisUrl, `${gatewayId}:adapter-sub`);
   const publisher = openPublisher(redisUrl, `${gatewayId}:publish`);
-  const rooms = new RedisRoomSubscriber(openRedis(redisUrl, `${gatewayId}:rooms`), keys);
+  const rooms = new RedisRoomSubscriber(openRedis(redisUrl, `${gatewayId}:rooms`), keys, redis);
   const warning = await checkEvictionPolicy(redis);
   if (warning) logger.warn(warning);
 

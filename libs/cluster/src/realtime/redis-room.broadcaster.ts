@@ -7,6 +7,7 @@ import {
 import type { RoomMessage, StatusUpdate, StoredEvent, StreamDelta } from '@cs/protocol';
 import type { Redis } from 'ioredis';
 import type { ClusterKeys } from '../redis/cluster-keys.js';
+import { encodeStreamText } from './stream-text-snapshot.js';
 
 /**
  * Publishes a conversation's live traffic on its own Redis channel, which
@@ -44,26 +45,38 @@ export class RedisRoomBroadcaster implements ConversationBroadcaster {
   }
 
   /**
-   * A delta to the room, and the step's text so far to Redis, in one
-   * round trip (the publisher pipelines): a gateway that opens the room
-   * later gives its clients that text first.
+   * A delta to the room, and the step's text so far kept in Redis (the
+   * publisher pipelines both into one round trip): a gateway that opens the
+   * room later gives its clients that text first. A delta that follows on is
+   * appended there, so that a long answer costs no more per delta than a short
+   * one; a delta after a gap makes the text unknown, and it is dropped.
    */
   publishStream(room: string, delta: StreamDelta): void {
-    const stream = nextStreamText(this.streams.get(room) ?? null, delta);
+    const previous = this.streams.get(room) ?? null;
+    const knownLength = previous?.cause === delta.cause ? previous.content.length : -1;
+    const stream = nextStreamText(previous, delta);
     this.streams.delete(room);
-    if (stream) {
+    const key = this.keys.roomStream(room);
+    if (!stream) {
+      if (previous) this.publisher.del(key).catch(() => undefined);
+    } else {
       this.streams.set(room, stream);
       if (this.streams.size > MAX_TRACKED_STREAMS) {
         this.streams.delete(this.streams.keys().next().value as string);
       }
-      this.publisher
-        .set(
-          this.keys.roomStream(room),
-          JSON.stringify({ cause: stream.cause, text: stream.content }),
-          'PX',
-          STREAM_TEXT_TTL_MS,
-        )
-        .catch(() => undefined);
+      if (delta.offset > 0 && delta.offset === knownLength) {
+        this.publisher.append(key, delta.delta).catch(() => undefined);
+        this.publisher.pexpire(key, STREAM_TEXT_TTL_MS).catch(() => undefined);
+      } else {
+        this.publisher
+          .set(
+            key,
+            encodeStreamText({ cause: stream.cause, text: stream.content }),
+            'PX',
+            STREAM_TEXT_TTL_MS,
+          )
+          .catch(() => undefined);
+      }
     }
     this.publish(room, { type: 'stream', delta });
   }

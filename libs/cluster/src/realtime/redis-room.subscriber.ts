@@ -1,19 +1,8 @@
 import type { ConversationBroadcaster } from '@cs/core';
 import { RoomMessageSchema } from '@cs/protocol';
-import { z } from 'zod';
-
-/** What `RedisRoomBroadcaster.publishStream` leaves in Redis. */
-const StreamSnapshotSchema = z.object({ cause: z.number().int().min(0), text: z.string() });
-
-function safeJson(text: string): unknown {
-  try {
-    return JSON.parse(text);
-  } catch {
-    return null;
-  }
-}
 import type { Redis } from 'ioredis';
 import type { ClusterKeys } from '../redis/cluster-keys.js';
+import { decodeStreamText } from './stream-text-snapshot.js';
 
 /**
  * A gateway's subscriptions to the rooms of the conversations it has
@@ -26,10 +15,15 @@ export class RedisRoomSubscriber {
   private resync: (() => void) | null = null;
   private connectedOnce: boolean;
 
-  /** @param subscriber a connection used for these subscriptions only */
+  /**
+   * @param subscriber a connection used for these subscriptions only
+   * @param reader a command connection, for the step texts kept in Redis (a
+   *   connection in subscriber mode may send no other command)
+   */
   constructor(
     private readonly subscriber: Redis,
     private readonly keys: ClusterKeys,
+    private readonly reader: Pick<Redis, 'get'>,
   ) {
     subscriber.on('message', (channel: string, raw: string) => this.deliver(channel, raw));
     // After an outage ioredis subscribes again once it is ready; what was
@@ -73,13 +67,13 @@ export class RedisRoomSubscriber {
     }
     await subscribed;
     // A step streaming already: its text so far, before the deltas that follow.
-    const stored = await this.subscriber.get(this.keys.roomStream(room)).catch(() => null);
-    const parsed = stored === null ? null : StreamSnapshotSchema.safeParse(safeJson(stored));
-    if (parsed?.success && this.sinks.get(channel)?.sink === sink) {
+    const stored = await this.reader.get(this.keys.roomStream(room)).catch(() => null);
+    const snapshot = stored === null ? null : decodeStreamText(stored);
+    if (snapshot && this.sinks.get(channel)?.sink === sink) {
       sink.publishStream(room, {
         stream: true,
-        cause: parsed.data.cause,
-        delta: parsed.data.text,
+        cause: snapshot.cause,
+        delta: snapshot.text,
         offset: 0,
       });
     }
