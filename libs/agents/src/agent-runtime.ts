@@ -29,12 +29,20 @@ export interface AgentRuntime {
 
 export async function createAgentRuntime(
   config: AppConfig,
-  options: { onWarning?: (message: string) => void; withTools?: boolean } = {},
+  options: {
+    onWarning?: (message: string) => void;
+    withTools?: boolean;
+    /** Each model request's duration, for `cs_llm_request_seconds` (ServiceMetrics.runtime().llmRequest). */
+    onModelRequest?: (seconds: number) => void;
+  } = {},
 ): Promise<AgentRuntime> {
   const agents = new AgentRegistry((name, agentConfig) =>
     validateAgentConfig(name, agentConfig, config),
   );
-  for (const [name, make] of Object.entries(builtinAgents(config))) agents.register(name, make);
+  for (const [name, make] of Object.entries(
+    builtinAgents(config, options.onModelRequest ? { onModelRequest: options.onModelRequest } : {}),
+  ))
+    agents.register(name, make);
   const tools = new ToolRegistry(config.tools.timeoutMs);
   for (const [name, tool] of Object.entries(BUILTIN_TOOLS)) tools.add(name, tool);
   // Gateways only need the names of the agents: no MCP session from them.

@@ -20,11 +20,20 @@ const LlmAgentConfigSchema = z.object({
   temperature: z.number().min(0).max(2).optional(),
 });
 
+export interface BuiltinAgentsOptions {
+  /** Told the duration of each model request of the `llm` agent (`cs_llm_request_seconds`). */
+  onModelRequest?: (seconds: number) => void;
+}
+
 /** The agents of this deployment's configuration, by name. */
-export function builtinAgents(config: AppConfig): Record<string, AgentMaker> {
+export function builtinAgents(
+  config: AppConfig,
+  options: BuiltinAgentsOptions = {},
+): Record<string, AgentMaker> {
   const agents: Record<string, AgentMaker> = {};
   if (config.llm.model) {
-    agents[LLM_AGENT] = (agentConfig) => new LlmAgent(llmSettings(agentConfig, config));
+    const llmOptions = options.onModelRequest ? { onRequestEnded: options.onModelRequest } : {};
+    agents[LLM_AGENT] = (agentConfig) => new LlmAgent(llmSettings(agentConfig, config), llmOptions);
   }
   const { url, secret, timeoutMs } = config.agentHttp;
   if (url && secret) {

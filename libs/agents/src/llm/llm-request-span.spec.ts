@@ -32,9 +32,12 @@ afterAll(() => sdk.shutdown());
 beforeEach(async () => {
   resetEventIds();
   exporter.reset();
+  durations.length = 0;
   server = await FakeModelServer.start();
 });
 afterEach(() => server.close());
+
+const durations: number[] = [];
 
 function agent(): LlmAgent {
   const llm: AppConfig['llm'] = {
@@ -50,7 +53,7 @@ function agent(): LlmAgent {
   };
   return new LlmAgent(
     { llm, model: 'fake-model', temperature: undefined, toolNames: undefined },
-    { backoffMs: 10, maxBackoffMs: 20 },
+    { backoffMs: 10, maxBackoffMs: 20, onRequestEnded: (seconds) => durations.push(seconds) },
   );
 }
 
@@ -105,6 +108,9 @@ describe('LlmAgent model request spans', () => {
     );
     for (const secret of [API_KEY, USER_TEXT, ANSWER_TEXT, 'secret instructions', 'slow'])
       expect(seen).not.toContain(secret);
+    // Each request is timed once, for cs_llm_request_seconds.
+    expect(durations).toHaveLength(2);
+    for (const seconds of durations) expect(seconds).toBeGreaterThan(0);
   });
 
   it('ends the span of a request the runtime stops reading as aborted', async () => {
@@ -130,6 +136,7 @@ describe('LlmAgent model request spans', () => {
     await agent().title(context);
     const [span] = requestSpans(await finished());
     expect(span?.attributes).toMatchObject({ 'cs.llm.purpose': 'title', 'cs.llm.outcome': 'ok' });
+    expect(durations).toHaveLength(1);
     expect(JSON.stringify(span?.attributes)).not.toContain(USER_TEXT);
     expect(JSON.stringify(span?.attributes)).not.toContain(ANSWER_TEXT);
   });

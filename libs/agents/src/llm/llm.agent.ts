@@ -62,6 +62,8 @@ export interface LlmAgentOptions {
   /** First backoff delay; doubled per retry, with jitter, up to `maxBackoffMs`. */
   backoffMs?: number;
   maxBackoffMs?: number;
+  /** Told the duration of each model request (each attempt, and the title request), in seconds. */
+  onRequestEnded?: (seconds: number) => void;
 }
 
 interface Usage {
@@ -74,6 +76,7 @@ export class LlmAgent implements Agent {
   private readonly model: LanguageModel;
   private readonly backoffMs: number;
   private readonly maxBackoffMs: number;
+  private readonly onRequestEnded: ((seconds: number) => void) | undefined;
 
   constructor(
     private readonly settings: LlmAgentSettings,
@@ -84,6 +87,7 @@ export class LlmAgent implements Agent {
     tokenCounter().catch(() => undefined);
     this.backoffMs = options.backoffMs ?? 500;
     this.maxBackoffMs = options.maxBackoffMs ?? 8000;
+    this.onRequestEnded = options.onRequestEnded;
   }
 
   async *step(context: AgentContext): AsyncIterable<AgentOutput> {
@@ -183,7 +187,7 @@ export class LlmAgent implements Agent {
         }
         outcome.retried = true;
         // The backoff is no part of the request.
-        endRequestSpan(span, outcome, false);
+        endOpenSpan(span, outcome, false);
         context.notify?.({
           type: 'info',
           id: LLM_RETRY_STATUS,
@@ -193,7 +197,7 @@ export class LlmAgent implements Agent {
         continue;
       } finally {
         own.abort();
-        endRequestSpan(span, outcome, context.signal.aborted);
+        endOpenSpan(span, outcome, context.signal.aborted);
       }
 
       if (usage) yield this.usageOutput(usage);
@@ -249,7 +253,7 @@ export class LlmAgent implements Agent {
         cause: scrubbedError(error, [this.settings.llm.apiKey]),
       });
     } finally {
-      endRequestSpan(span, failed, signal.aborted);
+      endOpenSpan(span, failed, signal.aborted);
     }
     const title = cleanTitle(result.text);
     if (!title) throw new Error('the model gave an empty title');
@@ -257,15 +261,30 @@ export class LlmAgent implements Agent {
     return usage ? { title, usage: this.usageOutputFields(usage) } : { title };
   }
 
-  /** A span of one model request, in the active trace (the agent step's). */
+  /** A span of one model request, in the active trace (the agent step's); its end times the request. */
   private requestSpan(purpose: 'step' | 'title', attempt: number): OpenSpan {
-    return startSpan('model request', {
+    const startedAt = performance.now();
+    const span = startSpan('model request', {
       'gen_ai.operation.name': 'chat',
       'gen_ai.provider.name': this.settings.llm.provider,
       'gen_ai.request.model': this.settings.model,
       'cs.llm.purpose': purpose,
       'cs.llm.attempt': attempt + 1,
     });
+    let ended = false;
+    return {
+      setAttributes: (attributes) => span.setAttributes(attributes),
+      end: (error) => {
+        if (ended) return;
+        ended = true;
+        span.end(error);
+        try {
+          this.onRequestEnded?.((performance.now() - startedAt) / 1000);
+        } catch {
+          // A metric never fails a request.
+        }
+      },
+    };
   }
 
   private toolsFor(tools: readonly ToolDescription[]): ToolDescription[] {
@@ -329,7 +348,7 @@ interface RequestOutcome {
   abandoned?: boolean;
 }
 
-function endRequestSpan(span: OpenSpan, outcome: RequestOutcome, aborted: boolean): void {
+function endOpenSpan(span: OpenSpan, outcome: RequestOutcome, aborted: boolean): void {
   const label =
     outcome.abandoned || (outcome.error !== undefined && aborted)
       ? 'aborted'
