@@ -164,7 +164,7 @@ export class TurnDriver {
         turn.markCut('interrupt');
       }
     }
-    if (turn.cut) turn.controller.abort();
+    if (turn.cut) turn.abort();
   }
 
   /** Runs a turn until it settles, waits for a confirmation or is cut; stores what the cut means. */
