@@ -64,6 +64,8 @@ export const StandaloneModule = {
               runtime: {
                 tools,
                 price: runtime.price,
+                // The conversation's MCP sessions end with its session here.
+                onEnd: (ref) => void runtime.endConversation(ref.conversationId),
                 maxBudgetUsd: config.limits.maxBudgetUsd,
                 multitaskStrategy: config.agent.multitaskStrategy,
                 metrics: metrics.runtime(),

@@ -81,6 +81,8 @@ async function main({ config, logger: root }: ServiceContext): Promise<RunningSe
       runtime: {
         tools: runtime.tools,
         price: runtime.price,
+        // The conversation's MCP sessions end with its session here.
+        onEnd: (ref) => void runtime.endConversation(ref.conversationId),
         maxBudgetUsd: config.limits.maxBudgetUsd,
         multitaskStrategy: config.agent.multitaskStrategy,
         metrics: metrics.runtime(),

@@ -818,6 +818,43 @@ describe(AgentSession.name, () => {
     expect(f.answers()).toEqual([]);
   });
 
+  it('tells onEnd once, after it ended, how it ended (stop, close, lease lost)', async () => {
+    const f = await fixture();
+    const ended: [string, string][] = [];
+    const open = async () =>
+      new AgentSession({
+        store: f.store,
+        broadcaster: f.broadcaster,
+        ref: f.ref,
+        leaseEpoch: await f.store.acquireLease(f.ref.tenantId, f.ref.conversationId, 'test-owner'),
+        agent: echoTestAgent(),
+        options: {
+          maxIterations: 10,
+          clock: f.clock,
+          onEnd: (ref, reason) => ended.push([ref.conversationId, reason]),
+        },
+      });
+    const stopped = await open();
+    await stopped.start();
+    await stopped.stop();
+    await stopped.stop();
+    const closed = await open();
+    await closed.start();
+    await closed.close();
+    const fenced = await open();
+    await fenced.start();
+    await f.store.acquireLease(f.ref.tenantId, f.ref.conversationId, 'someone-else');
+    await f.userSays('too late', fenced);
+    await fenced.closed;
+    await vi.waitFor(() => expect(ended).toHaveLength(3));
+    const id = f.ref.conversationId;
+    expect(ended).toEqual([
+      [id, 'stopped'],
+      [id, 'closed'],
+      [id, 'lease_lost'],
+    ]);
+  });
+
   describe('exactly-once answers', () => {
     it('a holder that died between running and the answer: the next holder answers once', async () => {
       const f = await fixture();

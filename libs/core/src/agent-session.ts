@@ -138,6 +138,8 @@ export class AgentSession {
       () => this.lifecycle.isFinished,
     );
     this.closed = this.lifecycle.closed;
+    const onEnd = init.options.onEnd;
+    if (onEnd) void this.closed.then((reason) => onEnd(this.ref, reason));
     const publish = (status: StatusUpdate) =>
       this.safely(() => this.broadcaster.publishStatus(this.room, status));
     this.turns = new TurnDriver({

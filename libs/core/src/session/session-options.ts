@@ -8,6 +8,7 @@ import type { ConversationStore } from '../ports/conversation-store.port.js';
 import type { RuntimeMetrics } from '../ports/runtime-metrics.port.js';
 import type { Tracing } from '../ports/tracing.port.js';
 import type { ToolRegistry } from '../tools/tool-registry.js';
+import type { SessionEndReason } from './session-lifecycle.js';
 import type { StepUsage } from './step-runner.js';
 
 export interface AgentSessionOptions {
@@ -37,12 +38,17 @@ export interface AgentSessionOptions {
    * message (an agent's exception text may hold a backend's host names).
    */
   reportError?: (message: string, error: unknown) => void;
+  /**
+   * Called once the session has ended, however it ended (what the process
+   * keeps for the conversation, such as its MCP sessions, may go).
+   */
+  onEnd?: (ref: ConversationRef, reason: SessionEndReason) => void;
 }
 
 /** What every session of a process shares: tools, metrics, the deployment's limits and prices. */
 export type SessionRuntime = Pick<
   AgentSessionOptions,
-  'tools' | 'metrics' | 'tracing' | 'maxBudgetUsd' | 'multitaskStrategy' | 'price'
+  'tools' | 'metrics' | 'tracing' | 'maxBudgetUsd' | 'multitaskStrategy' | 'price' | 'onEnd'
 >;
 
 export interface AgentSessionInit {
