@@ -259,15 +259,13 @@ describe('the llm agent on two gateways and two workers', () => {
     );
 
     const spans = receiver.spans;
-    // The model request of the second message: in a trace the gateway began.
+    // A model request in a trace the gateway began (the message's: stored there, then woken here).
     const requestSpan = () =>
       spans.find(
         (span) =>
           span.name === 'model request' &&
           span.role === 'worker' &&
-          spans.some(
-            (s) => s.traceId === span.traceId && s.role === 'gateway' && s.name.startsWith('POST'),
-          ) &&
+          spans.some((s) => s.traceId === span.traceId && s.role === 'gateway') &&
           spans.some(
             (s) => s.traceId === span.traceId && s.name === 'agent step' && s.role === 'worker',
           ),
@@ -275,8 +273,14 @@ describe('the llm agent on two gateways and two workers', () => {
     await until(
       () => requestSpan() !== undefined,
       () =>
-        `a model request span in a gateway's trace among ${JSON.stringify(
-          spans.filter((s) => s.role === 'worker').map((s) => s.name),
+        `a model request span in a gateway's trace; the traces of model requests: ${JSON.stringify(
+          spans
+            .filter((s) => s.name === 'model request')
+            .map((r) =>
+              spans
+                .filter((s) => s.traceId === r.traceId)
+                .map((s) => `${s.role}:${s.name}:${s.spanId}<${s.parentSpanId ?? ''}`),
+            ),
         )}`,
       20_000,
       200,
