@@ -234,6 +234,39 @@ describe('the llm agent in the standalone app', () => {
     }
   });
 
+  it("ends the conversation's MCP sessions when it stops, and times each model request in /metrics", async () => {
+    const requestsSeen = async () => {
+      const metrics = await fetch(`${app.url}/metrics`).then((r) => r.text());
+      const line = /^cs_llm_request_seconds_count(?:\{[^}]*\})? (\d+)/m.exec(metrics);
+      return Number(line?.[1] ?? 0);
+    };
+    const requestsBefore = await requestsSeen();
+    script(
+      'tag-mcp-end',
+      {
+        kind: 'stream',
+        events: openAiStream({
+          toolCalls: [{ id: 'call_e', name: 'files__echo', argumentPieces: ['{"text":"x"}'] }],
+        }),
+      },
+      { kind: 'stream', events: openAiStream({ text: ['Done.'] }) },
+    );
+    const { id, client } = await conversation({ agent: 'llm', title: 'fixed' });
+    try {
+      const cause = await say(client, 'tag-mcp-end: echo once');
+      await client.waitForReply(cause, 20_000);
+      expect(await requestsSeen()).toBeGreaterThanOrEqual(requestsBefore + 2);
+      const closedBefore = mcp.sessionsClosed;
+      const stop = await api(app.url, 'POST', `/api/conversations/${id}/stop`, { token });
+      expect(stop.status).toBe(200);
+      await expect
+        .poll(() => mcp.sessionsClosed, { timeout: 10_000 })
+        .toBeGreaterThan(closedBefore);
+    } finally {
+      client.close();
+    }
+  });
+
   it('announces each retry with STATUS$LLM_RETRY, then answers', async () => {
     let tries = 0;
     model.when((b) => streaming(b) && lastUser(b).includes('tag-retry') && tries++ < 1, {

@@ -11,11 +11,11 @@ import {
   DEV_TENANT_ID,
   DEV_USER_ID,
 } from '@cs/gateway';
-import { conversationLogFields } from '@cs/observability';
 import { runService, type RunningService, type ServiceContext } from '@cs/process';
 import { openStore } from '@cs/store';
 import { standaloneJwtSecret } from './jwt-secret.js';
 import { createAgentRuntime } from '@cs/agents';
+import { ServiceMetrics, conversationLogFields } from '@cs/observability';
 import { StandaloneModule } from './standalone.module.js';
 
 /** Within the 10 s the contract gives the standalone process to exit after SIGTERM. */
@@ -39,10 +39,14 @@ async function main(context: ServiceContext): Promise<RunningService> {
     };
   }
 
+  const metrics = new ServiceMetrics({ role: 'standalone' });
   const { module, shutdown } = StandaloneModule.create(
     config,
     opened,
-    await createAgentRuntime(config),
+    await createAgentRuntime(config, {
+      onModelRequest: (seconds) => metrics.runtime().llmRequest(seconds),
+    }),
+    metrics,
   );
   const app = await createHttpApp(module, config, logger);
   await app.listen(config.http.port, config.http.host);

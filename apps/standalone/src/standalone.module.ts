@@ -31,8 +31,8 @@ export const StandaloneModule = {
     config: AppConfig,
     opened: OpenedStore,
     runtime: AgentRuntime,
+    metrics: ServiceMetrics,
   ): { module: DynamicModule; shutdown: () => Promise<void> } {
-    const metrics = new ServiceMetrics({ role: 'standalone' });
     const store = metrics.instrument(opened.store);
     const { agents, tools } = runtime;
     let manager: StandaloneConversationManager | undefined;

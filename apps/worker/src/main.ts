@@ -56,7 +56,9 @@ async function main({ config, logger: root }: ServiceContext): Promise<RunningSe
   const jobs = new ConversationJobs(redis, keys);
   metrics.setWaitingConversationsSource(() => waitingConversations(jobs));
   const timing = leaseTiming(config.cluster.leaseTtlMs);
-  const runtime = await createAgentRuntime(config);
+  const runtime = await createAgentRuntime(config, {
+    onModelRequest: (seconds) => metrics.runtime().llmRequest(seconds),
+  });
   const host = new ConversationHost({
     store: metrics.instrument(opened.store),
     agents: runtime.agents,
