@@ -274,6 +274,8 @@ describe('the llm agent on an Anthropic Messages server (standalone)', () => {
       expect(info.body.title).toBe('Claude picked this title');
       const titleRequests = model.requests.filter((r) => !streaming(r.body));
       expect(titleRequests.some((r) => tagged(r.body, 'tag-title'))).toBe(true);
+      // PROTOCOL.md "Titles": the title request's usage counts in the metrics.
+      expect(await metricsOf(id)).toMatchObject({ prompt_tokens: 40, completion_tokens: 7 });
     } finally {
       client.close();
     }

@@ -778,6 +778,26 @@ describe.each(backends)('PostgresConversationStore on $name', (backend) => {
       expect(metadataOnly).toMatchObject({ title: 'renamed', metadata: {} });
     });
 
+    it('adds usage to the metrics with an update, beside what the events added', async () => {
+      const conversation = await created();
+      await store.append(conversation.tenantId, conversation.id, [
+        {
+          ...message('a'),
+          metricsDelta: { iterations: 1, prompt_tokens: 10, completion_tokens: 5, cost_usd: 0.25 },
+        },
+      ]);
+      const updated = await store.updateConversation(conversation.tenantId, conversation.id, {
+        title: 'titled',
+        addMetrics: { prompt_tokens: 30, completion_tokens: 2, cost_usd: 0.5 },
+      });
+      const expected = { iterations: 1, prompt_tokens: 40, completion_tokens: 7, cost_usd: 0.75 };
+      expect(updated?.metrics).toEqual(expected);
+      // An update without usage leaves the metrics alone.
+      await store.updateConversation(conversation.tenantId, conversation.id, { title: 'again' });
+      const read = await store.getConversation(conversation.tenantId, conversation.id);
+      expect(read?.metrics).toEqual(expected);
+    });
+
     it('deletes a conversation with its events', async () => {
       const conversation = await created();
       await store.append(conversation.tenantId, conversation.id, [message('a'), message('b')]);

@@ -54,7 +54,7 @@ async function ids(history: ConversationHistory): Promise<number[]> {
 
 const hasAgentEvent = (drafts: readonly EventDraft[]) => drafts.some((d) => d.source === 'agent');
 
-async function fixture() {
+async function fixture(title = 'test') {
   const clock = new ManualClock();
   const store = new InMemoryConversationStore({ clock });
   const broadcaster = new RecordingBroadcaster();
@@ -63,7 +63,7 @@ async function fixture() {
     tenantId: `tenant-${randomUUID()}`,
     userId: 'user-1',
     appName: 'app',
-    title: 'test',
+    title,
     metadata: {},
     agent: { name: 'test', config: {} },
     instructions: 'be brief',
@@ -853,6 +853,46 @@ describe(AgentSession.name, () => {
       [id, 'closed'],
       [id, 'lease_lost'],
     ]);
+  });
+
+  it("titles an untitled conversation after its first answer and counts the title request's usage", async () => {
+    const f = await fixture('');
+    const agent = echoTestAgent();
+    const titled: Agent = {
+      step: (context) => agent.step(context),
+      title: async () => ({
+        title: '  Greetings  ',
+        usage: { prompt_tokens: 30, completion_tokens: 5 },
+      }),
+    };
+    const session = new AgentSession({
+      store: f.store,
+      broadcaster: f.broadcaster,
+      ref: f.ref,
+      leaseEpoch: await f.store.acquireLease(f.ref.tenantId, f.ref.conversationId, 'test-owner'),
+      agent: titled,
+      options: {
+        maxIterations: 10,
+        clock: f.clock,
+        price: (_model, usage) => usage.promptTokens / 1000,
+      },
+    });
+    await session.start();
+    await f.userSays('hello', session);
+    await vi.waitFor(async () => {
+      const record = await f.store.getConversation(f.ref.tenantId, f.ref.conversationId);
+      expect(record?.title).toBe('Greetings');
+    });
+    const record = await f.store.getConversation(f.ref.tenantId, f.ref.conversationId);
+    expect(record?.metrics).toMatchObject({
+      prompt_tokens: 30,
+      completion_tokens: 5,
+      cost_usd: 0.03,
+    });
+    expect(f.broadcaster.statusesOf(f.ref.conversationId)).toContainEqual(
+      expect.objectContaining({ id: 'STATUS$TITLE_UPDATED', message: 'Greetings' }),
+    );
+    await session.stop();
   });
 
   describe('exactly-once answers', () => {

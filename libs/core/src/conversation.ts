@@ -102,6 +102,8 @@ export interface ConversationPatch {
   metadata?: Record<string, unknown>;
   confirmationMode?: boolean;
   multitaskStrategy?: MultitaskStrategy;
+  /** Counters added to the metrics: usage outside a turn's events (a title request). */
+  addMetrics?: MetricsDelta;
 }
 
 /**

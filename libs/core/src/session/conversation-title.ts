@@ -2,13 +2,16 @@
  * The title of a conversation created without one (PROTOCOL.md "Titles"):
  * after its first answer, the agent's `title()` if it has one, else the
  * fallback rule on the first user message; stored, then announced with
- * `STATUS$TITLE_UPDATED`. A failure leaves the conversation untitled.
+ * `STATUS$TITLE_UPDATED`. A failure leaves the conversation untitled. The
+ * title request's usage counts in the conversation's metrics like a step's.
  */
 import { StatusId, isAction } from '@cs/protocol';
 import type { StatusUpdate, StoredEvent } from '@cs/protocol';
 import type { Agent } from '../agent.js';
-import type { ConversationRef } from '../conversation.js';
+import type { ConversationRef, MetricsDelta } from '../conversation.js';
 import type { ConversationStore } from '../ports/conversation-store.port.js';
+import type { RuntimeMetrics } from '../ports/runtime-metrics.port.js';
+import type { StepUsage } from './step-runner.js';
 import { fallbackTitle } from './title.js';
 import type { TurnRunner } from './turn-runner.js';
 import { isUserMessage } from './user-event-queue.js';
@@ -23,24 +26,36 @@ export interface TitleDeps {
   reportError: (message: string, error: unknown) => void;
   /** True once the session is closing: a title found then is not stored. */
   isClosing: () => boolean;
+  /** The cost of a usage its agent did not price (`LLM_PRICES` of the conversation's model). */
+  price: (usage: StepUsage) => number;
+  metrics: RuntimeMetrics;
 }
 
 export async function titleConversation(deps: TitleDeps, runner: TurnRunner): Promise<void> {
   const { store, ref, agent } = deps;
   try {
     let title = '';
+    let usage: MetricsDelta | undefined;
     if (agent.title) {
       try {
-        title = (await agent.title(runner.titleContext())).title
-          .trim()
-          .slice(0, MAX_AGENT_TITLE_CHARS);
+        const made = await agent.title(runner.titleContext());
+        title = made.title.trim().slice(0, MAX_AGENT_TITLE_CHARS);
+        if (made.usage) usage = titleUsage(deps, made.usage);
       } catch (error) {
         deps.reportError('the agent could not make a title', error);
       }
     }
     if (title === '') title = fallbackTitle(await firstUserMessage(deps, runner.trigger));
-    if (title === '' || deps.isClosing()) return;
-    await store.updateConversation(ref.tenantId, ref.conversationId, { title });
+    if (deps.isClosing()) return;
+    if (title === '') {
+      if (usage)
+        await store.updateConversation(ref.tenantId, ref.conversationId, { addMetrics: usage });
+      return;
+    }
+    await store.updateConversation(ref.tenantId, ref.conversationId, {
+      title,
+      ...(usage ? { addMetrics: usage } : {}),
+    });
     deps.publishStatus({
       status_update: true,
       type: 'info',
@@ -50,6 +65,23 @@ export async function titleConversation(deps: TitleDeps, runner: TurnRunner): Pr
   } catch (error) {
     deps.reportError('could not store a title', error);
   }
+}
+
+function titleUsage(
+  deps: TitleDeps,
+  usage: { prompt_tokens: number; completion_tokens: number; cost_usd?: number },
+): MetricsDelta {
+  const step: StepUsage = {
+    promptTokens: usage.prompt_tokens,
+    completionTokens: usage.completion_tokens,
+    ...(usage.cost_usd === undefined ? {} : { costUsd: usage.cost_usd }),
+  };
+  deps.metrics.tokensUsed(step.promptTokens, step.completionTokens);
+  return {
+    prompt_tokens: step.promptTokens,
+    completion_tokens: step.completionTokens,
+    cost_usd: step.costUsd ?? deps.price(step),
+  };
 }
 
 async function firstUserMessage(deps: TitleDeps, trigger: StoredEvent): Promise<string> {

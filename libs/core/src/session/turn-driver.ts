@@ -270,7 +270,15 @@ export class TurnDriver {
   private async giveTitle(runner: TurnRunner): Promise<void> {
     if (this.titled) return;
     this.titled = true;
-    await titleConversation(this.deps, runner);
+    const { deps } = this;
+    await titleConversation(
+      {
+        ...deps,
+        price: turnSettings(deps.options, deps.record()).price,
+        metrics: deps.options.metrics ?? NO_RUNTIME_METRICS,
+      },
+      runner,
+    );
   }
 }
 

@@ -160,6 +160,10 @@ export class InMemoryConversationStore implements ConversationStore {
       entry.record.settings.confirmationMode = patch.confirmationMode;
     if (patch.multitaskStrategy !== undefined)
       entry.record.settings.multitaskStrategy = patch.multitaskStrategy;
+    for (const [name, value] of Object.entries(patch.addMetrics ?? {})) {
+      const metric = name as keyof typeof entry.record.metrics;
+      if (typeof value === 'number') entry.record.metrics[metric] += value;
+    }
     entry.record.updatedAt = new Date(this.clock.now());
     return Promise.resolve(clone(entry.record));
   }

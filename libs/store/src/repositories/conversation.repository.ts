@@ -17,6 +17,10 @@ import type {
 } from '@cs/protocol';
 import type { SqlQueryable } from '../database/sql-database.js';
 import { PREPARED } from '../database/sql-database.js';
+import { metricsPlus } from './metrics-sql.js';
+
+/** The metrics plus the counters in parameters $8 to $11. */
+const METRICS_PLUS_USAGE = metricsPlus(8);
 
 interface ConversationRow {
   id: string;
@@ -186,6 +190,7 @@ export class ConversationRepository {
               metadata = coalesce($4::jsonb, metadata),
               confirmation_mode = coalesce($5::boolean, confirmation_mode),
               multitask_strategy = coalesce($6::text, multitask_strategy),
+              metrics = CASE WHEN $7::boolean THEN ${METRICS_PLUS_USAGE} ELSE metrics END,
               updated_at = greatest(updated_at, clock_timestamp())
         WHERE tenant_id = $1 AND id = $2
         RETURNING ${COLUMNS}`,
@@ -196,6 +201,11 @@ export class ConversationRepository {
         patch.metadata === undefined ? null : JSON.stringify(patch.metadata),
         patch.confirmationMode ?? null,
         patch.multitaskStrategy ?? null,
+        patch.addMetrics !== undefined,
+        patch.addMetrics?.iterations ?? 0,
+        patch.addMetrics?.prompt_tokens ?? 0,
+        patch.addMetrics?.completion_tokens ?? 0,
+        patch.addMetrics?.cost_usd ?? 0,
       ],
     );
     return rows[0] ? toRecord(rows[0]) : null;

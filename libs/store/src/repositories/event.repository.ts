@@ -2,6 +2,10 @@
 import type { ConversationMetrics, StoredEvent } from '@cs/protocol';
 import type { SqlQueryable } from '../database/sql-database.js';
 import { PREPARED } from '../database/sql-database.js';
+import { metricsPlus } from './metrics-sql.js';
+
+/** The metrics plus the counters in parameters $8 to $11. */
+const METRICS_PLUS_USAGE = metricsPlus(8);
 
 interface EventRow {
   id: number;
@@ -105,12 +109,7 @@ export class EventRepository {
                 agent_state = coalesce($5::text, agent_state),
                 answered_through = greatest(answered_through, coalesce($15::bigint, -1)),
                 state = (state || $6::jsonb) - $7::text[],
-                metrics = jsonb_build_object(
-                  'iterations', coalesce((metrics ->> 'iterations')::numeric, 0) + $8::numeric,
-                  'prompt_tokens', coalesce((metrics ->> 'prompt_tokens')::numeric, 0) + $9::numeric,
-                  'completion_tokens',
-                    coalesce((metrics ->> 'completion_tokens')::numeric, 0) + $10::numeric,
-                  'cost_usd', coalesce((metrics ->> 'cost_usd')::numeric, 0) + $11::numeric),
+                metrics = ${METRICS_PLUS_USAGE},
                 updated_at = greatest(updated_at, clock_timestamp())
           WHERE tenant_id = $1 AND id = $2
             AND ($4::bigint IS NULL OR lease_epoch = $4::bigint)
