@@ -246,6 +246,14 @@ async function breakdown(cluster, traces, tap) {
     const published = tap.first.get(trace.cause);
     if (published) toRedis.push((published.at - published.stamp) / 1e6);
   }
+  const answerToRedis = [];
+  const redisToClient = [];
+  for (const trace of traces) {
+    const published = tap.answers.get(trace.cause);
+    if (published === undefined) continue;
+    answerToRedis.push((published - trace.lastChunkNs) / 1e6);
+    redisToClient.push((trace.finalAtNs - published) / 1e6);
+  }
   const stamped = [];
   const delivered = [];
   if (traces.length > 0) {
@@ -267,6 +275,8 @@ async function breakdown(cluster, traces, tap) {
     firstToRedis: summarize(toRedis),
     lastToStored: summarize(stamped),
     storedToClient: summarize(delivered),
+    lastToRedis: summarize(answerToRedis),
+    redisToClient: summarize(redisToClient),
   };
 }
 
@@ -274,6 +284,7 @@ async function breakdown(cluster, traces, tap) {
 async function roomTap(cluster, conversationId) {
   const redis = new Redis(cluster.redisUrl, { maxRetriesPerRequest: null, protocol: 2 });
   const first = new Map(); // cause → { at, stamp } (ns)
+  const answers = new Map(); // cause → when the answer's publish reached the tap (ns)
   redis.on('pmessage', (_pattern, _channel, raw) => {
     const at = nowNs();
     let message;
@@ -282,13 +293,18 @@ async function roomTap(cluster, conversationId) {
     } catch {
       return;
     }
+    if (message?.type === 'events') {
+      for (const event of message.events ?? [])
+        if (event.source === 'agent' && event.action === 'message') answers.set(event.cause, at);
+      return;
+    }
     const delta = message?.type === 'stream' ? message.delta : null;
     if (!delta || typeof delta.delta !== 'string' || first.has(delta.cause)) return;
     const [stamp] = stamps(delta.delta);
     if (stamp !== undefined) first.set(delta.cause, { at, stamp });
   });
   await redis.psubscribe(`${cluster.keyPrefix}:room:{${conversationId}*`);
-  return { first, close: () => redis.disconnect() };
+  return { first, answers, close: () => redis.disconnect() };
 }
 
 function describe(name, level, log) {
@@ -336,6 +352,12 @@ export async function runModelTurn(ctx) {
     );
     log(
       `    answer stamped → answer at the client                 ${formatSummary(one.breakdown.storedToClient)}`,
+    );
+    log(
+      `    last chunk → answer at a Redis subscriber (bench)     ${formatSummary(one.breakdown.lastToRedis)}`,
+    );
+    log(
+      `    answer at a Redis subscriber → answer at the client   ${formatSummary(one.breakdown.redisToClient)}`,
     );
 
     const count = quick ? Math.min(10, options.modelConversations) : options.modelConversations;
