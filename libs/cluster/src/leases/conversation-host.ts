@@ -73,7 +73,9 @@ export class ConversationHost {
 
   constructor(private readonly deps: ConversationHostDeps) {
     const { options, log } = deps;
-    this.leases = new JobLeases(options.timing);
+    this.leases = new JobLeases(options.timing, (ids, tokens, duration) =>
+      this.worker ? this.worker.extendJobLocks(ids, tokens, duration) : Promise.resolve(ids),
+    );
     this.breaker = new FailoverBreaker(deps.redis, deps.keys, deps.store, {
       maxFailovers: options.maxFailovers,
       windowMs: options.failoverWindowMs,

@@ -4,27 +4,32 @@ import { JobLeases, handBack, type ConversationJob } from './job-lease.js';
 
 const timing = { lockDuration: 1_000, lockRenewTime: 250 };
 
-/** A job whose lock is held by `holder` (null: lapsed); records every extend and move. */
-function fakeJob(id = 'conversation-1') {
+/**
+ * The locks as Redis holds them (job id → token) and BullMQ's batched
+ * renewal over them: records each call, fails the ids whose lock is gone or
+ * held by another token, or rejects altogether while `failing`.
+ */
+function fakeLocks() {
   const state = {
-    holder: null as string | null,
-    extends: [] as Array<{ token: string; duration: number }>,
+    holders: new Map<string, string>(),
+    calls: [] as Array<{ ids: string[]; tokens: string[]; duration: number }>,
     moves: [] as string[],
     failing: false,
   };
-  const job = {
-    id,
-    extendLock: (token: string, duration: number) => {
-      state.extends.push({ token, duration });
-      if (state.failing) return Promise.reject(new Error('Connection is closed.'));
-      return Promise.resolve(state.holder === token ? 1 : 0);
-    },
-    moveToWait: (token: string) => {
-      state.moves.push(token);
-      return Promise.resolve(0);
-    },
-  } as unknown as ConversationJob;
-  return { job, state };
+  const extendLocks = (ids: string[], tokens: string[], duration: number) => {
+    state.calls.push({ ids, tokens, duration });
+    if (state.failing) return Promise.reject(new Error('Connection is closed.'));
+    return Promise.resolve(ids.filter((id, i) => state.holders.get(id) !== tokens[i]));
+  };
+  const job = (id: string) =>
+    ({
+      id,
+      moveToWait: (token: string) => {
+        state.moves.push(token);
+        return Promise.resolve(0);
+      },
+    }) as unknown as ConversationJob;
+  return { state, extendLocks, job };
 }
 
 const events = () => ({ onLockLost: vi.fn(), onError: vi.fn() });
@@ -33,79 +38,101 @@ describe(JobLeases.name, () => {
   beforeEach(() => vi.useFakeTimers());
   afterEach(() => vi.useRealTimers());
 
-  it('renews the lock by its own token every lockRenewTime, for lockDuration', async () => {
-    const { job, state } = fakeJob();
-    state.holder = 'run-1';
+  it('renews every held lock by its own token in one call each lockRenewTime, for lockDuration', async () => {
+    const { state, extendLocks, job } = fakeLocks();
+    state.holders.set('c-1', 'run-1').set('c-2', 'run-2');
+    const leases = new JobLeases(timing, extendLocks);
     const on = events();
-    const lease = new JobLeases(timing).hold(job, 'run-1', on);
+    const first = leases.hold(job('c-1'), 'run-1', on);
+    leases.hold(job('c-2'), 'run-2', on);
     await vi.advanceTimersByTimeAsync(249);
-    expect(state.extends).toEqual([]);
-    await vi.advanceTimersByTimeAsync(1);
-    await vi.advanceTimersByTimeAsync(500);
-    expect(state.extends).toEqual(Array(3).fill({ token: 'run-1', duration: 1_000 }));
+    expect(state.calls).toEqual([]);
+    await vi.advanceTimersByTimeAsync(501);
+    expect(state.calls).toEqual(
+      Array(3).fill({ ids: ['c-1', 'c-2'], tokens: ['run-1', 'run-2'], duration: 1_000 }),
+    );
     expect(on.onLockLost).not.toHaveBeenCalled();
-    lease.release();
-    await vi.advanceTimersByTimeAsync(1_000);
-    expect(state.extends).toHaveLength(3);
+    first.release();
+    state.calls.length = 0;
+    await vi.advanceTimersByTimeAsync(250);
+    expect(state.calls).toEqual([{ ids: ['c-2'], tokens: ['run-2'], duration: 1_000 }]);
   });
 
-  it("keeps the newer run's lock renewed when an earlier run of the same job ends", async () => {
-    const { job, state } = fakeJob();
-    const leases = new JobLeases(timing);
-    state.holder = 'run-1';
-    const earlier = leases.hold(job, 'run-1', events());
-    // The lock lapsed and the job was handed out again, to this worker.
-    state.holder = 'run-2';
-    const newer = events();
-    leases.hold(job, 'run-2', newer);
-    earlier.release();
-    state.extends.length = 0;
+  it('renews nothing, and keeps no timer, once no lock is held', async () => {
+    const { state, extendLocks, job } = fakeLocks();
+    const lease = new JobLeases(timing, extendLocks).hold(job('c-1'), 'run-1', events());
+    lease.release();
+    expect(vi.getTimerCount()).toBe(0);
     await vi.advanceTimersByTimeAsync(1_000);
-    expect(state.extends).toEqual(Array(4).fill({ token: 'run-2', duration: 1_000 }));
+    expect(state.calls).toEqual([]);
+  });
+
+  it("renews only the newer run's lock of a job handed out again, also once the earlier run ends", async () => {
+    const { state, extendLocks, job } = fakeLocks();
+    const leases = new JobLeases(timing, extendLocks);
+    state.holders.set('c-1', 'run-1');
+    const earlier = leases.hold(job('c-1'), 'run-1', events());
+    // The lock lapsed and the job was handed out again, to this worker.
+    state.holders.set('c-1', 'run-2');
+    const newer = events();
+    leases.hold(job('c-1'), 'run-2', newer);
+    await vi.advanceTimersByTimeAsync(250);
+    earlier.release();
+    await vi.advanceTimersByTimeAsync(750);
+    expect(state.calls).toEqual(
+      Array(4).fill({ ids: ['c-1'], tokens: ['run-2'], duration: 1_000 }),
+    );
     expect(newer.onLockLost).not.toHaveBeenCalled();
   });
 
-  it('tells when a renewal finds the lock gone or taken, and goes on trying', async () => {
-    const { job, state } = fakeJob();
-    state.holder = 'run-2';
-    const on = events();
-    new JobLeases(timing).hold(job, 'run-1', on);
+  it('tells the run whose lock is gone or taken, and goes on trying', async () => {
+    const { state, extendLocks, job } = fakeLocks();
+    state.holders.set('c-1', 'someone-else').set('c-2', 'run-2');
+    const lost = events();
+    const kept = events();
+    const leases = new JobLeases(timing, extendLocks);
+    leases.hold(job('c-1'), 'run-1', lost);
+    leases.hold(job('c-2'), 'run-2', kept);
     await vi.advanceTimersByTimeAsync(500);
-    expect(on.onLockLost).toHaveBeenCalledTimes(2);
-    expect(on.onError).not.toHaveBeenCalled();
+    expect(lost.onLockLost).toHaveBeenCalledTimes(2);
+    expect(kept.onLockLost).not.toHaveBeenCalled();
+    expect(lost.onError).not.toHaveBeenCalled();
   });
 
-  it('reports a renewal that failed (Redis away) as an error, not as a lost lock', async () => {
-    const { job, state } = fakeJob();
+  it('reports a renewal that failed (Redis away) as an error to every run, not as a lost lock', async () => {
+    const { state, extendLocks, job } = fakeLocks();
     state.failing = true;
     const on = events();
-    new JobLeases(timing).hold(job, 'run-1', on);
+    const leases = new JobLeases(timing, extendLocks);
+    leases.hold(job('c-1'), 'run-1', on);
+    leases.hold(job('c-2'), 'run-2', on);
     await vi.advanceTimersByTimeAsync(250);
-    expect(on.onError).toHaveBeenCalledTimes(1);
+    expect(on.onError).toHaveBeenCalledTimes(2);
     expect(on.onLockLost).not.toHaveBeenCalled();
   });
 
   it('stops every renewal on releaseAll (a kill), and renews no run held after it', async () => {
-    const { job, state } = fakeJob();
-    state.holder = 'run-1';
-    const leases = new JobLeases(timing);
-    leases.hold(job, 'run-1', events());
-    leases.hold(fakeJob('conversation-2').job, 'run-x', events());
+    const { state, extendLocks, job } = fakeLocks();
+    state.holders.set('c-1', 'run-1');
+    const leases = new JobLeases(timing, extendLocks);
+    leases.hold(job('c-1'), 'run-1', events());
+    leases.hold(job('c-2'), 'run-x', events());
     leases.releaseAll();
-    leases.hold(job, 'run-1', events());
+    leases.hold(job('c-1'), 'run-1', events());
     await vi.advanceTimersByTimeAsync(1_000);
-    expect(state.extends).toEqual([]);
+    expect(state.calls).toEqual([]);
   });
 
   it('hands the job back by its token and stops renewing', async () => {
-    const { job, state } = fakeJob();
-    state.holder = 'run-1';
-    const lease = new JobLeases(timing).hold(job, 'run-1', events());
+    const { state, extendLocks, job } = fakeLocks();
+    state.holders.set('c-1', 'run-1');
+    const one = job('c-1');
+    const lease = new JobLeases(timing, extendLocks).hold(one, 'run-1', events());
     await expect(lease.handBack()).rejects.toBeInstanceOf(WaitingError);
     expect(state.moves).toEqual(['run-1']);
     await vi.advanceTimersByTimeAsync(1_000);
-    expect(state.extends).toEqual([]);
-    await expect(handBack(job, 'run-2')).rejects.toBeInstanceOf(WaitingError);
+    expect(state.calls).toEqual([]);
+    await expect(handBack(one, 'run-2')).rejects.toBeInstanceOf(WaitingError);
     expect(state.moves).toEqual(['run-1', 'run-2']);
   });
 });

@@ -1,7 +1,8 @@
 /**
  * The conversation's BullMQ job as its lease, through BullMQ's public API
  * only. The worker renews no lock itself (`skipLockRenewal`): each run of a
- * job renews its own lock, by its own token (`job.extendLock`).
+ * job has its lock renewed by its own token (`JobLeases`, all of them in one
+ * `worker.extendJobLocks` call).
  *
  * Why per run: BullMQ hands a job out again when its lock lapsed (this
  * process was paused, or Redis was away, past the lock), possibly to the
@@ -44,7 +45,7 @@ export function conversationWorker(
       concurrency: options.concurrency,
       lockDuration: timing.lockDuration,
       lockRenewTime: timing.lockRenewTime,
-      // Each run renews its own lock (JobLease); the stalled check still runs, so a
+      // Each run has its own lock renewed (JobLeases); the stalled check still runs, so a
       // dead process's job is handed out again once its lock lapsed.
       skipLockRenewal: true,
       stalledInterval: timing.stalledInterval,
@@ -78,48 +79,111 @@ export interface JobLeaseEvents {
   onError: (error: unknown) => void;
 }
 
-/** The job locks of the runs in this process, so that a kill can stop renewing them all at once. */
+/**
+ * Renews the locks of many runs in one call: the worker's public
+ * `extendJobLocks` (one Lua script for all of them, as BullMQ's own lock
+ * renewal does), resolving with the ids of the jobs whose lock it could not
+ * renew (gone, or held by another token).
+ */
+export type ExtendLocks = (
+  jobIds: string[],
+  tokens: string[],
+  duration: number,
+) => Promise<string[]>;
+
+/**
+ * The job locks of the runs in this process, renewed together every
+ * `lockRenewTime` (one Redis call however many conversations are held), each
+ * by its own run's token. Of two runs of one job (a stalled job handed out
+ * again to this worker), only the newer one's lock is renewed: the earlier
+ * run's token is stale by then, and that run is ending.
+ */
 export class JobLeases {
   private readonly held = new Set<JobLease>();
   private closed = false;
+  private timer: NodeJS.Timeout | undefined;
+  private renewing = false;
 
-  constructor(private readonly timing: Pick<LeaseTiming, 'lockDuration' | 'lockRenewTime'>) {}
+  constructor(
+    private readonly timing: Pick<LeaseTiming, 'lockDuration' | 'lockRenewTime'>,
+    private readonly extendLocks: ExtendLocks,
+  ) {}
 
-  /** Starts renewing the lock of this run of the job, every `lockRenewTime`. */
+  /** Starts renewing the lock of this run of the job, from the next renewal on. */
   hold(job: ConversationJob, token: string, events: JobLeaseEvents): JobLease {
-    const lease = new JobLease(job, token, this.timing, events, () => this.held.delete(lease));
-    if (this.closed) lease.release();
-    else this.held.add(lease);
+    const lease = new JobLease(job, token, events, () => this.drop(lease));
+    if (this.closed) {
+      lease.release();
+      return lease;
+    }
+    this.held.add(lease);
+    this.timer ??= setInterval(() => void this.renew(), this.timing.lockRenewTime);
     return lease;
   }
 
   /** Stops every renewal: the locks lapse and the stalled check hands the jobs out again. */
   releaseAll(): void {
     this.closed = true;
-    for (const lease of this.held) lease.release();
+    for (const lease of [...this.held]) lease.release();
+  }
+
+  private drop(lease: JobLease): void {
+    this.held.delete(lease);
+    if (this.held.size > 0) return;
+    clearInterval(this.timer);
+    this.timer = undefined;
+  }
+
+  private async renew(): Promise<void> {
+    if (this.renewing) return; // the last renewal is still under way
+    // The newest run of each job (a Set keeps the order runs were held in).
+    const newest = new Map<string, JobLease>();
+    for (const lease of this.held) newest.set(lease.jobId, lease);
+    const leases = [...newest.values()];
+    if (leases.length === 0) return;
+    this.renewing = true;
+    try {
+      const failed = new Set(
+        await this.extendLocks(
+          leases.map((lease) => lease.jobId),
+          leases.map((lease) => lease.token),
+          this.timing.lockDuration,
+        ),
+      );
+      for (const lease of leases)
+        if (failed.has(lease.jobId) && !lease.isReleased) lease.events.onLockLost();
+    } catch (error) {
+      for (const lease of leases) if (!lease.isReleased) lease.events.onError(error);
+    } finally {
+      this.renewing = false;
+    }
   }
 }
 
 /** One run's hold of its job's lock. */
 export class JobLease {
-  private timer: NodeJS.Timeout | undefined;
   private released = false;
 
   constructor(
     readonly job: ConversationJob,
     readonly token: string,
-    private readonly timing: Pick<LeaseTiming, 'lockDuration' | 'lockRenewTime'>,
-    private readonly events: JobLeaseEvents,
+    readonly events: JobLeaseEvents,
     private readonly onRelease: () => void,
-  ) {
-    this.schedule();
+  ) {}
+
+  get jobId(): string {
+    // BullMQ gives every job it hands out an id.
+    return this.job.id ?? '';
+  }
+
+  get isReleased(): boolean {
+    return this.released;
   }
 
   /** Stops renewing (the run ends); the lock goes with the job's completion or lapses. */
   release(): void {
     if (this.released) return;
     this.released = true;
-    clearTimeout(this.timer);
     this.onRelease();
   }
 
@@ -127,20 +191,5 @@ export class JobLease {
   handBack(): Promise<never> {
     this.release();
     return handBack(this.job, this.token);
-  }
-
-  private schedule(): void {
-    if (this.released) return;
-    this.timer = setTimeout(() => void this.renew(), this.timing.lockRenewTime);
-  }
-
-  private async renew(): Promise<void> {
-    try {
-      const extended = await this.job.extendLock(this.token, this.timing.lockDuration);
-      if (!extended && !this.released) this.events.onLockLost();
-    } catch (error) {
-      if (!this.released) this.events.onError(error);
-    }
-    this.schedule();
   }
 }
