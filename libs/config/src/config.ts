@@ -1,5 +1,10 @@
 import { z } from 'zod';
-import { CONCURRENCY_POLICIES, MULTITASK_STRATEGIES } from '@cs/protocol';
+import {
+  CONCURRENCY_POLICIES,
+  MULTITASK_STRATEGIES,
+  type ConcurrencyPolicy,
+  type MultitaskStrategy,
+} from '@cs/protocol';
 
 /** The process roles; a few defaults depend on the role. */
 export type ProcessRole = 'standalone' | 'gateway' | 'worker' | 'tool';
@@ -170,7 +175,7 @@ export interface AppConfig {
   };
   limits: {
     maxConcurrentConversations: number;
-    concurrencyPolicy: 'evict_oldest' | 'reject';
+    concurrencyPolicy: ConcurrencyPolicy;
     idleTimeoutMs: number;
     rateLimitPerMinute: number;
     maxIterations: number;
@@ -182,7 +187,7 @@ export interface AppConfig {
   cluster: { leaseTtlMs: number; workerConcurrency: number; workerId: string | undefined };
   agent: {
     default: string;
-    multitaskStrategy: 'enqueue' | 'interrupt' | 'reject';
+    multitaskStrategy: MultitaskStrategy;
     /** ES modules (paths or package names) that register agents and tools. */
     modules: string[];
   };
