@@ -139,6 +139,10 @@ describe(RedisRoomSubscriber.name, () => {
       text += piece;
     }
     expect(await publisher.get(keys.roomStream(room))).toBe(`7:${text}`);
+    // Appends keep the TTL the first delta set: the text goes once the step is quiet.
+    const ttl = await publisher.pttl(keys.roomStream(room));
+    expect(ttl).toBeGreaterThan(0);
+    expect(ttl).toBeLessThanOrEqual(60_000);
     expect(await late('late-1')).toEqual([delta(text, 0)]);
     // A new step (offset 0) starts its text afresh.
     broadcaster.publishStream(room, delta('new', 0, 9));

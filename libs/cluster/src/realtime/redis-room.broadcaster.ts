@@ -20,9 +20,15 @@ export const STREAM_TEXT_TTL_MS = 60_000;
 /** Rooms streaming at once whose text this process tracks; past it the oldest are dropped. */
 const MAX_TRACKED_STREAMS = 10_000;
 
+/** A room's step text as this process knows it, and when its Redis copy's TTL was last set. */
+interface TrackedStream {
+  text: StreamText;
+  ttlSetAt: number;
+}
+
 export class RedisRoomBroadcaster implements ConversationBroadcaster {
   /** The text each room's current step streamed so far, by room. */
-  private readonly streams = new Map<string, StreamText>();
+  private readonly streams = new Map<string, TrackedStream>();
 
   /** @param publisher a connection for PUBLISH (see `openPublisher`) */
   constructor(
@@ -33,7 +39,7 @@ export class RedisRoomBroadcaster implements ConversationBroadcaster {
   publishEvents(room: string, events: readonly StoredEvent[]): void {
     if (events.length === 0) return;
     this.publish(room, { type: 'events', events: [...events] });
-    const stream = this.streams.get(room);
+    const stream = this.streams.get(room)?.text;
     if (stream && events.some((event) => endsStream(event, stream.cause))) {
       this.streams.delete(room);
       this.publisher.del(this.keys.roomStream(room)).catch(() => undefined);
@@ -52,21 +58,23 @@ export class RedisRoomBroadcaster implements ConversationBroadcaster {
    * one; a delta after a gap makes the text unknown, and it is dropped.
    */
   publishStream(room: string, delta: StreamDelta): void {
-    const previous = this.streams.get(room) ?? null;
-    const knownLength = previous?.cause === delta.cause ? previous.content.length : -1;
-    const stream = nextStreamText(previous, delta);
+    const tracked = this.streams.get(room);
+    const knownLength = tracked?.text.cause === delta.cause ? tracked.text.content.length : -1;
+    const stream = nextStreamText(tracked?.text ?? null, delta);
     this.streams.delete(room);
     const key = this.keys.roomStream(room);
     if (!stream) {
-      if (previous) this.publisher.del(key).catch(() => undefined);
+      if (tracked) this.publisher.del(key).catch(() => undefined);
     } else {
-      this.streams.set(room, stream);
-      if (this.streams.size > MAX_TRACKED_STREAMS) {
-        this.streams.delete(this.streams.keys().next().value as string);
-      }
+      const now = Date.now();
+      let ttlSetAt = tracked?.ttlSetAt ?? 0;
       if (delta.offset > 0 && delta.offset === knownLength) {
         this.publisher.append(key, delta.delta).catch(() => undefined);
-        this.publisher.pexpire(key, STREAM_TEXT_TTL_MS).catch(() => undefined);
+        // APPEND keeps the TTL: it is set again only when half of it has passed.
+        if (now - ttlSetAt > STREAM_TEXT_TTL_MS / 2) {
+          this.publisher.pexpire(key, STREAM_TEXT_TTL_MS).catch(() => undefined);
+          ttlSetAt = now;
+        }
       } else {
         this.publisher
           .set(
@@ -76,6 +84,11 @@ export class RedisRoomBroadcaster implements ConversationBroadcaster {
             STREAM_TEXT_TTL_MS,
           )
           .catch(() => undefined);
+        ttlSetAt = now;
+      }
+      this.streams.set(room, { text: stream, ttlSetAt });
+      if (this.streams.size > MAX_TRACKED_STREAMS) {
+        this.streams.delete(this.streams.keys().next().value as string);
       }
     }
     this.publish(room, { type: 'stream', delta });
