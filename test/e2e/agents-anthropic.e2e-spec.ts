@@ -7,14 +7,24 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import type { ServerEvent, StoredEvent } from '@cs/protocol';
+import type { StoredEvent } from '@cs/protocol';
 import {
   FakeAnthropicServer,
   anthropicStream,
   type AnthropicReply,
 } from '../../libs/agents/src/testing/fake-anthropic-server.js';
 import { FakeMcpServer } from '../../libs/agents/src/testing/fake-mcp-server.js';
-import { ConversationClient, api, devToken, isAgentReply } from '../support/clients.js';
+import {
+  metricsOf,
+  openConversation,
+  say,
+  sayAndExpectStreamedReply,
+  sayAndReadTitle,
+  storedEvents,
+  streaming,
+  toolResultsOf,
+} from '../support/agent-e2e.js';
+import { devToken, isAgentReply } from '../support/clients.js';
 import { startApp, type AppProcess } from '../support/processes.js';
 import { uniqueName } from '../support/services.js';
 
@@ -41,7 +51,6 @@ const tagged = (body: Record<string, unknown>, tag: string) =>
   );
 const toolResults = (body: Record<string, unknown>) =>
   messagesOf(body).flatMap((m) => blocksOf(m).filter((b) => b.type === 'tool_result'));
-const streaming = (body: Record<string, unknown>) => body['stream'] === true;
 
 /** Scripts the model's answer to a user message tagged `tag` (first step, and after tool results). */
 function script(tag: string, first: AnthropicReply, afterTools?: AnthropicReply): void {
@@ -85,51 +94,6 @@ afterAll(async () => {
   if (dataDir) rmSync(dataDir, { recursive: true, force: true });
 });
 
-async function conversation(body: Record<string, unknown>): Promise<{
-  id: string;
-  client: ConversationClient;
-}> {
-  const created = await api<{ conversation_id: string }>(app.url, 'POST', '/api/conversations', {
-    token,
-    body: { agent: 'llm', ...body },
-  });
-  expect(created.status, JSON.stringify(created.body)).toBe(201);
-  const id = created.body.conversation_id;
-  const client = await ConversationClient.connect(app.url, token, { conversation_id: id });
-  return { id, client };
-}
-
-async function say(client: ConversationClient, text: string): Promise<number> {
-  const ack = await client.message(text);
-  expect(ack.ok).toBe(true);
-  return ack.ok ? ack.event_id : -1;
-}
-
-async function storedEvents(id: string): Promise<StoredEvent[]> {
-  const page = await api<{ events: StoredEvent[] }>(
-    app.url,
-    'GET',
-    `/api/conversations/${id}/events?start_id=0&limit=100`,
-    { token },
-  );
-  expect(page.status).toBe(200);
-  return page.body.events;
-}
-
-async function metricsOf(id: string): Promise<Record<string, number>> {
-  const state = await api<{ metrics: Record<string, number> }>(
-    app.url,
-    'GET',
-    `/api/conversations/${id}/state`,
-    { token },
-  );
-  expect(state.status).toBe(200);
-  return state.body.metrics;
-}
-
-const isDelta = (e: ServerEvent): e is Extract<ServerEvent, { stream: true }> =>
-  (e as { stream?: unknown }).stream === true;
-
 describe('the llm agent on an Anthropic Messages server (standalone)', () => {
   it('streams deltas to the socket before the final message, stores only the message, and adds up usage', async () => {
     script('tag-stream', {
@@ -140,17 +104,17 @@ describe('the llm agent on an Anthropic Messages server (standalone)', () => {
         usage: { input_tokens: 1200, output_tokens: 300 },
       }),
     });
-    const { id, client } = await conversation({ title: 'fixed' });
+    const { id, client } = await openConversation(app.url, token, { agent: 'llm', title: 'fixed' });
     try {
-      const cause = await say(client, 'tag-stream: greet me');
-      await client.waitForReply(cause, 30_000);
-      const replyAt = client.events.findIndex((e) => isAgentReply(e, cause));
-      const deltas = client.events.filter(isDelta);
-      expect(deltas.map((d) => d.delta).join('')).toBe('Bonjour from Claude');
-      expect(client.events.findIndex(isDelta)).toBeLessThan(replyAt);
+      const { cause, replyAt } = await sayAndExpectStreamedReply(
+        client,
+        'tag-stream: greet me',
+        'Bonjour from Claude',
+        30_000,
+      );
       expect(client.events[replyAt]).toMatchObject({ args: { content: 'Bonjour from Claude' } });
 
-      const stored = await storedEvents(id);
+      const stored = await storedEvents(app.url, token, id);
       expect(stored.some((e) => (e as { stream?: unknown }).stream)).toBe(false);
       const answers = stored.filter((e) => isAgentReply(e, cause));
       expect(answers).toHaveLength(1);
@@ -159,7 +123,7 @@ describe('the llm agent on an Anthropic Messages server (standalone)', () => {
         'interrupted',
       );
 
-      const metrics = await metricsOf(id);
+      const metrics = await metricsOf(app.url, token, id);
       expect(metrics).toMatchObject({ prompt_tokens: 1200, completion_tokens: 300 });
       expect(metrics['cost_usd']).toBeCloseTo((1200 * 3 + 300 * 15) / 1e6, 9);
 
@@ -199,11 +163,11 @@ describe('the llm agent on an Anthropic Messages server (standalone)', () => {
         }),
       },
     );
-    const { id, client } = await conversation({ title: 'fixed' });
+    const { id, client } = await openConversation(app.url, token, { agent: 'llm', title: 'fixed' });
     try {
       const cause = await say(client, 'tag-tools: use the tools');
       await client.waitForReply(cause, 30_000);
-      const stored = await storedEvents(id);
+      const stored = await storedEvents(app.url, token, id);
       const calls = stored.filter(
         (e): e is StoredEvent & { args: Record<string, unknown> } =>
           'action' in e && e.action === 'tool_call',
@@ -214,12 +178,7 @@ describe('the llm agent on an Anthropic Messages server (standalone)', () => {
       ]);
       for (const call of calls) {
         expect(call.cause).toBe(cause);
-        const results = stored.filter(
-          (e) =>
-            'observation' in e &&
-            e.observation === 'tool_result' &&
-            e.extras['tool_call_id'] === call.args['tool_call_id'],
-        ) as (StoredEvent & { content: string; extras: Record<string, unknown> })[];
+        const results = toolResultsOf(stored, call.args['tool_call_id']);
         expect(results, String(call.args['tool_call_id'])).toHaveLength(1);
         const [result] = results;
         expect(result!.cause).toBe(call.id);
@@ -242,7 +201,7 @@ describe('the llm agent on an Anthropic Messages server (standalone)', () => {
         'from claude',
       );
 
-      const metrics = await metricsOf(id);
+      const metrics = await metricsOf(app.url, token, id);
       expect(metrics).toMatchObject({ prompt_tokens: 1200, completion_tokens: 80 });
       expect(metrics['cost_usd']).toBeCloseTo((1200 * 3 + 80 * 15) / 1e6, 9);
       expect(metrics['iterations']).toBe(2);
@@ -259,23 +218,18 @@ describe('the llm agent on an Anthropic Messages server (standalone)', () => {
         usage: { input_tokens: 10, output_tokens: 2 },
       }),
     });
-    const { id, client } = await conversation({});
+    const { id, client } = await openConversation(app.url, token, { agent: 'llm' });
     try {
-      const cause = await say(client, 'tag-title: name this');
-      await client.waitForReply(cause, 30_000);
-      await client.waitFor(
-        (events) => events.some((e) => (e as { id?: unknown }).id === 'STATUS$TITLE_UPDATED'),
-        30_000,
-        'title',
-      );
-      const info = await api<{ title: string }>(app.url, 'GET', `/api/conversations/${id}`, {
-        token,
-      });
-      expect(info.body.title).toBe('Claude picked this title');
+      const conversation = { baseUrl: app.url, token, id };
+      const title = await sayAndReadTitle(client, 'tag-title: name this', conversation, 30_000);
+      expect(title).toBe('Claude picked this title');
       const titleRequests = model.requests.filter((r) => !streaming(r.body));
       expect(titleRequests.some((r) => tagged(r.body, 'tag-title'))).toBe(true);
       // PROTOCOL.md "Titles": the title request's usage counts in the metrics.
-      expect(await metricsOf(id)).toMatchObject({ prompt_tokens: 40, completion_tokens: 7 });
+      expect(await metricsOf(app.url, token, id)).toMatchObject({
+        prompt_tokens: 40,
+        completion_tokens: 7,
+      });
     } finally {
       client.close();
     }

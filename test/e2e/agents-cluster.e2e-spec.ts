@@ -6,12 +6,11 @@
 // the same idempotency-key and its answer is stored once, and each model
 // request is a span of its message's trace that holds no key and no text.
 import { afterAll, beforeAll, describe, expect, it, onTestFailed } from 'vitest';
-import type { ServerEvent, StoredEvent } from '@cs/protocol';
+import type { StoredEvent } from '@cs/protocol';
 import {
   FakeModelServer,
   openAiCompletion,
   openAiStream,
-  type FakeReply,
 } from '../../libs/agents/src/testing/fake-model-server.js';
 import { FakeMcpServer } from '../../libs/agents/src/testing/fake-mcp-server.js';
 import {
@@ -19,7 +18,16 @@ import {
   type RemoteAgentRequest,
   type RemoteAnswer,
 } from '../../libs/agents/src/testing/fake-remote-agent.js';
-import { ConversationClient, api, isAgentReply } from '../support/clients.js';
+import {
+  createConversation,
+  isDelta,
+  say,
+  sayAndExpectStreamedReply,
+  scriptTagged,
+  streaming,
+  toolResultsOf,
+} from '../support/agent-e2e.js';
+import { ConversationClient, api } from '../support/clients.js';
 import {
   holderOf,
   readAllEvents,
@@ -48,22 +56,6 @@ const remoteScripts = new Map<
   string,
   (request: RemoteAgentRequest, answer: RemoteAnswer) => unknown
 >();
-
-function lastUser(body: Record<string, unknown>): string {
-  const messages = (body['messages'] ?? []) as { role: string; content: unknown }[];
-  const last = [...messages].reverse().find((m) => m.role === 'user');
-  return typeof last?.content === 'string' ? last.content : JSON.stringify(last?.content ?? '');
-}
-const hasToolResults = (body: Record<string, unknown>) =>
-  ((body['messages'] ?? []) as { role: string }[]).some((m) => m.role === 'tool');
-const streaming = (body: Record<string, unknown>) => body['stream'] === true;
-
-function script(tag: string, first: FakeReply, afterTools?: FakeReply): void {
-  model.when((b) => streaming(b) && lastUser(b).includes(tag) && !hasToolResults(b), first);
-  if (afterTools) {
-    model.when((b) => streaming(b) && lastUser(b).includes(tag) && hasToolResults(b), afterTools);
-  }
-}
 
 beforeAll(async () => {
   model = await FakeModelServer.start();
@@ -115,26 +107,25 @@ function showOutputsOnFailure(): void {
   });
 }
 
-async function createConversation(token: string, body: Record<string, unknown>): Promise<string> {
-  const created = await api<{ conversation_id: string }>(
-    cluster.gateways[0]!.url,
-    'POST',
-    '/api/conversations',
-    { token, body },
-  );
-  expect(created.status, JSON.stringify(created.body)).toBe(201);
-  return created.body.conversation_id;
+/** Creates a conversation on the first gateway and watches it from the second. */
+async function openAcrossGateways(
+  token: string,
+  body: Record<string, unknown>,
+): Promise<{ id: string; client: ConversationClient }> {
+  const id = await createConversation(cluster.gateways[0]!.url, token, body);
+  const client = await ConversationClient.connect(cluster.gateways[1]!.url, token, {
+    conversation_id: id,
+  });
+  return { id, client };
 }
 
-const isDelta = (e: ServerEvent): e is Extract<ServerEvent, { stream: true }> =>
-  (e as { stream?: unknown }).stream === true;
 const agentMessages = (events: StoredEvent[]) =>
   events.filter((e) => e.source === 'agent' && 'action' in e && e.action === 'message');
 
 describe('the llm agent on two gateways and two workers', () => {
   it('streams deltas to a client on the other gateway before the final message, and stores only the message', async () => {
     showOutputsOnFailure();
-    script('tag-cluster-stream', {
+    scriptTagged(model, 'tag-cluster-stream', {
       kind: 'stream',
       delayMs: 40,
       events: openAiStream({
@@ -143,19 +134,14 @@ describe('the llm agent on two gateways and two workers', () => {
       }),
     });
     const token = await cluster.token(uniqueName('streamer'));
-    const id = await createConversation(token, { agent: 'llm', title: 'fixed' });
-    const client = await ConversationClient.connect(cluster.gateways[1]!.url, token, {
-      conversation_id: id,
-    });
+    const { id, client } = await openAcrossGateways(token, { agent: 'llm', title: 'fixed' });
     try {
-      const ack = await client.message('tag-cluster-stream: hello');
-      expect(ack.ok).toBe(true);
-      const cause = ack.ok ? ack.event_id : -1;
-      await client.waitForReply(cause, 30_000);
-      const replyAt = client.events.findIndex((e) => isAgentReply(e, cause));
-      const deltas = client.events.filter(isDelta);
-      expect(deltas.map((d) => d.delta).join('')).toBe('Across two gateways.');
-      expect(client.events.findIndex(isDelta)).toBeLessThan(replyAt);
+      const { cause } = await sayAndExpectStreamedReply(
+        client,
+        'tag-cluster-stream: hello',
+        'Across two gateways.',
+        30_000,
+      );
       const stored = await readAllEvents(cluster.gateways[0]!.url, token, id);
       expect(stored.some((e) => (e as { stream?: unknown }).stream)).toBe(false);
       expect(agentMessages(stored)).toHaveLength(1);
@@ -170,7 +156,8 @@ describe('the llm agent on two gateways and two workers', () => {
 
   it('runs a built-in and an MCP tool call on the worker and stores each call and result linked; a failing tool is an is_error result and the turn goes on', async () => {
     showOutputsOnFailure();
-    script(
+    scriptTagged(
+      model,
       'tag-cluster-tools',
       {
         kind: 'stream',
@@ -189,10 +176,7 @@ describe('the llm agent on two gateways and two workers', () => {
       { kind: 'stream', events: openAiStream({ text: ['Both ran.'] }) },
     );
     const token = await cluster.token(uniqueName('tools'));
-    const id = await createConversation(token, { agent: 'llm', title: 'fixed' });
-    const client = await ConversationClient.connect(cluster.gateways[1]!.url, token, {
-      conversation_id: id,
-    });
+    const { id, client } = await openAcrossGateways(token, { agent: 'llm', title: 'fixed' });
     try {
       const ack = await client.message('tag-cluster-tools: use them');
       const cause = ack.ok ? ack.event_id : -1;
@@ -208,12 +192,7 @@ describe('the llm agent on two gateways and two workers', () => {
         'files__fail',
       ]);
       for (const call of calls) {
-        const results = stored.filter(
-          (e) =>
-            'observation' in e &&
-            e.observation === 'tool_result' &&
-            e.extras['tool_call_id'] === call.args['tool_call_id'],
-        ) as (StoredEvent & { content: string; extras: Record<string, unknown> })[];
+        const results = toolResultsOf(stored, call.args['tool_call_id']);
         expect(results).toHaveLength(1);
         expect(results[0]!.cause).toBe(call.id);
         expect(results[0]!.extras['is_error']).toBe(call.args['tool'] === 'files__fail');
@@ -231,11 +210,17 @@ describe('the llm agent on two gateways and two workers', () => {
     showOutputsOnFailure();
     const question = 'tag-cluster-trace: the confidential plan 3e9a1f';
     const answer = 'the confidential answer 77c1d0';
-    script('tag-cluster-trace', { kind: 'stream', events: openAiStream({ text: [answer] }) });
-    script('tag-cluster-first', { kind: 'stream', events: openAiStream({ text: ['first'] }) });
+    scriptTagged(model, 'tag-cluster-trace', {
+      kind: 'stream',
+      events: openAiStream({ text: [answer] }),
+    });
+    scriptTagged(model, 'tag-cluster-first', {
+      kind: 'stream',
+      events: openAiStream({ text: ['first'] }),
+    });
     const token = await cluster.token(uniqueName('tracer'));
     const gateway = cluster.gateways[0]!;
-    const id = await createConversation(token, {
+    const id = await createConversation(cluster.gateways[0]!.url, token, {
       agent: 'llm',
       title: 'fixed',
       initial_user_msg: 'tag-cluster-first',
@@ -310,7 +295,10 @@ describe('the http agent on two gateways and two workers', () => {
   it('repeats the request cut by kill -9 of its worker with the same idempotency-key, and stores the answer once', async () => {
     showOutputsOnFailure();
     const token = await cluster.token(uniqueName('remote'));
-    const id = await createConversation(token, { agent: 'http', title: 'fixed' });
+    const id = await createConversation(cluster.gateways[0]!.url, token, {
+      agent: 'http',
+      title: 'fixed',
+    });
     let requests = 0;
     remoteScripts.set(id, (_request, answer) => {
       requests += 1;
@@ -330,9 +318,7 @@ describe('the http agent on two gateways and two workers', () => {
       conversation_id: id,
     });
     try {
-      const ack = await client.message('please think');
-      expect(ack.ok).toBe(true);
-      const cause = ack.ok ? ack.event_id : -1;
+      const cause = await say(client, 'please think');
       await until(() => mine().length === 1, 'the first request to the remote agent', 30_000);
       await client.waitFor((events) => events.some(isDelta), 20_000, 'the first delta');
 

@@ -13,10 +13,22 @@ import {
   FakeModelServer,
   openAiCompletion,
   openAiStream,
-  type FakeReply,
 } from '../../libs/agents/src/testing/fake-model-server.js';
 import { FakeMcpServer } from '../../libs/agents/src/testing/fake-mcp-server.js';
-import { ConversationClient, api, devToken, isAgentReply } from '../support/clients.js';
+import { api, devToken, isAgentReply } from '../support/clients.js';
+import {
+  isDelta,
+  lastUser,
+  metricsOf,
+  openConversation,
+  say,
+  sayAndExpectStreamedReply,
+  sayAndReadTitle,
+  scriptTagged,
+  storedEvents,
+  streaming,
+  toolResultsOf,
+} from '../support/agent-e2e.js';
 import { ROOT, startApp, type AppProcess } from '../support/processes.js';
 import { uniqueName } from '../support/services.js';
 
@@ -31,24 +43,6 @@ let python: ChildProcess;
 let app: AppProcess;
 let dataDir: string;
 let token: string;
-
-/** The text of the last user message a model request carries. */
-function lastUser(body: Record<string, unknown>): string {
-  const messages = (body['messages'] ?? []) as { role: string; content: unknown }[];
-  const last = [...messages].reverse().find((m) => m.role === 'user');
-  return typeof last?.content === 'string' ? last.content : JSON.stringify(last?.content ?? '');
-}
-const hasToolResults = (body: Record<string, unknown>) =>
-  ((body['messages'] ?? []) as { role: string }[]).some((m) => m.role === 'tool');
-const streaming = (body: Record<string, unknown>) => body['stream'] === true;
-
-/** Scripts the model's answer to a user message tagged `tag` (first step, and after tool results). */
-function script(tag: string, first: FakeReply, afterTools?: FakeReply): void {
-  model.when((b) => streaming(b) && lastUser(b).includes(tag) && !hasToolResults(b), first);
-  if (afterTools) {
-    model.when((b) => streaming(b) && lastUser(b).includes(tag) && hasToolResults(b), afterTools);
-  }
-}
 
 async function startPython(): Promise<string> {
   python = spawn('python3', [join(ROOT, 'examples/http-agent-python/agent.py')], {
@@ -107,39 +101,6 @@ afterAll(async () => {
   if (dataDir) rmSync(dataDir, { recursive: true, force: true });
 });
 
-async function conversation(body: Record<string, unknown>): Promise<{
-  id: string;
-  client: ConversationClient;
-}> {
-  const created = await api<{ conversation_id: string }>(app.url, 'POST', '/api/conversations', {
-    token,
-    body,
-  });
-  expect(created.status).toBe(201);
-  const id = created.body.conversation_id;
-  const client = await ConversationClient.connect(app.url, token, { conversation_id: id });
-  return { id, client };
-}
-
-async function say(client: ConversationClient, text: string): Promise<number> {
-  const ack = await client.message(text);
-  expect(ack.ok).toBe(true);
-  return ack.ok ? ack.event_id : -1;
-}
-
-async function storedEvents(id: string): Promise<StoredEvent[]> {
-  const page = await api<{ events: StoredEvent[] }>(
-    app.url,
-    'GET',
-    `/api/conversations/${id}/events?start_id=0&limit=100`,
-    { token },
-  );
-  expect(page.status).toBe(200);
-  return page.body.events;
-}
-
-const isDelta = (e: ServerEvent): e is Extract<ServerEvent, { stream: true }> =>
-  (e as { stream?: unknown }).stream === true;
 const turnError = (events: ServerEvent[]) =>
   events.find(
     (e): e is StoredEvent =>
@@ -150,7 +111,7 @@ const turnError = (events: ServerEvent[]) =>
 
 describe('the llm agent in the standalone app', () => {
   it('streams deltas to the socket before the final message, and stores only the message', async () => {
-    script('tag-stream', {
+    scriptTagged(model, 'tag-stream', {
       kind: 'stream',
       delayMs: 30,
       events: openAiStream({
@@ -158,36 +119,32 @@ describe('the llm agent in the standalone app', () => {
         usage: { prompt_tokens: 1000, completion_tokens: 500 },
       }),
     });
-    const { id, client } = await conversation({ agent: 'llm', title: 'fixed' });
+    const { id, client } = await openConversation(app.url, token, { agent: 'llm', title: 'fixed' });
     try {
-      const cause = await say(client, 'tag-stream: greet me');
-      await client.waitForReply(cause, 20_000);
-      const replyAt = client.events.findIndex((e) => isAgentReply(e, cause));
-      const deltas = client.events.filter(isDelta);
-      expect(deltas.map((d) => d.delta).join('')).toBe('Hello there, friend');
-      expect(client.events.findIndex(isDelta)).toBeLessThan(replyAt);
+      const { cause, replyAt } = await sayAndExpectStreamedReply(
+        client,
+        'tag-stream: greet me',
+        'Hello there, friend',
+        20_000,
+      );
       const reply = client.events[replyAt] as StoredEvent & { args: { content: string } };
       expect(reply.args.content).toBe('Hello there, friend');
 
-      const stored = await storedEvents(id);
+      const stored = await storedEvents(app.url, token, id);
       expect(stored.some((e) => (e as { stream?: unknown }).stream)).toBe(false);
       expect(stored.filter((e) => isAgentReply(e, cause))).toHaveLength(1);
 
-      const state = await api<{ metrics: Record<string, number> }>(
-        app.url,
-        'GET',
-        `/api/conversations/${id}/state`,
-        { token },
-      );
-      expect(state.body.metrics).toMatchObject({ prompt_tokens: 1000, completion_tokens: 500 });
-      expect(state.body.metrics['cost_usd']).toBeCloseTo((1000 * 2 + 500 * 10) / 1e6, 9);
+      const metrics = await metricsOf(app.url, token, id);
+      expect(metrics).toMatchObject({ prompt_tokens: 1000, completion_tokens: 500 });
+      expect(metrics['cost_usd']).toBeCloseTo((1000 * 2 + 500 * 10) / 1e6, 9);
     } finally {
       client.close();
     }
   });
 
   it('runs a built-in and an MCP tool call and stores them linked; a failing tool is an is_error result and the turn goes on', async () => {
-    script(
+    scriptTagged(
+      model,
       'tag-tools',
       {
         kind: 'stream',
@@ -201,11 +158,11 @@ describe('the llm agent in the standalone app', () => {
       },
       { kind: 'stream', events: openAiStream({ text: ['All three done.'] }) },
     );
-    const { id, client } = await conversation({ agent: 'llm', title: 'fixed' });
+    const { id, client } = await openConversation(app.url, token, { agent: 'llm', title: 'fixed' });
     try {
       const cause = await say(client, 'tag-tools: use the tools');
       await client.waitForReply(cause, 20_000);
-      const stored = await storedEvents(id);
+      const stored = await storedEvents(app.url, token, id);
       const calls = stored.filter((e) => 'action' in e && e.action === 'tool_call');
       expect(calls.map((c) => ('args' in c ? c.args['tool'] : ''))).toEqual([
         'current_time',
@@ -214,12 +171,7 @@ describe('the llm agent in the standalone app', () => {
       ]);
       for (const call of calls) {
         const callId = 'args' in call ? call.args['tool_call_id'] : undefined;
-        const result = stored.find(
-          (e) =>
-            'observation' in e &&
-            e.observation === 'tool_result' &&
-            e.extras['tool_call_id'] === callId,
-        ) as (StoredEvent & { content: string; extras: Record<string, unknown> }) | undefined;
+        const [result] = toolResultsOf(stored, callId);
         expect(result, String(callId)).toBeDefined();
         expect(result!.cause).toBe(call.id);
         if (callId === 'call_echo') expect(result!.content).toBe('from mcp');
@@ -241,7 +193,8 @@ describe('the llm agent in the standalone app', () => {
       return Number(line?.[1] ?? 0);
     };
     const requestsBefore = await requestsSeen();
-    script(
+    scriptTagged(
+      model,
       'tag-mcp-end',
       {
         kind: 'stream',
@@ -251,7 +204,7 @@ describe('the llm agent in the standalone app', () => {
       },
       { kind: 'stream', events: openAiStream({ text: ['Done.'] }) },
     );
-    const { id, client } = await conversation({ agent: 'llm', title: 'fixed' });
+    const { id, client } = await openConversation(app.url, token, { agent: 'llm', title: 'fixed' });
     try {
       const cause = await say(client, 'tag-mcp-end: echo once');
       await client.waitForReply(cause, 20_000);
@@ -275,8 +228,11 @@ describe('the llm agent in the standalone app', () => {
       body: { error: { message: 'slow down' } },
       headers: { 'retry-after': '0' },
     });
-    script('tag-retry', { kind: 'stream', events: openAiStream({ text: ['after a retry'] }) });
-    const { client } = await conversation({ agent: 'llm', title: 'fixed' });
+    scriptTagged(model, 'tag-retry', {
+      kind: 'stream',
+      events: openAiStream({ text: ['after a retry'] }),
+    });
+    const { client } = await openConversation(app.url, token, { agent: 'llm', title: 'fixed' });
     try {
       const cause = await say(client, 'tag-retry: once more');
       await client.waitForReply(cause, 20_000);
@@ -293,12 +249,12 @@ describe('the llm agent in the standalone app', () => {
   });
 
   it('ends the turn in llm_error with a safe message when the 500s outlast the retries', async () => {
-    script('tag-500', {
+    scriptTagged(model, 'tag-500', {
       kind: 'json',
       status: 500,
       body: { error: { message: `PROVIDER-SECRET-TEXT ${API_KEY}` } },
     });
-    const { client } = await conversation({ agent: 'llm', title: 'fixed' });
+    const { client } = await openConversation(app.url, token, { agent: 'llm', title: 'fixed' });
     try {
       await say(client, 'tag-500: fail please');
       await client.waitFor((events) => turnError(events) !== undefined, 30_000, 'llm_error');
@@ -312,18 +268,20 @@ describe('the llm agent in the standalone app', () => {
   });
 
   it('does not store a cut stream as a complete answer', async () => {
-    script('tag-cut', {
+    scriptTagged(model, 'tag-cut', {
       kind: 'stream',
       events: openAiStream({ text: ['half an ans'], finish: false }),
       cut: true,
     });
-    const { id, client } = await conversation({ agent: 'llm', title: 'fixed' });
+    const { id, client } = await openConversation(app.url, token, { agent: 'llm', title: 'fixed' });
     try {
       const cause = await say(client, 'tag-cut: go');
       await client.waitFor((events) => turnError(events) !== undefined, 30_000, 'llm_error');
       expect(turnError(client.events)).toMatchObject({ extras: { reason: 'llm_error' } });
       // The partial text is kept, marked as interrupted: never as a complete answer.
-      const answers = (await storedEvents(id)).filter((e) => isAgentReply(e, cause));
+      const answers = (await storedEvents(app.url, token, id)).filter((e) =>
+        isAgentReply(e, cause),
+      );
       expect(answers).toHaveLength(1);
       expect(answers[0]).toMatchObject({ args: { content: 'half an ans', interrupted: true } });
     } finally {
@@ -332,12 +290,12 @@ describe('the llm agent in the standalone app', () => {
   });
 
   it('closes the connection to the model server within 1 s of a stop', async () => {
-    script('tag-stop', {
+    scriptTagged(model, 'tag-stop', {
       kind: 'stream',
       events: openAiStream({ text: ['thinking very hard'], finish: false }),
       hang: true,
     });
-    const { id, client } = await conversation({ agent: 'llm', title: 'fixed' });
+    const { id, client } = await openConversation(app.url, token, { agent: 'llm', title: 'fixed' });
     try {
       await say(client, 'tag-stop: think');
       await client.waitFor((events) => events.some(isDelta), 20_000, 'first delta');
@@ -352,7 +310,7 @@ describe('the llm agent in the standalone app', () => {
         10_000,
         'the interrupted message',
       );
-      const partial = (await storedEvents(id)).find(
+      const partial = (await storedEvents(app.url, token, id)).find(
         (e) => 'action' in e && e.action === 'message' && e.source === 'agent',
       );
       expect(partial).toMatchObject({ args: { content: 'thinking very hard', interrupted: true } });
@@ -363,7 +321,7 @@ describe('the llm agent in the standalone app', () => {
 
   it('stops a turn whose cost passes the conversation budget', async () => {
     // Every step calls a tool again, at $0.007 a step (1000 × $2/M + 500 × $10/M).
-    script('tag-budget', {
+    scriptTagged(model, 'tag-budget', {
       kind: 'stream',
       events: openAiStream({
         toolCalls: [{ id: 'call_loop', name: 'current_time', argumentPieces: ['{}'] }],
@@ -377,7 +335,7 @@ describe('the llm agent in the standalone app', () => {
         usage: { prompt_tokens: 1000, completion_tokens: 500 },
       }),
     });
-    const { id, client } = await conversation({
+    const { id, client } = await openConversation(app.url, token, {
       agent: 'llm',
       title: 'fixed',
       max_budget_usd: 0.01,
@@ -389,26 +347,26 @@ describe('the llm agent in the standalone app', () => {
       const steps = model.streamed.filter((r) => lastUser(r.body).includes('tag-budget'));
       expect(steps.length).toBeGreaterThanOrEqual(2);
       expect(steps.length).toBeLessThanOrEqual(3);
-      const state = await api<{ metrics: Record<string, number> }>(
-        app.url,
-        'GET',
-        `/api/conversations/${id}/state`,
-        { token },
+      expect((await metricsOf(app.url, token, id))['cost_usd']).toBeCloseTo(
+        steps.length * 0.007,
+        9,
       );
-      expect(state.body.metrics['cost_usd']).toBeCloseTo(steps.length * 0.007, 9);
     } finally {
       client.close();
     }
   });
 
   it('closes the connection to the model server within 1 s when a message interrupts the turn', async () => {
-    script('tag-interrupt', {
+    scriptTagged(model, 'tag-interrupt', {
       kind: 'stream',
       events: openAiStream({ text: ['a long answer'], finish: false }),
       hang: true,
     });
-    script('tag-next', { kind: 'stream', events: openAiStream({ text: ['the next answer'] }) });
-    const { client } = await conversation({
+    scriptTagged(model, 'tag-next', {
+      kind: 'stream',
+      events: openAiStream({ text: ['the next answer'] }),
+    });
+    const { client } = await openConversation(app.url, token, {
       agent: 'llm',
       title: 'fixed',
       multitask_strategy: 'interrupt',
@@ -427,20 +385,15 @@ describe('the llm agent in the standalone app', () => {
   });
 
   it('titles an untitled conversation with one model request', async () => {
-    script('tag-title', { kind: 'stream', events: openAiStream({ text: ['an answer'] }) });
-    const { id, client } = await conversation({ agent: 'llm' });
+    scriptTagged(model, 'tag-title', {
+      kind: 'stream',
+      events: openAiStream({ text: ['an answer'] }),
+    });
+    const { id, client } = await openConversation(app.url, token, { agent: 'llm' });
     try {
-      const cause = await say(client, 'tag-title: name this');
-      await client.waitForReply(cause, 20_000);
-      await client.waitFor(
-        (events) => events.some((e) => (e as { id?: unknown }).id === 'STATUS$TITLE_UPDATED'),
-        20_000,
-        'title',
-      );
-      const info = await api<{ title: string }>(app.url, 'GET', `/api/conversations/${id}`, {
-        token,
-      });
-      expect(info.body.title).toBe('A title from the model');
+      const conversation = { baseUrl: app.url, token, id };
+      const title = await sayAndReadTitle(client, 'tag-title: name this', conversation, 20_000);
+      expect(title).toBe('A title from the model');
     } finally {
       client.close();
     }
@@ -449,12 +402,15 @@ describe('the llm agent in the standalone app', () => {
 
 describe('the http agent in the standalone app', () => {
   it('answers through the Python example: a tool call, its result, then the message', async () => {
-    const { id, client } = await conversation({ agent: 'http', title: 'fixed' });
+    const { id, client } = await openConversation(app.url, token, {
+      agent: 'http',
+      title: 'fixed',
+    });
     try {
       const cause = await say(client, 'What time is it?');
       await client.waitForReply(cause, 30_000);
       expect(client.events.filter(isDelta).length).toBeGreaterThan(0);
-      const stored = await storedEvents(id);
+      const stored = await storedEvents(app.url, token, id);
       expect(stored.some((e) => 'action' in e && e.action === 'tool_call')).toBe(true);
       const reply = stored.find((e) => isAgentReply(e, cause)) as StoredEvent & {
         args: { content: string };

@@ -3,8 +3,6 @@
 // one JSON object carrying the conversation's ids and no secret, /readyz says
 // 503 while Redis is away and 200 once it is back, and with an OTLP endpoint
 // one user message makes one trace with spans of both processes.
-import { createServer, type Server } from 'node:http';
-import type { AddressInfo } from 'node:net';
 import { afterEach, describe, expect, it, onTestFailed } from 'vitest';
 import type { StoredEvent } from '@cs/protocol';
 import { api } from '../support/clients.js';
@@ -16,6 +14,11 @@ import {
   type ClusterOptions,
   type TestCluster,
 } from '../support/cluster.js';
+import {
+  startOtlpReceiver,
+  type OtlpReceiver,
+  type ReceivedSpan,
+} from '../support/otlp-receiver.js';
 import type { AppProcess } from '../support/processes.js';
 import { startPrivateRedis, type PrivateRedis } from '../support/redis-server.js';
 
@@ -138,75 +141,6 @@ function logLines(proc: AppProcess): LogLine[] {
       });
       return parsed as LogLine;
     });
-}
-
-// --- a collector ----------------------------------------------------------------
-
-interface ExportedSpan {
-  traceId: string;
-  spanId: string;
-  parentSpanId?: string;
-  name: string;
-  role: string;
-  scope: string;
-}
-
-interface OtlpReceiver {
-  url: string;
-  spans: ExportedSpan[];
-  close(): Promise<void>;
-}
-
-type AnyValue = { stringValue?: string };
-type OtlpExport = {
-  resourceSpans?: Array<{
-    resource?: { attributes?: Array<{ key: string; value: AnyValue }> };
-    scopeSpans?: Array<{
-      scope?: { name?: string };
-      spans?: Array<{ traceId: string; spanId: string; parentSpanId?: string; name: string }>;
-    }>;
-  }>;
-};
-
-/** An OTLP/HTTP receiver of JSON exports (POST /v1/traces), on a free port of this machine. */
-async function startOtlpReceiver(): Promise<OtlpReceiver> {
-  const spans: ExportedSpan[] = [];
-  const server: Server = createServer((request, response) => {
-    let body = '';
-    request.on('data', (chunk: Buffer) => (body += chunk.toString()));
-    request.on('end', () => {
-      if (request.method === 'POST' && request.url === '/v1/traces') {
-        const exported = JSON.parse(body) as OtlpExport;
-        for (const resourceSpans of exported.resourceSpans ?? []) {
-          const attributes = resourceSpans.resource?.attributes ?? [];
-          const attribute = (key: string) =>
-            attributes.find((a) => a.key === key)?.value.stringValue ?? '';
-          expect(attribute('service.name')).toBe('conversation-service');
-          for (const scopeSpans of resourceSpans.scopeSpans ?? []) {
-            for (const span of scopeSpans.spans ?? []) {
-              spans.push({
-                traceId: span.traceId,
-                spanId: span.spanId,
-                parentSpanId: span.parentSpanId || undefined,
-                name: span.name,
-                role: attribute('service.role'),
-                scope: scopeSpans.scope?.name ?? '',
-              });
-            }
-          }
-        }
-      }
-      response.writeHead(200, { 'content-type': 'application/json' });
-      response.end('{}');
-    });
-  });
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-  const { port } = server.address() as AddressInfo;
-  return {
-    url: `http://127.0.0.1:${port}`,
-    spans,
-    close: () => new Promise((resolve) => server.close(() => resolve())),
-  };
 }
 
 // --- the tests ------------------------------------------------------------------
@@ -350,7 +284,7 @@ describe('traces', () => {
     await answerTo(gateway.url, token, conversationId, id);
 
     const spans = receiver.spans;
-    let trace: ExportedSpan[] = [];
+    let trace: ReceivedSpan[] = [];
     await until(
       () => {
         const send = spans.find(
@@ -406,5 +340,7 @@ describe('traces', () => {
     ).toBe(true);
     // Probes and scrapes make no spans.
     expect(spans.some((span) => /healthz|readyz|metrics/.test(span.name))).toBe(false);
+    // Every process exports as the service it is.
+    for (const span of spans) expect(span.service, span.role).toBe('conversation-service');
   });
 });

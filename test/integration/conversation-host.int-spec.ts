@@ -6,8 +6,8 @@
 import type { Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { AgentRegistry } from '@cs/agents';
+import type { ClusterKeys } from '@cs/cluster';
 import {
-  ClusterKeys,
   ClusteredConversationManager,
   ConnectionRegistry,
   ConversationHost,
@@ -17,25 +17,18 @@ import {
   TOO_MANY_FAILOVERS,
   UserConcurrencyLimiter,
   leaseTiming,
-  openRedis,
 } from '@cs/cluster';
 import type { ConversationRef, ConversationStore } from '@cs/core';
 import type { StoredEvent } from '@cs/protocol';
-import { openStore, type OpenedStore } from '@cs/store';
-import {
-  createEchoConversation,
-  createScratchDatabase,
-  deleteKeys,
-  testRedisUrl,
-  uniqueName,
-  type ScratchDatabase,
-} from '../support/services.js';
+import type { OpenedStore } from '@cs/store';
+import { openScratchBackends, type ScratchBackends } from '../support/scratch-backends.js';
+import { createEchoConversation, uniqueName } from '../support/services.js';
 
 const LEASE_TTL_MS = 2_000;
 const MAX_FAILOVERS = 2;
 
 describe(ConversationHost.name, () => {
-  let scratch: ScratchDatabase;
+  let backends: ScratchBackends;
   let opened: OpenedStore;
   let redis: Redis;
   let subscriber: Redis;
@@ -48,12 +41,10 @@ describe(ConversationHost.name, () => {
   let failingAgentAppends = 0;
 
   beforeAll(async () => {
-    scratch = await createScratchDatabase('cs_host');
-    opened = await openStore({ databaseUrl: scratch.url, dataDir: '', migrate: true });
-    keys = new ClusterKeys(uniqueName('cs_host'));
-    redis = openRedis(testRedisUrl(), 'host-test');
-    subscriber = openRedis(testRedisUrl(), 'host-test-inbox');
-    queueConnection = openRedis(testRedisUrl(), 'host-test-queue');
+    backends = await openScratchBackends('cs_host', 'host-test');
+    ({ opened, redis, keys } = backends);
+    subscriber = backends.connect('inbox');
+    queueConnection = backends.connect('queue');
     const timing = leaseTiming(LEASE_TTL_MS);
     const limiter = new UserConcurrencyLimiter(redis, keys, {
       limit: 3,
@@ -110,10 +101,7 @@ describe(ConversationHost.name, () => {
   afterAll(async () => {
     await host?.drain();
     await jobs?.close();
-    await deleteKeys(redis, keys.prefix);
-    for (const connection of [redis, subscriber, queueConnection]) connection?.disconnect();
-    await opened?.close();
-    await scratch?.drop();
+    await backends?.close();
   });
 
   /** A new echo conversation, started and held by the host. */

@@ -3,42 +3,32 @@
 // window add up (record-failover-1.lua).
 import type { Redis } from 'ioredis';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
-import { ClusterKeys, openRedis } from '@cs/cluster';
+import type { ClusterKeys } from '@cs/cluster';
 import { agentStateChangeDraft, type ConversationRef } from '@cs/core';
-import { openStore, type OpenedStore } from '@cs/store';
+import type { OpenedStore } from '@cs/store';
 import { FailoverBreaker } from '../../libs/cluster/src/leases/failover-breaker.js';
-import {
-  createEchoConversation,
-  createScratchDatabase,
-  deleteKeys,
-  testRedisUrl,
-  uniqueName,
-  type ScratchDatabase,
-} from '../support/services.js';
+import { openScratchBackends, type ScratchBackends } from '../support/scratch-backends.js';
+import { createEchoConversation, uniqueName } from '../support/services.js';
 
 const MAX_FAILOVERS = 2;
 
 describe(FailoverBreaker.name, () => {
-  let scratch: ScratchDatabase;
+  let backends: ScratchBackends;
   let opened: OpenedStore;
   let redis: Redis;
   let keys: ClusterKeys;
 
   beforeAll(async () => {
-    scratch = await createScratchDatabase('cs_breaker');
-    opened = await openStore({ databaseUrl: scratch.url, dataDir: '', migrate: true });
-    redis = openRedis(testRedisUrl(), 'breaker-test');
-    keys = new ClusterKeys(uniqueName('cs_breaker'));
+    backends = await openScratchBackends('cs_breaker', 'breaker-test');
+    ({ opened, redis, keys } = backends);
   });
 
   afterEach(async () => {
-    await deleteKeys(redis, keys.prefix);
+    await backends.deleteKeys();
   });
 
   afterAll(async () => {
-    redis?.disconnect();
-    await opened?.close();
-    await scratch?.drop();
+    await backends?.close();
   });
 
   const breaker = (windowMs = 60_000) =>

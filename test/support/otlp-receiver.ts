@@ -11,6 +11,8 @@ export interface ReceivedSpan {
   spanId: string;
   parentSpanId?: string;
   name: string;
+  /** `service.name` of the process that exported it. */
+  service: string;
   /** `service.role` of the process that exported it. */
   role: string;
   scope: string;
@@ -67,6 +69,11 @@ function attributesOf(list: KeyValue[] | undefined): Record<string, unknown> {
   return Object.fromEntries((list ?? []).map((kv) => [kv.key, valueOf(kv.value)]));
 }
 
+function resourceText(resource: Record<string, unknown>, key: string): string {
+  const value = resource[key];
+  return typeof value === 'string' ? value : '';
+}
+
 export async function startOtlpReceiver(): Promise<OtlpReceiver> {
   const spans: ReceivedSpan[] = [];
   const server: Server = createServer((request, response) => {
@@ -84,7 +91,8 @@ export async function startOtlpReceiver(): Promise<OtlpReceiver> {
                 spanId: span.spanId,
                 parentSpanId: span.parentSpanId || undefined,
                 name: span.name,
-                role: typeof resource['service.role'] === 'string' ? resource['service.role'] : '',
+                service: resourceText(resource, 'service.name'),
+                role: resourceText(resource, 'service.role'),
                 scope: scopeSpans.scope?.name ?? '',
                 attributes: attributesOf(span.attributes),
                 text: JSON.stringify({

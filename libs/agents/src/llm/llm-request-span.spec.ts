@@ -1,34 +1,26 @@
 // The `model request` spans of the llm agent, with the OpenTelemetry SDK
 // started as tracing.sdk.ts starts it (exporting in memory), against the
 // local OpenAI-compatible server.
-import { NodeSDK } from '@opentelemetry/sdk-node';
-import {
-  InMemorySpanExporter,
-  SimpleSpanProcessor,
-  type ReadableSpan,
-} from '@opentelemetry/sdk-trace-base';
-import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
-import type { AppConfig } from '@cs/config';
+import type { ReadableSpan } from '@opentelemetry/sdk-trace-base';
+import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { withSpan } from '@cs/observability';
+import { useInMemoryTracing } from '../../../../test/support/in-memory-tracing.js';
 import { contextOf, events, resetEventIds, settle } from '../testing/agent-context.js';
-import { FakeModelServer, openAiCompletion, openAiStream } from '../testing/fake-model-server.js';
+import {
+  FakeModelServer,
+  fakeModelLlmConfig,
+  openAiCompletion,
+  openAiStream,
+} from '../testing/fake-model-server.js';
 import { LlmAgent } from './llm.agent.js';
 
 const API_KEY = 'sk-span-test-THE-KEY-0123456789';
 const USER_TEXT = 'my confidential question 5d1e';
 const ANSWER_TEXT = 'a confidential answer 9c2b';
 
-const exporter = new InMemorySpanExporter();
-const processor = new SimpleSpanProcessor(exporter);
-const sdk = new NodeSDK({
-  spanProcessors: [processor],
-  instrumentations: [],
-  resourceDetectors: [],
-});
+const { exporter, finished } = useInMemoryTracing();
 let server: FakeModelServer;
 
-beforeAll(() => sdk.start());
-afterAll(() => sdk.shutdown());
 beforeEach(async () => {
   resetEventIds();
   exporter.reset();
@@ -40,26 +32,11 @@ afterEach(() => server.close());
 const durations: number[] = [];
 
 function agent(): LlmAgent {
-  const llm: AppConfig['llm'] = {
-    provider: 'openai',
-    baseUrl: `${server.url}/v1`,
-    apiKey: API_KEY,
-    model: 'fake-model',
-    models: ['fake-model'],
-    timeoutMs: 10_000,
-    maxRetries: 2,
-    prices: {},
-    contextTokens: 10_000,
-  };
+  const llm = fakeModelLlmConfig(server, API_KEY);
   return new LlmAgent(
     { llm, model: 'fake-model', temperature: undefined, toolNames: undefined },
     { backoffMs: 10, maxBackoffMs: 20, onRequestEnded: (seconds) => durations.push(seconds) },
   );
-}
-
-async function finished(): Promise<ReadableSpan[]> {
-  await processor.forceFlush();
-  return exporter.getFinishedSpans();
 }
 
 const requestSpans = (spans: ReadableSpan[]) => spans.filter((s) => s.name === 'model request');

@@ -12,6 +12,7 @@ import {
 import {
   FakeModelServer,
   anthropicStream,
+  fakeModelLlmConfig,
   openAiCompletion,
   openAiStream,
 } from '../testing/fake-model-server.js';
@@ -30,23 +31,11 @@ afterEach(async () => {
   await server.close();
 });
 
-function llmConfig(overrides: Partial<AppConfig['llm']> = {}): AppConfig['llm'] {
-  return {
-    provider: 'openai',
-    baseUrl: `${server.url}/v1`,
-    apiKey: API_KEY,
-    model: 'fake-model',
-    models: ['fake-model'],
-    timeoutMs: 10_000,
-    maxRetries: 2,
-    prices: { 'fake-model': { input: 2, output: 10 } },
-    contextTokens: 10_000,
-    ...overrides,
-  };
-}
-
 function agent(overrides: Partial<AppConfig['llm']> = {}, toolNames?: string[]): LlmAgent {
-  const llm = llmConfig(overrides);
+  const llm = fakeModelLlmConfig(server, API_KEY, {
+    prices: { 'fake-model': { input: 2, output: 10 } },
+    ...overrides,
+  });
   return new LlmAgent(
     { llm, model: llm.model!, temperature: undefined, toolNames },
     { backoffMs: 20, maxBackoffMs: 50 },

@@ -10,9 +10,10 @@
  * is answered with a 500. Every request is recorded with when its
  * connection closed.
  */
-import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
-import type { AddressInfo } from 'node:net';
-import type { RecordedRequest, SseEvent } from './fake-model-server.js';
+import type { IncomingMessage, ServerResponse } from 'node:http';
+import type { SseEvent } from './fake-model-server.js';
+import { sleep } from './fake-server-http.js';
+import { ScriptedModelServer } from './scripted-model-server.js';
 
 export { anthropicStream } from './fake-model-server.js';
 
@@ -30,61 +31,19 @@ export type AnthropicReply =
   | { kind: 'message'; text: string; usage?: { input_tokens: number; output_tokens: number } }
   | { kind: 'error'; status: number; type: string; message: string };
 
-export class FakeAnthropicServer {
-  readonly requests: RecordedRequest[] = [];
-  private readonly server: Server;
-  private readonly rules: {
-    match: (body: Record<string, unknown>) => boolean;
-    reply: AnthropicReply;
-  }[] = [];
-
+/** The base URL (`LLM_BASE_URL`) is `url`: requests go to `<url>/v1/messages`. */
+export class FakeAnthropicServer extends ScriptedModelServer<AnthropicReply> {
   private constructor(private readonly apiKey: string) {
-    this.server = createServer((req, res) => {
-      void this.handle(req, res).catch(() => res.destroy());
-    });
+    super();
   }
 
-  static async start(options: { apiKey: string }): Promise<FakeAnthropicServer> {
-    const fake = new FakeAnthropicServer(options.apiKey);
-    await new Promise<void>((resolve) => fake.server.listen(0, '127.0.0.1', resolve));
-    return fake;
+  static start(options: { apiKey: string }): Promise<FakeAnthropicServer> {
+    return new FakeAnthropicServer(options.apiKey).listen();
   }
 
-  /** The base URL (`LLM_BASE_URL`): requests go to `<url>/v1/messages`. */
-  get url(): string {
-    const { port } = this.server.address() as AddressInfo;
-    return `http://127.0.0.1:${port}`;
-  }
-
-  /** Answers every request whose body matches with `reply` (rules in the order given). */
-  when(match: (body: Record<string, unknown>) => boolean, reply: AnthropicReply): this {
-    this.rules.push({ match, reply });
-    return this;
-  }
-
-  /** Requests that streamed (steps), leaving out the others (titles). */
-  get streamed(): RecordedRequest[] {
-    return this.requests.filter((request) => request.body['stream'] === true);
-  }
-
-  async close(): Promise<void> {
-    this.server.closeAllConnections();
-    await new Promise<void>((resolve) => this.server.close(() => resolve()));
-  }
-
-  private async handle(req: IncomingMessage, res: ServerResponse): Promise<void> {
-    const chunks: Buffer[] = [];
-    for await (const chunk of req) chunks.push(chunk as Buffer);
-    let body: Record<string, unknown> = {};
-    try {
-      body = JSON.parse(Buffer.concat(chunks).toString('utf8')) as Record<string, unknown>;
-    } catch {
-      // Recorded as {}; answered below as an invalid request.
-    }
-    let markClosed!: (at: number) => void;
-    const closed = new Promise<number>((resolve) => (markClosed = resolve));
-    res.on('close', () => markClosed(Date.now()));
-    this.requests.push({ path: req.url ?? '', headers: req.headers, body, closed, at: Date.now() });
+  protected async handle(req: IncomingMessage, res: ServerResponse): Promise<void> {
+    // A body that is not JSON is recorded as {}, and answered below as an invalid request.
+    const { body } = await this.record(req, res);
 
     if (req.method !== 'POST' || (req.url ?? '').split('?')[0] !== '/v1/messages') {
       return error(res, 404, 'not_found_error', 'Not found');
@@ -98,7 +57,7 @@ export class FakeAnthropicServer {
     if (typeof body['model'] !== 'string' || !Array.isArray(body['messages'])) {
       return error(res, 400, 'invalid_request_error', 'model and messages are required');
     }
-    const reply = this.rules.find((rule) => rule.match(body))?.reply ?? {
+    const reply = this.ruleFor(body) ?? {
       kind: 'error',
       status: 500,
       type: 'api_error',
@@ -155,8 +114,4 @@ export function anthropicMessage(
     stop_sequence: null,
     usage,
   };
-}
-
-function sleep(ms: number): Promise<void> {
-  return new Promise((resolve) => setTimeout(resolve, ms));
 }

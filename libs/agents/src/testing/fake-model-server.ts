@@ -5,8 +5,12 @@
  * request (body and headers) and when the client closed each connection, so
  * tests can check retries, cancellation and what the agent sent.
  */
-import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
-import type { AddressInfo } from 'node:net';
+import type { IncomingMessage, ServerResponse } from 'node:http';
+import type { AppConfig } from '@cs/config';
+import { sleep } from './fake-server-http.js';
+import { ScriptedModelServer } from './scripted-model-server.js';
+
+export type { RecordedRequest } from './fake-server-http.js';
 
 /** One server-sent event: `data` is JSON-encoded unless it is a string. */
 export interface SseEvent {
@@ -28,39 +32,13 @@ export type FakeReply =
     }
   | { kind: 'json'; status: number; body: unknown; headers?: Record<string, string> };
 
-export interface RecordedRequest {
-  path: string;
-  headers: IncomingMessage['headers'];
-  body: Record<string, unknown>;
-  /** Resolves when the client has closed the connection (or the response ended). */
-  closed: Promise<number>;
-  /** When the request arrived (ms, Date.now()). */
-  at: number;
-}
-
-export class FakeModelServer {
-  readonly requests: RecordedRequest[] = [];
+/** Answers by the rules of `when` first, then from the queue of `reply`, then `always`'s reply. */
+export class FakeModelServer extends ScriptedModelServer<FakeReply> {
   private readonly replies: FakeReply[] = [];
-  private readonly server: Server;
   private fallback: FakeReply | undefined;
-  private readonly rules: {
-    match: (body: Record<string, unknown>) => boolean;
-    reply: FakeReply;
-  }[] = [];
 
-  private constructor() {
-    this.server = createServer((req, res) => void this.handle(req, res));
-  }
-
-  static async start(): Promise<FakeModelServer> {
-    const fake = new FakeModelServer();
-    await new Promise<void>((resolve) => fake.server.listen(0, '127.0.0.1', resolve));
-    return fake;
-  }
-
-  get url(): string {
-    const { port } = this.server.address() as AddressInfo;
-    return `http://127.0.0.1:${port}`;
+  static start(): Promise<FakeModelServer> {
+    return new FakeModelServer().listen();
   }
 
   /** Queues replies, answered in order; past them, `always`'s reply or a 500. */
@@ -74,37 +52,9 @@ export class FakeModelServer {
     return this;
   }
 
-  /** Answers every request whose body matches with `reply`, before the queue (e.g. title requests). */
-  when(match: (body: Record<string, unknown>) => boolean, reply: FakeReply): this {
-    this.rules.push({ match, reply });
-    return this;
-  }
-
-  /** Requests that streamed (steps), leaving out the others (titles). */
-  get streamed(): RecordedRequest[] {
-    return this.requests.filter((request) => request.body['stream'] === true);
-  }
-
-  async close(): Promise<void> {
-    this.server.closeAllConnections();
-    await new Promise<void>((resolve) => this.server.close(() => resolve()));
-  }
-
-  private async handle(req: IncomingMessage, res: ServerResponse): Promise<void> {
-    const chunks: Buffer[] = [];
-    for await (const chunk of req) chunks.push(chunk as Buffer);
-    let body: Record<string, unknown> = {};
-    try {
-      body = JSON.parse(Buffer.concat(chunks).toString('utf8')) as Record<string, unknown>;
-    } catch {
-      // Recorded as {}: the test sees what arrived through `requests`.
-    }
-    let markClosed!: (at: number) => void;
-    const closed = new Promise<number>((resolve) => (markClosed = resolve));
-    res.on('close', () => markClosed(Date.now()));
-    this.requests.push({ path: req.url ?? '', headers: req.headers, body, closed, at: Date.now() });
-
-    const reply = this.rules.find((rule) => rule.match(body))?.reply ??
+  protected async handle(req: IncomingMessage, res: ServerResponse): Promise<void> {
+    const { body } = await this.record(req, res);
+    const reply = this.ruleFor(body) ??
       this.replies.shift() ??
       this.fallback ?? { kind: 'json', status: 500, body: { error: 'no reply scripted' } };
     if (reply.kind === 'json') {
@@ -135,8 +85,24 @@ export class FakeModelServer {
   }
 }
 
-function sleep(ms: number): Promise<void> {
-  return new Promise((resolve) => setTimeout(resolve, ms));
+/** The llm settings of an agent of `server` as an OpenAI-compatible API (no prices unless given). */
+export function fakeModelLlmConfig(
+  server: FakeModelServer,
+  apiKey: string,
+  overrides: Partial<AppConfig['llm']> = {},
+): AppConfig['llm'] {
+  return {
+    provider: 'openai',
+    baseUrl: `${server.url}/v1`,
+    apiKey,
+    model: 'fake-model',
+    models: ['fake-model'],
+    timeoutMs: 10_000,
+    maxRetries: 2,
+    prices: {},
+    contextTokens: 10_000,
+    ...overrides,
+  };
 }
 
 // ------------------------------------------------------------ OpenAI streams

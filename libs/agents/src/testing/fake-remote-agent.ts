@@ -6,12 +6,18 @@
  * pauses, a status, or a connection it never ends.
  */
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
-import type { AddressInfo } from 'node:net';
 import {
   SIGNATURE_HEADER,
   TIMESTAMP_HEADER,
   verifyRequestSignature,
 } from '../http/request-signature.js';
+import {
+  closeServer,
+  jsonBody,
+  listenLocally,
+  localOrigin,
+  readRequest,
+} from './fake-server-http.js';
 
 export interface RemoteAgentRequest {
   headers: IncomingMessage['headers'];
@@ -64,31 +70,24 @@ export class FakeRemoteAgent {
 
   static async start(secret: string, handler: RemoteAgentHandler): Promise<FakeRemoteAgent> {
     const agent = new FakeRemoteAgent(secret, handler);
-    await new Promise<void>((resolve) => agent.server.listen(0, '127.0.0.1', resolve));
+    await listenLocally(agent.server);
     return agent;
   }
 
   get url(): string {
-    const { port } = this.server.address() as AddressInfo;
-    return `http://127.0.0.1:${port}/agent`;
+    return `${localOrigin(this.server)}/agent`;
   }
 
   answerWith(handler: RemoteAgentHandler): void {
     this.handler = handler;
   }
 
-  async close(): Promise<void> {
-    this.server.closeAllConnections();
-    await new Promise<void>((resolve) => this.server.close(() => resolve()));
+  close(): Promise<void> {
+    return closeServer(this.server);
   }
 
   private async handle(req: IncomingMessage, res: ServerResponse): Promise<void> {
-    const chunks: Buffer[] = [];
-    for await (const chunk of req) chunks.push(chunk as Buffer);
-    const raw = Buffer.concat(chunks).toString('utf8');
-    let markClosed!: (at: number) => void;
-    const closed = new Promise<number>((resolve) => (markClosed = resolve));
-    res.on('close', () => markClosed(Date.now()));
+    const { raw, closed } = await readRequest(req, res);
     const header = (name: string) => {
       const value = req.headers[name];
       return Array.isArray(value) ? value[0] : value;
@@ -99,13 +98,13 @@ export class FakeRemoteAgent {
       raw,
       header(SIGNATURE_HEADER),
     );
-    let body: Record<string, unknown> = {};
-    try {
-      body = JSON.parse(raw) as Record<string, unknown>;
-    } catch {
-      // Recorded as {}.
-    }
-    const request: RemoteAgentRequest = { headers: req.headers, raw, body, verified, closed };
+    const request: RemoteAgentRequest = {
+      headers: req.headers,
+      raw,
+      body: jsonBody(raw),
+      verified,
+      closed,
+    };
     this.requests.push(request);
     if (!verified) {
       res.writeHead(401, { 'content-type': 'application/json' });

@@ -1,25 +1,9 @@
-import { NodeSDK } from '@opentelemetry/sdk-node';
-import { InMemorySpanExporter, SimpleSpanProcessor } from '@opentelemetry/sdk-trace-base';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
+import { useInMemoryTracing } from '../../../../test/support/in-memory-tracing.js';
 import { continueTrace, currentTraceparent, withRemoteParent, withSpan } from './trace-context.js';
 
-const exporter = new InMemorySpanExporter();
 // The SDK as tracing.sdk.ts starts it (context manager, W3C propagator), exporting in memory.
-const processor = new SimpleSpanProcessor(exporter);
-const sdk = new NodeSDK({
-  spanProcessors: [processor],
-  instrumentations: [],
-  resourceDetectors: [],
-});
-
-/** The spans ended so far (the processor exports them asynchronously). */
-async function finished() {
-  await processor.forceFlush();
-  return exporter.getFinishedSpans();
-}
-
-beforeAll(() => sdk.start());
-afterAll(() => sdk.shutdown());
+const { exporter, finished } = useInMemoryTracing();
 
 describe('trace context across processes', () => {
   it('continues the trace of a traceparent: the sender, then the holder, then its steps', async () => {
