@@ -9,6 +9,7 @@
 // right after a forced full GC (the bench agent module's probe, so that
 // garbage not collected yet does not count), tell the memory per
 // conversation.
+import { Redis } from 'ioredis';
 import { HISTORY_BATCH, openHistoryStore, seedHistory } from '../lib/history.mjs';
 import {
   ConversationSocket,
@@ -109,7 +110,10 @@ export async function runLongHistory(ctx) {
       } finally {
         socket.close();
       }
-      await stopConversation(url, token, id);
+      const stopped = await stopConversation(url, token, id);
+      // A stop that gave up waiting leaves a run finishing while the restore below starts.
+      if (stopped?.conversation_status !== 'STOPPED')
+        log(`  warm-up ${i}: the stop answered ${JSON.stringify(stopped)}`);
     }
     await sleep(SETTLE_MS);
     const before = await probedKiB(workers);
@@ -128,7 +132,19 @@ export async function runLongHistory(ctx) {
         readies.push(readyAt - socket.openedAt);
       } catch (error) {
         errors += 1;
-        if (errors <= 3) log(`  restore ${i}: ${String(error)}`);
+        if (errors <= 3) {
+          // What the service says of it, to tell a lost start from a slow one.
+          const info = await api(url, token, 'GET', `/api/conversations/${id}`).catch(() => null);
+          const redis = new Redis(ctx.cluster.redisUrl, { maxRetriesPerRequest: 1 });
+          const job = await redis
+            .exists(`${ctx.cluster.keyPrefix}:{conversations}:conversation-${id}`)
+            .catch(() => '?')
+            .finally(() => redis.disconnect());
+          log(
+            `  restore ${i}: ${String(error)} (status ${info?.status}, agent state ${info?.agent_state}, ` +
+              `last event ${info?.last_event_id}, socket got ${socket.received} events, job key ${job})`,
+          );
+        }
       } finally {
         socket.close();
       }
