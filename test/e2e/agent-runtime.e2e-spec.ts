@@ -338,6 +338,31 @@ describe('agent runtime (standalone)', () => {
     busy.close();
   });
 
+  it('reject accepts one of many messages sent at the same moment, and refuses the others with AGENT_BUSY', async () => {
+    const token = await userToken();
+    const id = await conversation(token, { agent: 'waiter', multitask_strategy: 'reject' });
+    const client = await ConversationClient.connect(app.url, token, { conversation_id: id });
+    // The agent is idle: all of them reach the door before the first turn stores `running`.
+    const sends = await Promise.all(
+      Array.from({ length: 8 }, (_, i) =>
+        api(app.url, 'POST', `/api/conversations/${id}/events`, {
+          token,
+          body: { action: 'message', args: { content: `at once ${i}` } },
+        }),
+      ),
+    );
+    const statuses = sends.map((send) => send.status).sort();
+    expect(statuses.filter((status) => status === 409)).toHaveLength(7);
+    const { events } = (
+      await api(app.url, 'GET', `/api/conversations/${id}/events?limit=100`, { token })
+    ).body as { events: StoredEvent[] };
+    expect(events.filter((e) => e.source === 'user')).toHaveLength(1);
+    expect(
+      await client.send({ action: 'change_agent_state', args: { agent_state: 'stopped' } }),
+    ).toMatchObject({ ok: true });
+    client.close();
+  });
+
   it('stops a running step within 1 s, storing its partial text as interrupted', async () => {
     const token = await userToken();
     const id = await conversation(token, { agent: 'waiter' });

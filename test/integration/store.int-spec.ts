@@ -7,7 +7,13 @@ import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'nod
 import { hostname, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import type { ConversationStore, EventDraft, NewConversation } from '@cs/core';
-import { BadRequestError, ConflictError, LeaseLostError, NotFoundError } from '@cs/core';
+import {
+  AgentBusyError,
+  BadRequestError,
+  ConflictError,
+  LeaseLostError,
+  NotFoundError,
+} from '@cs/core';
 import type { SqlDatabase } from '@cs/store';
 import { sqlErrorCode } from '@cs/store';
 import {
@@ -229,6 +235,53 @@ describe.each(backends)('PostgresConversationStore on $name', (backend) => {
       }
       const after = await store.getConversation(conversation.tenantId, conversation.id);
       expect(after?.lastEventId).toBe(19);
+    });
+
+    it('takes one of many messages sent at once with refuseIfBusy, refuses the others, and answers a repeat', async () => {
+      const conversation = await created();
+      const refuse = { refuseIfBusy: true };
+      const results = await Promise.allSettled(
+        Array.from({ length: 10 }, (_, i) =>
+          store.append(
+            conversation.tenantId,
+            conversation.id,
+            [message(`at once ${i}`, { clientEventId: `key-${i}` })],
+            refuse,
+          ),
+        ),
+      );
+      const taken = results.filter((result) => result.status === 'fulfilled');
+      expect(taken).toHaveLength(1);
+      for (const result of results)
+        if (result.status === 'rejected') expect(result.reason).toBeInstanceOf(AgentBusyError);
+      const stored = await store.readEvents(conversation.tenantId, conversation.id, { limit: 100 });
+      expect(stored).toHaveLength(1);
+      // The taken message's repeat is that event, not a refusal.
+      const key = (stored[0] as { client_event_id?: string }).client_event_id!;
+      const content = key.replace('key-', 'at once ');
+      const [repeat] = await store.append(
+        conversation.tenantId,
+        conversation.id,
+        [message(content, { clientEventId: key })],
+        refuse,
+      );
+      expect(repeat).toMatchObject({ duplicate: true, event: { id: stored[0]!.id } });
+      // Once it is answered the agent is free, until a turn runs.
+      await store.append(conversation.tenantId, conversation.id, [
+        agentStateChanged('awaiting_user_input', { cause: 0, answers: 0 }),
+      ]);
+      await store.append(conversation.tenantId, conversation.id, [message('next')], refuse);
+      await store.append(conversation.tenantId, conversation.id, [
+        agentStateChanged('running', { cause: 2 }),
+      ]);
+      await expect(
+        store.append(conversation.tenantId, conversation.id, [message('while running')], refuse),
+      ).rejects.toBeInstanceOf(AgentBusyError);
+      // Without refuseIfBusy (enqueue, interrupt) messages are always stored.
+      await store.append(conversation.tenantId, conversation.id, [message('queued')]);
+      expect(
+        await store.readEvents(conversation.tenantId, conversation.id, { limit: 100 }),
+      ).toHaveLength(5);
     });
 
     it('appends a batch with consecutive ids, one timestamp and summed metrics', async () => {

@@ -1,4 +1,5 @@
 import {
+  AgentBusyError,
   ConcurrencyLimitError,
   NotFoundError,
   TOO_MANY_CONVERSATIONS_NOTICE,
@@ -13,6 +14,7 @@ import {
   type ConversationManager,
   type ConversationRef,
   type ConversationStore,
+  type SendOptions,
 } from '@cs/core';
 import { StatusId, type ConversationStatus, type UserAction } from '@cs/protocol';
 import type { ConversationJobs } from './leases/conversation-jobs.js';
@@ -113,13 +115,21 @@ export class ClusteredConversationManager implements ConversationManager {
     ref: ConversationRef,
     action: UserAction,
     idempotencyKey?: string,
+    options: SendOptions = {},
   ): Promise<AppendedEvent> {
-    const [appended] = await this.deps.store.append(
-      ref.tenantId,
-      ref.conversationId,
-      [userActionDraft(action, idempotencyKey)],
-      { incarnation: ref.incarnation },
-    );
+    let appended: AppendedEvent | undefined;
+    try {
+      [appended] = await this.deps.store.append(
+        ref.tenantId,
+        ref.conversationId,
+        [userActionDraft(action, idempotencyKey)],
+        { incarnation: ref.incarnation, ...(options.refuseIfBusy ? { refuseIfBusy: true } : {}) },
+      );
+    } catch (error) {
+      // Refused for an earlier message still to answer: make sure it is answered.
+      if (error instanceof AgentBusyError) await this.ensureRunning(ref).catch(() => undefined);
+      throw error;
+    }
     if (!appended) throw new Error('the store appended nothing');
     if (!appended.duplicate) this.deps.broadcaster.publishEvents(roomKey(ref), [appended.event]);
     const holders = appended.duplicate

@@ -7,6 +7,12 @@ export interface Attachment extends ConversationRef {
   connectionId: string;
 }
 
+/** How a user action is stored (see `AppendOptions`). */
+export interface SendOptions {
+  /** A message under `reject`: refused with `AgentBusyError` while the agent is busy. */
+  refuseIfBusy?: boolean;
+}
+
 /**
  * Decides where and whether a conversation's agent runs. The standalone
  * manager runs sessions in this process; the clustered one leases them to
@@ -35,6 +41,7 @@ export interface ConversationManager {
     ref: ConversationRef,
     action: UserAction,
     idempotencyKey?: string,
+    options?: SendOptions,
   ): Promise<AppendedEvent>;
   /** Stops the conversation's agent (no-op when not running). */
   stop(ref: ConversationRef): Promise<ConversationStatus>;

@@ -2,6 +2,7 @@ export * from './agent.js';
 export * from './conversation.js';
 export * from './conversation-manager.js';
 export * from './conversation-limits.js';
+export * from './agent-busy.js';
 export * from './errors.js';
 export * from './state.js';
 export * from './ports/broadcaster.port.js';

@@ -24,8 +24,13 @@ import {
   TOO_MANY_CONVERSATIONS_NOTICE,
   isIdleSince,
 } from './conversation-limits.js';
-import type { Attachment, ConversationManager } from './conversation-manager.js';
-import { ConcurrencyLimitError, NotFoundError, UnavailableError } from './errors.js';
+import type { Attachment, ConversationManager, SendOptions } from './conversation-manager.js';
+import {
+  AgentBusyError,
+  ConcurrencyLimitError,
+  NotFoundError,
+  UnavailableError,
+} from './errors.js';
 import type { ConversationBroadcaster } from './ports/broadcaster.port.js';
 import { userActionDraft } from './user-action.js';
 import { systemClock, type Clock } from './ports/clock.port.js';
@@ -156,14 +161,22 @@ export class StandaloneConversationManager implements ConversationManager {
     ref: ConversationRef,
     action: UserAction,
     idempotencyKey?: string,
+    options: SendOptions = {},
   ): Promise<AppendedEvent> {
     this.assertOpen();
-    const [appended] = await this.store.append(
-      ref.tenantId,
-      ref.conversationId,
-      [userActionDraft(action, idempotencyKey)],
-      { incarnation: ref.incarnation },
-    );
+    let appended: AppendedEvent | undefined;
+    try {
+      [appended] = await this.store.append(
+        ref.tenantId,
+        ref.conversationId,
+        [userActionDraft(action, idempotencyKey)],
+        { incarnation: ref.incarnation, ...(options.refuseIfBusy ? { refuseIfBusy: true } : {}) },
+      );
+    } catch (error) {
+      // Refused for an earlier message still to answer: make sure it is answered.
+      if (error instanceof AgentBusyError) await this.ensureRunning(ref).catch(() => undefined);
+      throw error;
+    }
     if (!appended) throw new Error('the store appended nothing');
     if (!appended.duplicate) {
       this.broadcaster.publishEvents(roomKey(ref), [appended.event]);

@@ -21,10 +21,12 @@ import type {
   NewConversation,
 } from '@cs/core';
 import {
+  AgentBusyError,
   BadRequestError,
   ConflictError,
   LeaseLostError,
   NotFoundError,
+  isAgentBusy,
   mergeScopes,
 } from '@cs/core';
 import type { ConversationStatus, StoredEvent } from '@cs/protocol';
@@ -68,9 +70,11 @@ function plainAppend(
 interface Writer {
   leaseEpoch: number | null;
   incarnation: string | null;
+  /** `AppendOptions.refuseIfBusy`. */
+  refuseIfBusy: boolean;
 }
 
-const ANY_WRITER: Writer = { leaseEpoch: null, incarnation: null };
+const ANY_WRITER: Writer = { leaseEpoch: null, incarnation: null, refuseIfBusy: false };
 
 /** A few connections of the pool stay free for reads while appends queue. */
 const DEFAULT_BATCHING: AppendBatcherLimits = { maxInFlight: 4, maxBatch: 100 };
@@ -263,10 +267,13 @@ export class PostgresConversationStore implements ConversationStore {
     const writer: Writer = {
       leaseEpoch: options.leaseEpoch ?? null,
       incarnation: options.incarnation ?? null,
+      refuseIfBusy: options.refuseIfBusy === true,
     };
     const plan = planAppend(prepared, NOTHING_STORED, 0);
     const folded = foldDeltas(prepared);
+    // Whether the agent is busy is decided under the row lock, in the transaction.
     const plain =
+      !writer.refuseIfBusy &&
       folded.user.empty &&
       folded.app.empty &&
       plan.outcomes.every((outcome) => outcome.kind === 'new' && !outcome.duplicate);
@@ -344,6 +351,14 @@ export class PostgresConversationStore implements ConversationStore {
       });
     }
 
+    const busy =
+      writer.refuseIfBusy &&
+      (await isAgentBusy({
+        agentState: head.agentState,
+        hasUnansweredMessage: () =>
+          events.hasUserMessageAfter(conversationId, head.answeredThrough),
+      }));
+    if (busy) throw new AgentBusyError();
     const folded = foldDeltas(plan.fresh.map((row) => row.prepared));
     const appended = await events.appendToLog(
       plainAppend(tenantId, conversationId, plan.fresh, folded, writer),

@@ -24,6 +24,13 @@ export interface AppendOptions {
    * that reuses its id.
    */
   incarnation?: string;
+  /**
+   * A user message under the `reject` strategy: the append fails with
+   * `AgentBusyError`, and writes nothing, while the agent works (see
+   * `isAgentBusy`). Decided under the conversation's row lock, so that of
+   * messages sent at the same moment one is taken and the others refused.
+   */
+  refuseIfBusy?: boolean;
 }
 
 export interface AppendedEvent {

@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import type { EventDraft, NewConversation } from '../conversation.js';
-import { ConflictError, LeaseLostError, NotFoundError } from '../errors.js';
+import { AgentBusyError, ConflictError, LeaseLostError, NotFoundError } from '../errors.js';
 import { InMemoryConversationStore } from './in-memory-conversation-store.js';
 import { ManualClock } from './manual-clock.js';
 
@@ -26,6 +26,33 @@ const userMessage = (content: string, clientEventId?: string): EventDraft => ({
 });
 
 describe(InMemoryConversationStore.name, () => {
+  it('refuses a message with refuseIfBusy while another waits for its answer, and answers a repeat', async () => {
+    const store = new InMemoryConversationStore();
+    await store.createConversation(newConversation('c'));
+    const refuse = { refuseIfBusy: true };
+    const results = await Promise.allSettled(
+      ['a', 'b', 'c'].map((text) => store.append(T, 'c', [userMessage(text, text)], refuse)),
+    );
+    expect(results.map((r) => r.status)).toEqual(['fulfilled', 'rejected', 'rejected']);
+    expect(results[1]).toMatchObject({ reason: expect.any(AgentBusyError) as unknown });
+    const [repeat] = await store.append(T, 'c', [userMessage('a', 'a')], refuse);
+    expect(repeat).toMatchObject({ duplicate: true, event: { id: 0 } });
+    await store.append(T, 'c', [
+      {
+        source: 'environment',
+        cause: 0,
+        answers: 0,
+        body: {
+          observation: 'agent_state_changed',
+          content: '',
+          extras: { agent_state: 'awaiting_user_input' },
+          message: '',
+        },
+      },
+    ]);
+    expect(await store.append(T, 'c', [userMessage('d')], refuse)).toHaveLength(1);
+  });
+
   it('appends with gap-free ids from 0 and keeps last_event_id in step', async () => {
     const store = new InMemoryConversationStore();
     await store.createConversation(newConversation('c'));

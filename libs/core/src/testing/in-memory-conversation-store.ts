@@ -15,7 +15,8 @@ import {
   type EventDraft,
   type NewConversation,
 } from '../conversation.js';
-import { ConflictError, LeaseLostError, NotFoundError } from '../errors.js';
+import { AgentBusyError, ConflictError, LeaseLostError, NotFoundError } from '../errors.js';
+import { isAgentBusy } from '../agent-busy.js';
 import { DEFAULT_SETTINGS, refOf } from '../conversation.js';
 import { randomUUID } from 'node:crypto';
 import { systemClock, type Clock } from '../ports/clock.port.js';
@@ -276,6 +277,21 @@ export class InMemoryConversationStore implements ConversationStore {
       fresh.push({ event, clientEventId: key, leaseEpoch: epoch ?? null, draft });
       results.push({ event: clone(event), duplicate: false });
     }
+    const busy =
+      options?.refuseIfBusy === true &&
+      fresh.length > 0 &&
+      isAgentBusy({
+        agentState: record.agentState,
+        hasUnansweredMessage: () =>
+          entry.events.some(
+            ({ event }) =>
+              event.id > record.answeredThrough &&
+              event.source === 'user' &&
+              isAction(event) &&
+              event.action === 'message',
+          ),
+      });
+    if (busy) throw new AgentBusyError();
 
     for (const { draft, ...row } of fresh) {
       entry.events.push(row);

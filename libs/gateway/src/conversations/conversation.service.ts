@@ -42,7 +42,7 @@ import {
 import { ConversationRoomHub } from '../realtime/conversation-room-hub.js';
 import { parseReplay, withReplayedMarkers } from './conversation-replay.js';
 import { settingsOf } from './conversation-settings.js';
-import { checkAgentBusy, findRepeat } from './user-action-admission.js';
+import { checkAgentBusy, findRepeat, refusesWhenBusy } from './user-action-admission.js';
 
 /** What a create answers, and whether it made the conversation (201) or found it (200). */
 export interface CreatedConversation {
@@ -266,7 +266,9 @@ export class ConversationService {
       throw new RateLimitedError();
     }
     try {
-      const appended = await this.manager.sendUserAction(ref, action, idempotencyKey);
+      const appended = await this.manager.sendUserAction(ref, action, idempotencyKey, {
+        refuseIfBusy: refusesWhenBusy(this.config.agent.multitaskStrategy, conversation, action),
+      });
       if (appended.duplicate) await reservation.cancel();
       return appended;
     } catch (error) {

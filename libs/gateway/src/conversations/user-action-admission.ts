@@ -5,6 +5,7 @@
  */
 import {
   AgentBusyError,
+  isBusyState,
   BadRequestError,
   ConflictError,
   NotFoundError,
@@ -44,11 +45,24 @@ export async function checkAgentBusy(
     return;
   }
   const strategy = current.settings.multitaskStrategy ?? defaultStrategy;
-  const busy =
-    current.agentState === 'running' ||
-    current.agentState === 'loading' ||
-    current.agentState === 'awaiting_user_confirmation';
-  if (strategy === 'reject' && busy) throw new AgentBusyError();
+  // The cheap refusal; the append decides for good (`refusesWhenBusy`).
+  if (strategy === 'reject' && isBusyState(current.agentState)) throw new AgentBusyError();
+}
+
+/**
+ * Whether the action is a message to a conversation under `reject`: its
+ * append is refused while the agent is busy (decided under the row lock, so
+ * that of messages sent at the same moment only one is taken).
+ */
+export function refusesWhenBusy(
+  defaultStrategy: MultitaskStrategy,
+  conversation: ConversationRecord,
+  action: UserAction,
+): boolean {
+  return (
+    action.action === 'message' &&
+    (conversation.settings.multitaskStrategy ?? defaultStrategy) === 'reject'
+  );
 }
 
 /** The stored event a repeated idempotency key refers to; `CONFLICT` when its content differs. */

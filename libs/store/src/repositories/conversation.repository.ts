@@ -76,6 +76,8 @@ export interface AppendHead {
   lastEventId: number;
   leaseEpoch: number;
   incarnation: string;
+  agentState: AgentState | null;
+  answeredThrough: number;
 }
 
 export class ConversationRepository {
@@ -303,8 +305,11 @@ export class ConversationRepository {
       last_event_id: number;
       lease_epoch: number;
       incarnation: string;
+      agent_state: AgentState | null;
+      answered_through: number;
     }>(
-      `SELECT user_id, app_name, last_event_id, lease_epoch, incarnation
+      `SELECT user_id, app_name, last_event_id, lease_epoch, incarnation, agent_state,
+              answered_through
          FROM conversations
         WHERE tenant_id = $1 AND id = $2
         FOR UPDATE`,
@@ -319,6 +324,8 @@ export class ConversationRepository {
       lastEventId: row.last_event_id,
       leaseEpoch: row.lease_epoch,
       incarnation: row.incarnation,
+      agentState: row.agent_state,
+      answeredThrough: Number(row.answered_through),
     };
   }
 }

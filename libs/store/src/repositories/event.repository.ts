@@ -95,6 +95,19 @@ export class EventRepository {
     return found;
   }
 
+  /** True when a user message is stored after `afterId` (a turn still to come). */
+  async hasUserMessageAfter(conversationId: string, afterId: number): Promise<boolean> {
+    const { rows } = await this.db.query<{ found: boolean }>(
+      `SELECT EXISTS (
+         SELECT 1 FROM events
+          WHERE conversation_id = $1 AND id > $2 AND source = 'user' AND type = 'message'
+       ) AS found`,
+      [conversationId, afterId],
+      PREPARED,
+    );
+    return rows[0]?.found === true;
+  }
+
   /**
    * One append in one statement: what `appendToLogs` does for many, without
    * the ordered locking that many rows need (about four times cheaper for
