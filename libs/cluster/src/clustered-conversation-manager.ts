@@ -1,5 +1,4 @@
 import {
-  AgentBusyError,
   ConcurrencyLimitError,
   NotFoundError,
   TOO_MANY_CONVERSATIONS_NOTICE,
@@ -7,7 +6,7 @@ import {
   readAgentStateChange,
   refOf,
   roomKey,
-  userActionDraft,
+  storeUserAction,
   type AppendedEvent,
   type Attachment,
   type ConversationBroadcaster,
@@ -117,20 +116,14 @@ export class ClusteredConversationManager implements ConversationManager {
     idempotencyKey?: string,
     options: SendOptions = {},
   ): Promise<AppendedEvent> {
-    let appended: AppendedEvent | undefined;
-    try {
-      [appended] = await this.deps.store.append(
-        ref.tenantId,
-        ref.conversationId,
-        [userActionDraft(action, idempotencyKey)],
-        { incarnation: ref.incarnation, ...(options.refuseIfBusy ? { refuseIfBusy: true } : {}) },
-      );
-    } catch (error) {
-      // Refused for an earlier message still to answer: make sure it is answered.
-      if (error instanceof AgentBusyError) await this.ensureRunning(ref).catch(() => undefined);
-      throw error;
-    }
-    if (!appended) throw new Error('the store appended nothing');
+    const appended = await storeUserAction(
+      this.deps.store,
+      ref,
+      action,
+      idempotencyKey,
+      options,
+      () => this.ensureRunning(ref),
+    );
     if (!appended.duplicate) this.deps.broadcaster.publishEvents(roomKey(ref), [appended.event]);
     const holders = appended.duplicate
       ? 0

@@ -25,14 +25,9 @@ import {
   isIdleSince,
 } from './conversation-limits.js';
 import type { Attachment, ConversationManager, SendOptions } from './conversation-manager.js';
-import {
-  AgentBusyError,
-  ConcurrencyLimitError,
-  NotFoundError,
-  UnavailableError,
-} from './errors.js';
+import { ConcurrencyLimitError, NotFoundError, UnavailableError } from './errors.js';
 import type { ConversationBroadcaster } from './ports/broadcaster.port.js';
-import { userActionDraft } from './user-action.js';
+import { storeUserAction } from './user-action.js';
 import { systemClock, type Clock } from './ports/clock.port.js';
 import type { AppendedEvent, ConversationStore } from './ports/conversation-store.port.js';
 
@@ -164,20 +159,9 @@ export class StandaloneConversationManager implements ConversationManager {
     options: SendOptions = {},
   ): Promise<AppendedEvent> {
     this.assertOpen();
-    let appended: AppendedEvent | undefined;
-    try {
-      [appended] = await this.store.append(
-        ref.tenantId,
-        ref.conversationId,
-        [userActionDraft(action, idempotencyKey)],
-        { incarnation: ref.incarnation, ...(options.refuseIfBusy ? { refuseIfBusy: true } : {}) },
-      );
-    } catch (error) {
-      // Refused for an earlier message still to answer: make sure it is answered.
-      if (error instanceof AgentBusyError) await this.ensureRunning(ref).catch(() => undefined);
-      throw error;
-    }
-    if (!appended) throw new Error('the store appended nothing');
+    const appended = await storeUserAction(this.store, ref, action, idempotencyKey, options, () =>
+      this.ensureRunning(ref),
+    );
     if (!appended.duplicate) {
       this.broadcaster.publishEvents(roomKey(ref), [appended.event]);
     }
