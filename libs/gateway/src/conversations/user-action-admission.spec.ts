@@ -114,6 +114,11 @@ describe('checkAgentBusy', () => {
     await expect(
       checkAgentBusy(storeWith(idle), 'reject', idle, message('x')),
     ).resolves.toBeUndefined();
+    // A session that is loading runs no turn: the message is answered once it is ready.
+    const loading = record('loading');
+    await expect(
+      checkAgentBusy(storeWith(loading), 'reject', loading, message('x')),
+    ).resolves.toBeUndefined();
   });
 
   it('reads the conversation fresh: one deleted or recreated since is not found', async () => {
