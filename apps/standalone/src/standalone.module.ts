@@ -34,7 +34,7 @@ export const StandaloneModule = {
     metrics: ServiceMetrics,
   ): { module: DynamicModule; shutdown: () => Promise<void> } {
     const store = metrics.instrument(opened.store);
-    const { agents, tools } = runtime;
+    const { agents } = runtime;
     let manager: StandaloneConversationManager | undefined;
     const logger = new Logger('ConversationManager');
     const readiness: ReadinessCheck[] = [databaseCheck(opened.database)];
@@ -61,16 +61,10 @@ export const StandaloneModule = {
               concurrencyPolicy: config.limits.concurrencyPolicy,
               idleTimeoutMs: config.limits.idleTimeoutMs,
               maxIterations: config.limits.maxIterations,
-              runtime: {
-                tools,
-                price: runtime.price,
-                // The conversation's MCP sessions end with its session here.
-                onEnd: (ref) => void runtime.endConversation(ref.conversationId),
-                maxBudgetUsd: config.limits.maxBudgetUsd,
-                multitaskStrategy: config.agent.multitaskStrategy,
+              runtime: runtime.sessionRuntime({
                 metrics: metrics.runtime(),
                 tracing: traceContext,
-              },
+              }),
               ownerId: `standalone@${hostname()}:${process.pid}`,
               cleanupIntervalMs: Math.min(IDLE_CLEANUP_INTERVAL_MS, config.limits.idleTimeoutMs),
               // In one process a wake-up cannot be lost: the poll is only a safety net.

@@ -80,16 +80,7 @@ async function main({ config, logger: root }: ServiceContext): Promise<RunningSe
     options: {
       workerId,
       concurrency: config.cluster.workerConcurrency,
-      runtime: {
-        tools: runtime.tools,
-        price: runtime.price,
-        // The conversation's MCP sessions end with its session here.
-        onEnd: (ref) => void runtime.endConversation(ref.conversationId),
-        maxBudgetUsd: config.limits.maxBudgetUsd,
-        multitaskStrategy: config.agent.multitaskStrategy,
-        metrics: metrics.runtime(),
-        tracing: traceContext,
-      },
+      runtime: runtime.sessionRuntime({ metrics: metrics.runtime(), tracing: traceContext }),
       timing,
       idleTimeoutMs: config.limits.idleTimeoutMs,
       maxIterations: config.limits.maxIterations,

@@ -6,7 +6,7 @@
  * taken twice stops the process with one line.
  */
 import type { AppConfig } from '@cs/config';
-import { BUILTIN_TOOLS, ToolRegistry, type StepUsage } from '@cs/core';
+import { BUILTIN_TOOLS, ToolRegistry, type SessionRuntime, type StepUsage } from '@cs/core';
 import { AgentRegistry } from './agent-registry.js';
 import { AgentModuleError, loadAgentModules } from './agent-modules.js';
 import { builtinAgents, validateAgentConfig } from './builtin-agents.js';
@@ -24,6 +24,12 @@ export interface AgentRuntime {
    * new ones. Never throws.
    */
   endConversation(conversationId: string): Promise<void>;
+  /**
+   * What every session of the process gets: these tools and prices, the
+   * deployment's budget and strategy, and the end of its MCP sessions when
+   * it ends; metrics and tracing are the process's.
+   */
+  sessionRuntime(observability: Pick<SessionRuntime, 'metrics' | 'tracing'>): SessionRuntime;
   close(): Promise<void>;
 }
 
@@ -75,17 +81,27 @@ export async function createAgentRuntime(
     }
   }
   const prices = config.llm.prices;
+  const price = (model: string | undefined, usage: StepUsage): number => {
+    const perToken = prices[model ?? config.llm.model ?? ''];
+    if (!perToken) return 0;
+    return (usage.promptTokens * perToken.input + usage.completionTokens * perToken.output) / 1e6;
+  };
+  const endConversation = async (conversationId: string): Promise<void> => {
+    await mcp?.endConversation(conversationId).catch(() => undefined);
+  };
   return {
     agents,
     tools,
-    price: (model, usage) => {
-      const price = prices[model ?? config.llm.model ?? ''];
-      if (!price) return 0;
-      return (usage.promptTokens * price.input + usage.completionTokens * price.output) / 1e6;
-    },
-    endConversation: async (conversationId) => {
-      await mcp?.endConversation(conversationId).catch(() => undefined);
-    },
+    price,
+    endConversation,
+    sessionRuntime: (observability) => ({
+      ...observability,
+      tools,
+      price,
+      maxBudgetUsd: config.limits.maxBudgetUsd,
+      multitaskStrategy: config.agent.multitaskStrategy,
+      onEnd: (ref) => void endConversation(ref.conversationId),
+    }),
     close: async () => {
       await mcp?.close();
     },
