@@ -124,7 +124,18 @@ export async function runLongHistory(ctx) {
     const meter = startCpuMeter(() => cluster.meterTargets());
     for (const [i, id] of ids.entries()) {
       const url = gateways[i % gateways.length].url;
-      const { last_event_id: latest } = await api(url, token, 'GET', `/api/conversations/${id}`);
+      let info = await api(url, token, 'GET', `/api/conversations/${id}`);
+      if (info.status !== 'STOPPED') {
+        // Started again since its warm-up stop (seen in CI: RUNNING and awaiting_user_input
+        // before this restore, so that it would never get ready): told, and stopped first,
+        // so that what is measured is a restore.
+        log(
+          `  restore ${i}: was ${info.status} (agent state ${info.agent_state}) before it; stopped it first`,
+        );
+        await stopConversation(url, token, id);
+        info = await api(url, token, 'GET', `/api/conversations/${id}`);
+      }
+      const latest = info.last_event_id;
       const socket = new ConversationSocket(url, token, id, { latestEventId: latest });
       try {
         await socket.connected;
