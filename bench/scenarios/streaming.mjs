@@ -299,7 +299,8 @@ export async function runStreaming(ctx) {
     // until p99 passes the bound (or a turn fails).
     const steps = [];
     const rates = quick ? options.streamRates.slice(0, 2) : options.streamRates;
-    for (const rate of [...rates.filter((r) => r < 50)].sort((a, b) => a - b)) {
+    /** Runs one stepped level at `rate` deltas/s per stream, records and logs it. */
+    const step = async (rate) => {
       const level = await streamLevel(
         ctx,
         clients,
@@ -310,20 +311,13 @@ export async function runStreaming(ctx) {
       steps.push(level);
       log(`  step: ${describe(level)}`);
       log(`    ${formatCpu(level.cpu)}`);
-    }
+      return level;
+    };
+    for (const rate of [...rates.filter((r) => r < 50)].sort((a, b) => a - b)) await step(rate);
     steps.push(concurrent);
     if (concurrent.latency.p99 <= STEP_P99_MS && concurrent.errors === 0) {
       for (const rate of [...rates.filter((r) => r > 50)].sort((a, b) => a - b)) {
-        const level = await streamLevel(
-          ctx,
-          clients,
-          recorder,
-          rate,
-          quick ? 2 : options.stepSeconds,
-        );
-        steps.push(level);
-        log(`  step: ${describe(level)}`);
-        log(`    ${formatCpu(level.cpu)}`);
+        const level = await step(rate);
         if (level.latency.p99 > STEP_P99_MS || level.errors > 0) break;
       }
     }
