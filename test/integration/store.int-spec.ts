@@ -724,7 +724,10 @@ describe.each(backends)('PostgresConversationStore on $name', (backend) => {
       const existing = [];
       for (let i = 0; i < 13; i += 1) existing.push(await created({ tenantId }));
       // Activity reorders them: the appended-to ones come first.
+      // PGlite's clock has millisecond resolution: two appends within one
+      // millisecond tie and are then ordered by id, so the bumps are set apart.
       await store.append(tenantId, existing[3]!.id, [message('bump')]);
+      await new Promise((resolve) => setTimeout(resolve, 3));
       await store.append(tenantId, existing[7]!.id, [message('bump')]);
       await created({ tenantId, userId: 'bob' });
 
