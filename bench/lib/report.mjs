@@ -294,7 +294,7 @@ function newScenarioRows(s) {
     lines.push(
       latencyRow(
         'Model turn',
-        "reference: the AI SDK alone (streamText in the bench process): model's first chunk → first text part",
+        "reference: the openai SDK alone (in the bench process): model's first chunk → first text chunk",
         sdk.first,
         '–',
         '–',
@@ -302,11 +302,11 @@ function newScenarioRows(s) {
       ),
       latencyRow(
         'Model turn',
-        "reference: the AI SDK alone: model's last chunk → end of the stream",
+        "reference: the openai SDK alone: model's last chunk → end of the stream",
         sdk.end,
         '–',
         '–',
-        `n=${sdk.end.n}; → finish part p50 ${ms(sdk.finish.p50)}, p99 ${ms(sdk.finish.p99)}`,
+        `n=${sdk.end.n}; → finish reason p50 ${ms(sdk.finish.p50)}, p99 ${ms(sdk.finish.p99)}`,
       ),
     );
   }

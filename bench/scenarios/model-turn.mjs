@@ -6,8 +6,7 @@
 // and how long after the model's last chunk the stored final message came:
 // what the service adds to what the model takes. One conversation turn after
 // turn, then many conversations at once.
-import { createOpenAICompatible } from '@ai-sdk/openai-compatible';
-import { streamText } from 'ai';
+import OpenAI from 'openai';
 import { Redis } from 'ioredis';
 import {
   ConversationSocket,
@@ -90,36 +89,36 @@ class ModelConversation {
 }
 
 /**
- * For reference, the client library alone: the AI SDK's `streamText` (what
+ * For reference, the client library alone: the official `openai` SDK (what
  * the `llm` agent runs on), in the bench process, against the same fake
  * model, one request after the other: the model's first chunk → the first
- * text part, its last chunk → the finish part and → the end of the stream,
- * and the CPU time a request costs the process.
+ * text chunk, its last chunk → the chunk with the finish reason and → the
+ * end of the stream, and the CPU time a request costs the process.
  */
 async function sdkAlone(model, requests, warmup) {
-  const language = createOpenAICompatible({
-    name: 'llm',
-    baseURL: model.url,
-    apiKey: 'bench-key',
-    includeUsage: true,
-  }).chatModel('bench-model');
+  const client = new OpenAI({ baseURL: model.url, apiKey: 'bench-key', maxRetries: 0 });
   const firsts = [];
   const finishes = [];
   const ends = [];
   let cpuUs = 0;
   for (let i = 0; i < warmup + requests; i += 1) {
     const cpuBefore = process.cpuUsage();
-    const result = streamText({ model: language, prompt: 'question', maxRetries: 0 });
+    const stream = await client.chat.completions.create({
+      model: 'bench-model',
+      messages: [{ role: 'user', content: 'question' }],
+      stream: true,
+      stream_options: { include_usage: true },
+    });
     let first = null;
     let finish = null;
     let text = '';
-    for await (const part of result.fullStream) {
-      if (part.type === 'text-delta' && part.text) {
-        first ??= nowNs() - stamps(part.text)[0];
-        text += part.text;
-      } else if (part.type === 'finish') {
-        finish = nowNs();
+    for await (const chunk of stream) {
+      const choice = chunk.choices[0];
+      if (choice?.delta?.content) {
+        first ??= nowNs() - stamps(choice.delta.content)[0];
+        text += choice.delta.content;
       }
+      if (choice?.finish_reason) finish = nowNs();
     }
     const end = nowNs();
     const cpu = process.cpuUsage(cpuBefore);
@@ -326,9 +325,9 @@ export async function runModelTurn(ctx) {
       ` (${Math.round(1000 / tokenMs)} tokens/s), ${tokens} tokens an answer`,
   );
   const sdk = await sdkAlone(model, quick ? 3 : 12, quick ? 1 : 2);
-  log(`  reference, the AI SDK alone (streamText in the bench process, same fake model):`);
-  log(`    model's first chunk → first text part        ${formatSummary(sdk.first)}`);
-  log(`    model's last chunk → finish part             ${formatSummary(sdk.finish)}`);
+  log(`  reference, the openai SDK alone (in the bench process, same fake model):`);
+  log(`    model's first chunk → first text chunk       ${formatSummary(sdk.first)}`);
+  log(`    model's last chunk → finish reason           ${formatSummary(sdk.finish)}`);
   log(`    model's last chunk → end of the stream       ${formatSummary(sdk.end)}`);
   log(`    CPU per request ${sdk.cpuMsPerRequest} ms`);
   const open = [];

@@ -4,7 +4,7 @@
  * the server asked us to wait. The details go to the logs only, through the
  * `cause` of the turn's error, with the API key scrubbed out.
  */
-import { APICallError, InvalidResponseDataError, NoOutputGeneratedError } from 'ai';
+import { ModelRequestError } from './model-client.js';
 
 export interface LlmFailure {
   /** Shown to users (the turn's `error` observation). */
@@ -27,39 +27,46 @@ export function classifyLlmFailure(
   if (timedOut) {
     return failure('the model request timed out', true, undefined, detail);
   }
-  if (APICallError.isInstance(error)) {
-    const status = error.statusCode;
-    const retryAfterMs = retryAfter(error.responseHeaders);
-    if (status === 429)
-      return failure('the model server is busy (rate limited)', true, retryAfterMs, detail);
-    if (status !== undefined && status >= 500) {
-      return failure('the model server failed to answer', true, retryAfterMs, detail);
-    }
-    if (status === 401 || status === 403) {
-      return failure('the model server refused the credentials', false, undefined, detail);
-    }
-    if (status === 408 || status === 409) {
-      return failure('the model server did not answer in time', true, retryAfterMs, detail);
-    }
-    if (status !== undefined && status >= 300) {
-      return failure('the model server rejected the request', false, undefined, detail);
-    }
-    // No status, or 200: the connection failed, or the answer stopped in the middle.
-    return error.message.startsWith('Cannot connect')
-      ? failure('the model server cannot be reached', true, undefined, detail)
-      : failure("the model's answer was cut short", true, undefined, detail);
+  if (!(error instanceof ModelRequestError)) {
+    return failure('the model server sent an answer that cannot be read', false, undefined, detail);
   }
-  if (InvalidResponseDataError.isInstance(error) || NoOutputGeneratedError.isInstance(error)) {
-    return failure("the model's answer was cut short", true, undefined, detail);
+  switch (error.kind) {
+    case 'status':
+      return statusFailure(error.status!, retryAfter(error.headers), detail);
+    case 'connection':
+      return failure('the model server cannot be reached', true, undefined, detail);
+    case 'cut':
+      return failure("the model's answer was cut short", true, undefined, detail);
+    case 'stream-error':
+      // An error inside the stream (Anthropic's `overloaded_error`, OpenAI's `error` chunk).
+      return failure('the model server failed to answer', true, undefined, detail);
+    case 'unreadable':
+      return failure(
+        'the model server sent an answer that cannot be read',
+        false,
+        undefined,
+        detail,
+      );
   }
-  if (isStreamErrorEvent(error)) {
-    // An error event inside the stream (Anthropic's `overloaded_error`, OpenAI's `error` chunk).
-    return failure('the model server failed to answer', true, undefined, detail);
+}
+
+function statusFailure(
+  status: number,
+  retryAfterMs: number | undefined,
+  detail: Error,
+): LlmFailure {
+  if (status === 429) {
+    return failure('the model server is busy (rate limited)', true, retryAfterMs, detail);
   }
-  if (error instanceof TypeError) {
-    return failure('the model server cannot be reached', true, undefined, detail);
+  if (status >= 500)
+    return failure('the model server failed to answer', true, retryAfterMs, detail);
+  if (status === 401 || status === 403) {
+    return failure('the model server refused the credentials', false, undefined, detail);
   }
-  return failure('the model server sent an answer that cannot be read', false, undefined, detail);
+  if (status === 408 || status === 409) {
+    return failure('the model server did not answer in time', true, retryAfterMs, detail);
+  }
+  return failure('the model server rejected the request', false, undefined, detail);
 }
 
 function failure(
@@ -69,10 +76,6 @@ function failure(
   detail: Error,
 ): LlmFailure {
   return { safeMessage, retryable, retryAfterMs, detail };
-}
-
-function isStreamErrorEvent(error: unknown): boolean {
-  return typeof error === 'object' && error !== null && !(error instanceof Error);
 }
 
 /** `retry-after-ms` (OpenAI), else `retry-after` in seconds or as an HTTP date. */
@@ -98,8 +101,8 @@ export function retryAfter(
 /** An Error for the logs saying what happened, with every secret replaced by `***`. */
 export function scrubbedError(error: unknown, secrets: readonly (string | undefined)[]): Error {
   let text: string;
-  if (APICallError.isInstance(error)) {
-    text = `${error.name}: ${error.message}${error.statusCode ? ` (status ${error.statusCode})` : ''}`;
+  if (error instanceof ModelRequestError) {
+    text = `${error.name} (${error.kind}${error.status ? ` ${error.status}` : ''}): ${error.message}`;
   } else if (error instanceof Error) {
     text = `${error.name}: ${error.message}`;
   } else {

@@ -1,40 +1,27 @@
 /**
- * The model behind the `llm` agent, through the AI SDK's providers:
- * `openai` is any OpenAI-compatible Chat Completions server (OpenAI, vLLM,
- * Ollama, llama.cpp, LiteLLM), `anthropic` the Messages API. The key is
- * passed explicitly, so the providers never read the environment.
+ * The model behind the `llm` agent: `openai` is any OpenAI-compatible Chat
+ * Completions server (OpenAI, vLLM, Ollama, llama.cpp, LiteLLM) on the
+ * official `openai` SDK, `anthropic` the Messages API on `@anthropic-ai/sdk`.
+ * The key and base URL are passed explicitly, so the SDKs never read them
+ * from the environment.
  */
-import { createAnthropic } from '@ai-sdk/anthropic';
-import { createOpenAICompatible } from '@ai-sdk/openai-compatible';
-import type { LanguageModel } from 'ai';
 import type { AppConfig } from '@cs/config';
+import { AnthropicMessagesClient } from './anthropic-messages.client.js';
+import type { ModelClient } from './model-client.js';
+import { OpenAiChatClient } from './openai-chat.client.js';
 
-export const OPENAI_BASE_URL = 'https://api.openai.com/v1';
-export const ANTHROPIC_BASE_URL = 'https://api.anthropic.com';
+const OPENAI_BASE_URL = 'https://api.openai.com/v1';
+const ANTHROPIC_BASE_URL = 'https://api.anthropic.com';
 
-// The SDK prints its warnings (unknown model, unsupported setting) with
-// console.warn; the service's logs are JSON lines, so they are turned off.
-(globalThis as { AI_SDK_LOG_WARNINGS?: boolean }).AI_SDK_LOG_WARNINGS = false;
-
-export function languageModel(
+export function modelClient(
   llm: Pick<AppConfig['llm'], 'provider' | 'baseUrl' | 'apiKey'>,
   model: string,
-): LanguageModel {
+): ModelClient {
   const base = (llm.baseUrl ?? '').replace(/\/+$/, '');
   if (llm.provider === 'anthropic') {
-    return createAnthropic({
-      baseURL: `${base || ANTHROPIC_BASE_URL}/v1`,
-      apiKey: llm.apiKey ?? '',
-    })(model);
+    return new AnthropicMessagesClient(base || ANTHROPIC_BASE_URL, llm.apiKey, model);
   }
-  return createOpenAICompatible({
-    name: 'llm',
-    baseURL: base || OPENAI_BASE_URL,
-    // Local servers (Ollama, vLLM) take none: then no Authorization header is sent.
-    ...(llm.apiKey ? { apiKey: llm.apiKey } : {}),
-    // `stream_options.include_usage`: the usage chunk at the end of the stream.
-    includeUsage: true,
-  }).chatModel(model);
+  return new OpenAiChatClient(base || OPENAI_BASE_URL, llm.apiKey, model);
 }
 
 /** USD for a request's tokens at `LLM_PRICES` (per million), when the model has a price. */

@@ -1,8 +1,8 @@
-import type { ModelMessage } from 'ai';
 import { beforeEach, describe, expect, it } from 'vitest';
 import type { StoredEvent } from '@cs/protocol';
 import { CURRENT_TIME_TOOL, contextOf, events, resetEventIds } from '../testing/agent-context.js';
 import { PromptTooLargeError, buildLlmPrompt, leftOutNote } from './llm-prompt.js';
+import type { PromptMessage } from './model-client.js';
 import { MESSAGE_OVERHEAD_TOKENS, tokenCounter } from './token-counter.js';
 
 beforeEach(() => resetEventIds());
@@ -10,13 +10,13 @@ beforeEach(() => resetEventIds());
 const { count: countTextTokens, truncate: truncateToTokens } = await tokenCounter();
 
 /** Counts a built prompt again, independently of the builder's own bookkeeping. */
-function recount(system: string | undefined, messages: ModelMessage[], tools = 0): number {
+function recount(system: string | undefined, messages: PromptMessage[], tools = 0): number {
   let total = system ? countTextTokens(system) + MESSAGE_OVERHEAD_TOKENS : 0;
   total += tools;
   for (const message of messages) {
     total += MESSAGE_OVERHEAD_TOKENS;
-    if (typeof message.content === 'string') total += countTextTokens(message.content);
-    else total += countTextTokens(JSON.stringify(message.content));
+    if (message.role === 'tool_calls') total += countTextTokens(JSON.stringify(message.calls));
+    else total += countTextTokens(message.content);
   }
   return total;
 }
@@ -64,7 +64,7 @@ describe('buildLlmPrompt', () => {
     expect(prompt.messages.at(-1)).toEqual({ role: 'user', content: history.at(-1)!.message });
 
     // What was left out is exactly what lies between the first message and the window.
-    const oldestShown = prompt.messages[2]!.content as string;
+    const oldestShown = (prompt.messages[2] as { content: string }).content;
     const oldestEvent = history.find((e) => e.message === oldestShown)!;
     const between = history.filter((e) => e.id > 0 && e.id < oldestEvent.id);
     expect(prompt.leftOut).toBe(between.length);
@@ -107,31 +107,21 @@ describe('buildLlmPrompt', () => {
     expect(prompt.messages).toEqual([
       { role: 'user', content: 'time?' },
       {
-        role: 'assistant',
-        content: [
-          { type: 'tool-call', toolCallId: 'call_1', toolName: 'current_time', input: {} },
+        role: 'tool_calls',
+        calls: [
           {
-            type: 'tool-call',
-            toolCallId: 'call_2',
-            toolName: 'set_state',
+            id: 'call_1',
+            tool: 'current_time',
+            input: {},
+            result: 'rejected by the user',
+            isError: true,
+          },
+          {
+            id: 'call_2',
+            tool: 'set_state',
             input: { key: 'k', value: 1 },
-          },
-        ],
-      },
-      {
-        role: 'tool',
-        content: [
-          {
-            type: 'tool-result',
-            toolCallId: 'call_1',
-            toolName: 'current_time',
-            output: { type: 'error-text', value: 'rejected by the user' },
-          },
-          {
-            type: 'tool-result',
-            toolCallId: 'call_2',
-            toolName: 'set_state',
-            output: { type: 'error-text', value: 'rejected by the user' },
+            result: 'rejected by the user',
+            isError: true,
           },
         ],
       },
@@ -147,7 +137,7 @@ describe('buildLlmPrompt', () => {
     ];
     const prompt = await buildLlmPrompt(contextOf(history), [], 1000);
     expect(prompt.tokens).toBeLessThanOrEqual(1000);
-    expect(prompt.messages.map((m) => m.role)).toEqual(['user', 'assistant', 'tool']);
+    expect(prompt.messages.map((m) => m.role)).toEqual(['user', 'tool_calls']);
     expect(JSON.stringify(prompt.messages.at(-1))).toContain('cut to fit the context');
   });
 

@@ -14,9 +14,9 @@
  * the prompt is always one that model APIs accept. Image and file URLs of
  * user messages are never passed on (no user URL reaches the network).
  */
-import type { ModelMessage, ToolCallPart, ToolResultPart } from 'ai';
 import type { AgentContext } from '@cs/core';
 import { isAction, type StoredEvent, type ToolDescription } from '@cs/protocol';
+import type { PromptMessage, PromptToolCall } from './model-client.js';
 import { MESSAGE_OVERHEAD_TOKENS, tokenCounter, type TokenCounter } from './token-counter.js';
 
 /** Events read by the first page (`history.recent`), then by each older page (`history.range`). */
@@ -27,7 +27,7 @@ const FIRST_MESSAGE_SCAN = 1000;
 
 export interface LlmPrompt {
   system: string | undefined;
-  messages: ModelMessage[];
+  messages: PromptMessage[];
   /** Events between the first user message and the window that were left out. */
   leftOut: number;
   /** The prompt's size as counted (instructions, tools and messages). */
@@ -201,8 +201,8 @@ function fit(entry: Entry, maxTokens: number, counter: TokenCounter): number {
   return tokensOf(entry, counter);
 }
 
-function toMessages(head: Entry[], window: Entry[], leftOut: number): ModelMessage[] {
-  const messages: ModelMessage[] = [];
+function toMessages(head: Entry[], window: Entry[], leftOut: number): PromptMessage[] {
+  const messages: PromptMessage[] = [];
   for (const entry of head) pushEntry(messages, entry, new Map());
   if (leftOut > 0) messages.push({ role: 'user', content: leftOutNote(leftOut) });
   const results = new Map<string, Extract<Entry, { kind: 'result' }>>();
@@ -219,9 +219,9 @@ function toMessages(head: Entry[], window: Entry[], leftOut: number): ModelMessa
   return messages;
 }
 
-/** Appends one entry, merging a tool call into the assistant message before it. */
+/** Appends one entry, merging a tool call into the tool calls message before it. */
 function pushEntry(
-  messages: ModelMessage[],
+  messages: PromptMessage[],
   entry: Entry,
   results: Map<string, Extract<Entry, { kind: 'result' }>>,
 ): void {
@@ -235,33 +235,15 @@ function pushEntry(
   }
   if (entry.kind !== 'call') return;
   const result = results.get(entry.callId)!;
-  const call: ToolCallPart = {
-    type: 'tool-call',
-    toolCallId: entry.callId,
-    toolName: entry.tool,
+  const call: PromptToolCall = {
+    id: entry.callId,
+    tool: entry.tool,
     input: entry.input,
+    result: result.text,
+    isError: result.isError,
   };
-  const output: ToolResultPart = {
-    type: 'tool-result',
-    toolCallId: entry.callId,
-    toolName: entry.tool,
-    output: result.isError
-      ? { type: 'error-text', value: result.text }
-      : { type: 'text', value: result.text },
-  };
-  // Calls of one step share an assistant message, their results the tool message after it.
+  // Calls of one step share one message.
   const last = messages.at(-1);
-  const beforeLast = messages.at(-2);
-  if (
-    last?.role === 'tool' &&
-    beforeLast?.role === 'assistant' &&
-    Array.isArray(beforeLast.content) &&
-    beforeLast.content.every((part) => part.type === 'tool-call')
-  ) {
-    beforeLast.content.push(call);
-    last.content.push(output);
-    return;
-  }
-  messages.push({ role: 'assistant', content: [call] });
-  messages.push({ role: 'tool', content: [output] });
+  if (last?.role === 'tool_calls') last.calls.push(call);
+  else messages.push({ role: 'tool_calls', calls: [call] });
 }

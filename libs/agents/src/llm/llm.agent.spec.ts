@@ -78,6 +78,31 @@ describe(`${LlmAgent.name} on an OpenAI-compatible server`, () => {
     });
   });
 
+  it('sends no key for a server that takes none, and reads none from the environment', async () => {
+    const saved = { openai: process.env['OPENAI_API_KEY'], org: process.env['OPENAI_ORG_ID'] };
+    process.env['OPENAI_API_KEY'] = 'sk-from-the-environment';
+    process.env['OPENAI_ORG_ID'] = 'org-from-the-environment';
+    try {
+      server.reply({ kind: 'stream', events: openAiStream({ text: ['hi'] }) });
+      const { outputs, error } = await settle(
+        agent({ apiKey: undefined }).step(contextOf([events.user('hello')])),
+      );
+      expect(error).toBeUndefined();
+      expect(outputs.at(-1)).toEqual({ type: 'message', content: 'hi' });
+      const { headers } = server.requests[0]!;
+      expect(headers.authorization).toBeUndefined();
+      expect(headers['openai-organization']).toBeUndefined();
+    } finally {
+      for (const [name, value] of [
+        ['OPENAI_API_KEY', saved.openai],
+        ['OPENAI_ORG_ID', saved.org],
+      ] as const) {
+        if (value === undefined) delete process.env[name];
+        else process.env[name] = value;
+      }
+    }
+  });
+
   it('yields a delta while the model is still streaming', async () => {
     server.reply({
       kind: 'stream',
@@ -450,7 +475,7 @@ describe(`${LlmAgent.name} on an Anthropic Messages server`, () => {
     expect(request.body).toMatchObject({
       model: 'fake-model',
       stream: true,
-      system: [{ type: 'text', text: 'You are a clock.' }],
+      system: 'You are a clock.',
       messages: [{ role: 'user', content: [{ type: 'text', text: 'time?' }] }],
     });
   });

@@ -1,10 +1,10 @@
 /**
- * The `llm` agent: each step is one streamed model request through the AI
- * SDK (`streamText`, its own retries off). Text deltas are yielded as they
- * arrive; the step ends with the final message, or with one `tool_call` per
- * tool call of the model (arguments assembled by the SDK however the stream
- * split them), and a `usage` output (cost from `LLM_PRICES` unless the
- * provider reported one).
+ * The `llm` agent: each step is one streamed model request through the
+ * provider's `ModelClient` (its SDK's own retries off). Text deltas are
+ * yielded as they arrive; the step ends with the final message, or with one
+ * `tool_call` per tool call of the model (arguments assembled however the
+ * stream split them), and a `usage` output (cost from `LLM_PRICES` unless
+ * the provider reported one).
  *
  * Retries (`LLM_MAX_RETRIES`): on 429, 5xx, connection errors, timeouts and
  * streams cut short, with exponential backoff or the server's `retry-after`,
@@ -21,15 +21,6 @@
  * trace: provider, model, attempt, finish reason and token counts only —
  * never the prompt, the answer, the key or the provider's error text.
  */
-import {
-  InvalidResponseDataError,
-  generateText,
-  jsonSchema,
-  streamText,
-  tool,
-  type LanguageModel,
-  type Tool,
-} from 'ai';
 import { AgentTurnError, type Agent, type AgentContext } from '@cs/core';
 import type { AppConfig } from '@cs/config';
 import { startSpan, type OpenSpan } from '@cs/observability';
@@ -41,7 +32,8 @@ import {
   type ToolDescription,
 } from '@cs/protocol';
 import { classifyLlmFailure, scrubbedError } from './llm-failure.js';
-import { costOf, languageModel } from './llm-model.js';
+import { costOf, modelClient } from './llm-model.js';
+import type { FinishReason, ModelClient, ModelUsage } from './model-client.js';
 import { PromptTooLargeError, buildLlmPrompt } from './llm-prompt.js';
 import { tokenCounter } from './token-counter.js';
 
@@ -66,14 +58,8 @@ export interface LlmAgentOptions {
   onRequestEnded?: (seconds: number) => void;
 }
 
-interface Usage {
-  prompt_tokens: number;
-  completion_tokens: number;
-  reported_cost: number | undefined;
-}
-
 export class LlmAgent implements Agent {
-  private readonly model: LanguageModel;
+  private readonly model: ModelClient;
   private readonly backoffMs: number;
   private readonly maxBackoffMs: number;
   private readonly onRequestEnded: ((seconds: number) => void) | undefined;
@@ -82,7 +68,7 @@ export class LlmAgent implements Agent {
     private readonly settings: LlmAgentSettings,
     options: LlmAgentOptions = {},
   ) {
-    this.model = languageModel(settings.llm, settings.model);
+    this.model = modelClient(settings.llm, settings.model);
     // Where agents run, the tokenizer loads while the first request is made ready.
     tokenCounter().catch(() => undefined);
     this.backoffMs = options.backoffMs ?? 500;
@@ -112,59 +98,37 @@ export class LlmAgent implements Agent {
       const signal = AbortSignal.any([context.signal, timeout, own.signal]);
       let streamed = false;
       let text = '';
-      let finishReason: string | undefined;
-      let rawFinishReason: string | undefined;
-      let usage: Usage | undefined;
+      let finishReason: FinishReason | undefined;
+      let usage: ModelUsage | undefined;
       const calls: AgentOutput[] = [];
       const span = this.requestSpan('step', attempt);
       // Until the stream has ended well: a consumer that stops reading leaves it so.
       let outcome: RequestOutcome = { abandoned: true };
       try {
-        const result = streamText({
-          model: this.model,
-          system: prompt.system,
-          messages: prompt.messages,
-          tools: toolSet(tools),
-          temperature: this.settings.temperature,
-          maxRetries: 0,
-          abortSignal: signal,
-          // Errors arrive as stream parts (handled below); the SDK must not print them.
-          onError: () => undefined,
-        });
-        for await (const part of result.fullStream) {
+        const parts = this.model.stream(
+          {
+            system: prompt.system,
+            messages: prompt.messages,
+            tools,
+            temperature: this.settings.temperature,
+          },
+          signal,
+        );
+        for await (const part of parts) {
           switch (part.type) {
-            case 'text-delta':
-              if (part.text.length === 0) break;
+            case 'text':
               text += part.text;
               streamed = true;
               yield { type: 'delta', delta: part.text };
               break;
             case 'tool-call':
-              calls.push(toolCallOutput(part.toolName, part.input, part.toolCallId));
+              calls.push(toolCallOutput(part.name, part.input, part.id));
               break;
             case 'finish':
-              finishReason = part.finishReason;
-              rawFinishReason = part.rawFinishReason;
-              usage = usageOf(part.totalUsage);
-              break;
-            case 'error':
-              throw part.error;
-            case 'abort':
-              throw signal.reason ?? new Error('aborted');
-            default:
+              finishReason = part.reason;
+              usage = part.usage;
               break;
           }
-        }
-        // A stream that ends without the provider's stop reason was cut short.
-        if (
-          finishReason === undefined ||
-          finishReason === 'error' ||
-          (finishReason === 'other' && rawFinishReason === undefined)
-        ) {
-          throw new InvalidResponseDataError({
-            data: undefined,
-            message: 'the stream ended early',
-          });
         }
         span.setAttributes(responseAttributes(finishReason, usage));
         outcome = {};
@@ -233,18 +197,25 @@ export class LlmAgent implements Agent {
     const span = this.requestSpan('title', 0);
     let failed: RequestOutcome = {};
     try {
-      result = await generateText({
-        model: this.model,
-        system:
-          'You name conversations. Answer with a title of at most six words for the conversation ' +
-          'below, in its language, with no quotes and no final period.',
-        prompt: `User: ${first.slice(0, 2000)}${answer ? `\n\nAssistant: ${answer.slice(0, 2000)}` : ''}`,
-        maxOutputTokens: 64,
-        // One request: when it fails, the runtime's fallback title is good enough.
-        maxRetries: 0,
-        abortSignal: signal,
-      });
-      span.setAttributes(responseAttributes(result.finishReason, usageOf(result.usage)));
+      // One request: when it fails, the runtime's fallback title is good enough.
+      result = await this.model.complete(
+        {
+          system:
+            'You name conversations. Answer with a title of at most six words for the conversation ' +
+            'below, in its language, with no quotes and no final period.',
+          messages: [
+            {
+              role: 'user',
+              content: `User: ${first.slice(0, 2000)}${answer ? `\n\nAssistant: ${answer.slice(0, 2000)}` : ''}`,
+            },
+          ],
+          tools: [],
+          temperature: undefined,
+          maxOutputTokens: 64,
+        },
+        signal,
+      );
+      span.setAttributes(responseAttributes(result.reason, result.usage));
     } catch (error) {
       failed = { error };
       throw new Error('the model could not title the conversation', {
@@ -257,7 +228,7 @@ export class LlmAgent implements Agent {
     }
     const title = cleanTitle(result.text);
     if (!title) throw new Error('the model gave an empty title');
-    const usage = usageOf(result.usage);
+    const { usage } = result;
     return usage ? { title, usage: this.usageOutputFields(usage) } : { title };
   }
 
@@ -297,11 +268,11 @@ export class LlmAgent implements Agent {
     return Math.round(base * (0.8 + Math.random() * 0.4));
   }
 
-  private usageOutput(usage: Usage): AgentOutput {
+  private usageOutput(usage: ModelUsage): AgentOutput {
     return { type: 'usage', ...this.usageOutputFields(usage) };
   }
 
-  private usageOutputFields(usage: Usage) {
+  private usageOutputFields(usage: ModelUsage) {
     const cost =
       usage.reported_cost ??
       costOf(
@@ -321,7 +292,7 @@ export class LlmAgent implements Agent {
 /** What a span may say of an answer: its finish reason and token counts. */
 function responseAttributes(
   finishReason: string | undefined,
-  usage: Usage | undefined,
+  usage: ModelUsage | undefined,
 ): Record<string, string | number | string[]> {
   return {
     ...(finishReason === undefined ? {} : { 'gen_ai.response.finish_reasons': [finishReason] }),
@@ -361,17 +332,6 @@ function endOpenSpan(span: OpenSpan, outcome: RequestOutcome, aborted: boolean):
   span.end(label === 'ok' || label === 'aborted' ? undefined : outcome.error);
 }
 
-function toolSet(tools: readonly ToolDescription[]): Record<string, Tool> | undefined {
-  if (tools.length === 0) return undefined;
-  // No `execute`: the model's calls come back to us and the runtime runs them.
-  return Object.fromEntries(
-    tools.map((t) => [
-      t.name,
-      tool({ description: t.description, inputSchema: jsonSchema(t.parameters as never) }),
-    ]),
-  );
-}
-
 /**
  * A model's tool call as an output. A name that is not a tool name, or input
  * that is not a JSON object, still becomes a call: the runtime answers it with
@@ -390,22 +350,6 @@ function toolCallOutput(name: string, input: unknown, id: string): AgentOutput {
     tool,
     arguments: args,
     ...(id.length > 0 && id.length <= 256 ? { tool_call_id: id } : {}),
-  };
-}
-
-function usageOf(usage: {
-  inputTokens: number | undefined;
-  outputTokens: number | undefined;
-  raw?: unknown;
-}): Usage | undefined {
-  if (usage.inputTokens === undefined && usage.outputTokens === undefined) return undefined;
-  const raw = usage.raw as { cost?: unknown } | undefined;
-  const cost = raw?.cost;
-  return {
-    prompt_tokens: usage.inputTokens ?? 0,
-    completion_tokens: usage.outputTokens ?? 0,
-    reported_cost:
-      typeof cost === 'number' && Number.isFinite(cost) && cost >= 0 ? cost : undefined,
   };
 }
 

@@ -1,0 +1,196 @@
+/**
+ * A `ModelClient` for any OpenAI-compatible Chat Completions server (OpenAI,
+ * vLLM, Ollama, llama.cpp, LiteLLM) on the official `openai` SDK: its HTTP
+ * and SSE reading, none of its retries (the agent retries, announcing each).
+ * Tool calls are assembled by their `index` from however the stream split
+ * their arguments; the usage chunk is asked for (`include_usage`).
+ */
+import OpenAI from 'openai';
+import type {
+  ChatCompletionChunk,
+  ChatCompletionCreateParamsBase,
+  ChatCompletionMessageParam,
+  ChatCompletionTool,
+} from 'openai/resources/chat/completions';
+import {
+  ModelRequestError,
+  modelErrorOf,
+  requestModel,
+  parseToolInput,
+  usageFrom,
+  type FinishReason,
+  type ModelAnswer,
+  type ModelClient,
+  type ModelPart,
+  type ModelRequest,
+} from './model-client.js';
+
+export class OpenAiChatClient implements ModelClient {
+  private readonly client: OpenAI;
+
+  constructor(
+    baseUrl: string,
+    apiKey: string | undefined,
+    private readonly model: string,
+  ) {
+    this.client = new OpenAI({
+      baseURL: baseUrl,
+      // Local servers (Ollama, vLLM) take no key: then no Authorization header is sent.
+      apiKey: apiKey || 'none',
+      ...(apiKey ? {} : { defaultHeaders: { Authorization: null } }),
+      // Explicit, so that nothing is read from the environment.
+      adminAPIKey: null,
+      organization: null,
+      project: null,
+      maxRetries: 0,
+      // Failures reach the agent as errors; the service's logs are its own JSON lines.
+      logLevel: 'off',
+    });
+  }
+
+  async *stream(request: ModelRequest, signal: AbortSignal): AsyncIterable<ModelPart> {
+    const stream = await requestModel(
+      () =>
+        this.client.chat.completions.create(
+          {
+            ...this.params(request),
+            stream: true,
+            stream_options: { include_usage: true },
+          },
+          { signal },
+        ),
+      OpenAI,
+    );
+    const calls = new Map<number, { id: string; name: string; args: string }>();
+    let reason: FinishReason | undefined;
+    let usage;
+    let refused = false;
+    try {
+      for await (const chunk of stream) {
+        if (chunk.usage) {
+          const { prompt_tokens, completion_tokens } = chunk.usage;
+          usage = usageFrom(
+            prompt_tokens,
+            completion_tokens,
+            (chunk.usage as { cost?: unknown }).cost,
+          );
+        }
+        const choice = chunk.choices[0];
+        if (!choice) continue;
+        const { delta } = choice;
+        if (delta.content) yield { type: 'text', text: delta.content };
+        if (delta.refusal) refused = true;
+        for (const piece of delta.tool_calls ?? []) addToolCallPiece(calls, piece);
+        if (choice.finish_reason) reason = finishReason(choice.finish_reason);
+      }
+    } catch (error) {
+      throw modelErrorOf(error, 'cut', OpenAI);
+    }
+    // The SDK ends a stream quietly when its request is aborted.
+    if (signal.aborted) throw new ModelRequestError('cut', 'the request was aborted');
+    if (reason === undefined) throw new ModelRequestError('cut', 'the stream ended early');
+    for (const piece of calls.values()) {
+      yield {
+        type: 'tool-call',
+        id: piece.id,
+        name: piece.name,
+        input: parseToolInput(piece.args),
+      };
+    }
+    yield { type: 'finish', reason: refused ? 'content-filter' : reason, usage };
+  }
+
+  async complete(request: ModelRequest, signal: AbortSignal): Promise<ModelAnswer> {
+    const answer = await requestModel(
+      () =>
+        this.client.chat.completions.create({ ...this.params(request), stream: false }, { signal }),
+      OpenAI,
+    );
+    const choice = answer.choices[0];
+    if (!choice) throw new ModelRequestError('unreadable', 'the answer has no choice');
+    return {
+      text: choice.message.content ?? '',
+      reason: finishReason(choice.finish_reason),
+      usage: usageFrom(answer.usage?.prompt_tokens, answer.usage?.completion_tokens),
+    };
+  }
+
+  private params(request: ModelRequest): ChatCompletionCreateParamsBase {
+    const tools: ChatCompletionTool[] = request.tools.map((tool) => ({
+      type: 'function',
+      function: {
+        name: tool.name,
+        description: tool.description,
+        parameters: tool.parameters,
+      },
+    }));
+    return {
+      model: this.model,
+      messages: chatMessages(request),
+      ...(tools.length > 0 ? { tools } : {}),
+      ...(request.temperature === undefined ? {} : { temperature: request.temperature }),
+      ...(request.maxOutputTokens === undefined ? {} : { max_tokens: request.maxOutputTokens }),
+    };
+  }
+}
+
+function chatMessages(request: ModelRequest): ChatCompletionMessageParam[] {
+  const messages: ChatCompletionMessageParam[] = [];
+  if (request.system !== undefined) messages.push({ role: 'system', content: request.system });
+  for (const message of request.messages) {
+    if (message.role !== 'tool_calls') {
+      messages.push({ role: message.role, content: message.content });
+      continue;
+    }
+    messages.push({
+      role: 'assistant',
+      content: null,
+      tool_calls: message.calls.map((c) => ({
+        id: c.id,
+        type: 'function',
+        function: { name: c.tool, arguments: JSON.stringify(c.input) },
+      })),
+    });
+    for (const c of message.calls) {
+      messages.push({ role: 'tool', tool_call_id: c.id, content: c.result });
+    }
+  }
+  return messages;
+}
+
+type ToolCallPiece = NonNullable<ChatCompletionChunk.Choice.Delta['tool_calls']>[number];
+
+/** The first piece of a call names it; the others add to its arguments. */
+function addToolCallPiece(
+  calls: Map<number, { id: string; name: string; args: string }>,
+  piece: ToolCallPiece,
+): void {
+  const known = calls.get(piece.index);
+  if (!known) {
+    calls.set(piece.index, {
+      id: piece.id ?? '',
+      name: piece.function?.name ?? '',
+      args: piece.function?.arguments ?? '',
+    });
+    return;
+  }
+  if (piece.id && !known.id) known.id = piece.id;
+  if (piece.function?.name && !known.name) known.name = piece.function.name;
+  known.args += piece.function?.arguments ?? '';
+}
+
+function finishReason(reason: string | null): FinishReason {
+  switch (reason) {
+    case 'stop':
+      return 'stop';
+    case 'length':
+      return 'length';
+    case 'tool_calls':
+    case 'function_call':
+      return 'tool-calls';
+    case 'content_filter':
+      return 'content-filter';
+    default:
+      return 'other';
+  }
+}
