@@ -2,7 +2,8 @@
 // holders keep crashing is neither retried in a hot loop nor failed for good
 // (it ends in `error`, and the next message starts it); a message whose
 // wake-up was lost is still answered; a job handed out again to the worker
-// still running it keeps its newer run's lock.
+// still running it keeps its newer run's lock; a start whose own run a stop
+// ended does not start the conversation again.
 import type { Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { AgentRegistry } from '@cs/agents';
@@ -27,6 +28,13 @@ import { createEchoConversation, uniqueName } from '../support/services.js';
 const LEASE_TTL_MS = 2_000;
 const MAX_FAILOVERS = 2;
 
+/** Node 20 has no `Promise.withResolvers`. */
+function withResolvers(): { promise: Promise<void>; resolve: () => void } {
+  let resolve: () => void = () => undefined;
+  const promise = new Promise<void>((done) => (resolve = done));
+  return { promise, resolve };
+}
+
 describe(ConversationHost.name, () => {
   let backends: ScratchBackends;
   let opened: OpenedStore;
@@ -36,9 +44,12 @@ describe(ConversationHost.name, () => {
   let host: ConversationHost;
   let jobs: ConversationJobs;
   let manager: ClusteredConversationManager;
+  let managerDeps: ConstructorParameters<typeof ClusteredConversationManager>[0];
   let keys: ClusterKeys;
   /** Agent appends of the host that fail (as if Postgres went away) before writing. */
   let failingAgentAppends = 0;
+  /** A conversation whose job the host, once it took it, holds before it listens to it. */
+  let slowTake: { conversationId: string; taken: () => void; resume: Promise<void> } | null = null;
 
   beforeAll(async () => {
     backends = await openScratchBackends('cs_host', 'host-test');
@@ -61,6 +72,16 @@ describe(ConversationHost.name, () => {
           return Promise.reject(new Error('connection terminated'));
         }
         return store.append(...args);
+      },
+      // A run's first read, in holdJob: between taking the job and listening to the conversation.
+      getConversation: async (...args: Parameters<ConversationStore['getConversation']>) => {
+        const take = slowTake?.conversationId === args[1] ? slowTake : null;
+        if (take) {
+          slowTake = null;
+          take.taken();
+          await take.resume;
+        }
+        return store.getConversation(...args);
       },
     });
     host = new ConversationHost({
@@ -86,7 +107,7 @@ describe(ConversationHost.name, () => {
     });
     host.start();
     jobs = new ConversationJobs(redis, keys);
-    manager = new ClusteredConversationManager({
+    managerDeps = {
       store: opened.store,
       broadcaster,
       jobs,
@@ -95,7 +116,8 @@ describe(ConversationHost.name, () => {
       connections,
       limit: 3,
       stopTimeoutMs: LEASE_TTL_MS + 2_000,
-    });
+    };
+    manager = new ClusteredConversationManager(managerDeps);
   });
 
   afterAll(async () => {
@@ -146,6 +168,58 @@ describe(ConversationHost.name, () => {
     );
     return answers;
   }
+
+  it('does not start a conversation again that a stop ended while its start watched its job', async () => {
+    const ref = await createEchoConversation(
+      opened.store,
+      { tenantId: uniqueName('tenant'), userId: 'user' },
+      'stopped while starting',
+    );
+    const taken = withResolvers();
+    const resume = withResolvers();
+    const stopped = withResolvers();
+    slowTake = { conversationId: ref.conversationId, taken: taken.resolve, resume: resume.promise };
+    // The start's own look at the job: its first look finds the job just taken by the
+    // host, not listened to yet (as a finishing run would look); the next comes only
+    // after the whole run (as from a busy gateway): the run starts and is stopped in between.
+    let looks = 0;
+    const watchedJobs = Object.assign(Object.create(jobs) as ConversationJobs, {
+      state: async (conversationId: string) => {
+        looks += 1;
+        if (looks === 1) await taken.promise;
+        if (looks === 2) {
+          resume.resolve();
+          await stopped.promise;
+        }
+        return jobs.state(conversationId);
+      },
+    });
+    const starter = new ClusteredConversationManager({ ...managerDeps, jobs: watchedJobs });
+
+    const starting = starter.ensureRunning(ref);
+    await vi.waitFor(
+      async () =>
+        expect(
+          (await opened.store.getConversation(ref.tenantId, ref.conversationId))?.agentState,
+        ).toBe('awaiting_user_input'),
+      { timeout: 10_000, interval: 20 },
+    );
+    expect(await manager.stop(ref)).toBe('STOPPED');
+    stopped.resolve();
+    await starting;
+
+    // The stop wins: nothing asked for the conversation after it.
+    expect(looks).toBeGreaterThanOrEqual(2);
+    expect(await jobs.state(ref.conversationId)).toBeNull();
+    const record = await opened.store.getConversation(ref.tenantId, ref.conversationId);
+    expect(record).toMatchObject({ status: 'STOPPED', agentState: 'stopped' });
+    const events = await opened.store.readEvents(ref.tenantId, ref.conversationId, { limit: 100 });
+    expect(events.map((e) => ('extras' in e ? e.extras.agent_state : e.source))).toEqual([
+      'loading',
+      'awaiting_user_input',
+      'stopped',
+    ]);
+  });
 
   it('ends a conversation in error when its holders keep crashing on the same message, then starts it with the next one', async () => {
     const ref = await createEchoConversation(

@@ -70,8 +70,10 @@ export class ClusteredConversationManager implements ConversationManager {
       'STOPPED',
       'ERROR',
     ]);
+    const before = await this.deps.store.getConversation(ref.tenantId, ref.conversationId);
+    if (!before) throw new NotFoundError();
     await this.deps.jobs.start(ref);
-    await this.startAfterFinishingRun(ref);
+    await this.startAfterFinishingRun(ref, before.leaseEpoch);
     const record = await this.deps.store.getConversation(ref.tenantId, ref.conversationId);
     if (!record) throw new NotFoundError();
     return record.status === 'RUNNING' ? 'RUNNING' : 'STARTING';
@@ -82,8 +84,14 @@ export class ClusteredConversationManager implements ConversationManager {
    * session ended, its job not yet removed) adds nothing, and that run then
    * frees the slot: the start would be lost. An active job whose holder no
    * longer listens is such a run: wait for it to go, then start again.
+   *
+   * But this start's own job looks the same while a worker is just taking it,
+   * and if the poll misses the short time it is held, it ran (and may have been
+   * stopped) by the time it is gone: starting again would undo that stop. Every
+   * holder bumps the lease epoch first, so a moved epoch (`leaseEpoch`: the
+   * epoch before this start) says a run began after this start: not lost.
    */
-  private async startAfterFinishingRun(ref: ConversationRef): Promise<void> {
+  private async startAfterFinishingRun(ref: ConversationRef, leaseEpoch: number): Promise<void> {
     const { jobs, inbox, limiter, store } = this.deps;
     const deadline = Date.now() + FINISHING_RUN_WAIT_MS;
     let sawUnheldRun = false;
@@ -97,6 +105,7 @@ export class ClusteredConversationManager implements ConversationManager {
         // A run that ended in error (too many failovers, a failed start) ended on purpose.
         const record = await store.getConversation(ref.tenantId, ref.conversationId);
         if (!record || record.status === 'ERROR') return;
+        if (record.leaseEpoch !== leaseEpoch) return; // held since this start: it ran
         const slot = await limiter.acquire(ref.tenantId, ref.userId, ref.conversationId);
         if (!slot.granted) throw new ConcurrencyLimitError(this.deps.limit);
         if (slot.evicted) await this.evict({ ...ref, conversationId: slot.evicted });
