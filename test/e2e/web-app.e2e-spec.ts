@@ -207,7 +207,10 @@ describe('web app', () => {
     await page.reload();
     await seeReply(page, 'hello from the browser');
     await expect(article(page, 'echo: hello from the browser').count()).resolves.toBe(1);
-    await expect(page.getByRole('status').filter({ hasText: 'Live' }).count()).resolves.toBe(1);
+    // The history may show before the socket is live again: wait for it, then there is one.
+    const live = page.getByRole('status').filter({ hasText: 'Live' });
+    await live.waitFor({ timeout: TIMEOUT });
+    await expect(live.count()).resolves.toBe(1);
     expect(errors).toEqual([]);
   });
 
