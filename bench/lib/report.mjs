@@ -932,7 +932,9 @@ export function renderMarkdown(data, chart) {
       ' after the other; the first second of each level is not counted. The model turn uses the' +
       ' `llm` agent against a fake model in a process of its own (first token after 100 ms, then' +
       ' 50 tokens/s, 50 tokens an answer; each conversation asks again as soon as it has its' +
-      ' answer): the first token is written with the role chunk, the' +
+      ' answer, and the conversations are out of phase as independent users are: each starts' +
+      " at a random moment within one turn's length, and again after the warm-up): the first" +
+      ' token is written with the role chunk, the' +
       ' last with the finish reason, the usage chunk and `[DONE]`. Long histories are written' +
       " straight into the database through the service's store (`store.append`, 500 events a" +
       ' batch), then restored one at a time on fresh workers by a client that connects with' +

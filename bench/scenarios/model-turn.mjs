@@ -178,14 +178,20 @@ async function drive(ctx, conversations, turns, warmup) {
     meter = startCpuMeter(() => cluster.meterTargets());
     before = await serviceSnapshot(cluster);
   })();
+  // Out of phase, as independent users are: each conversation starts at its
+  // own moment within one turn's length, and again after the warm-up (the
+  // wait for every warm-up to end would otherwise line them all up, and each
+  // turn would end together with all the others).
+  const { ttftMs, tokenMs, tokens } = ctx.model.settings;
+  const turnMs = ttftMs + tokens * tokenMs;
   await Promise.all(
     conversations.map(async (conversation, c) => {
-      // Out of phase: the conversations do not all ask the model at the same moment.
-      await sleep(Math.random() * 200);
+      await sleep(Math.random() * turnMs);
       for (let i = 0; i < warmup + turns; i += 1) {
         if (i === warmup) {
           warmed.add(c);
           await measuring;
+          await sleep(Math.random() * turnMs);
         }
         try {
           const turn = await conversation.turn(`question ${i}`);
@@ -343,27 +349,25 @@ export async function runModelTurn(ctx) {
       tap.close();
     }
     describe('1 conversation', one, log);
-    log(
-      `    first chunk → first delta at a Redis subscriber (bench) ${formatSummary(one.breakdown.firstToRedis)}`,
-    );
-    log(
-      `    last chunk → answer stamped in Postgres               ${formatSummary(one.breakdown.lastToStored)}`,
-    );
-    log(
-      `    answer stamped → answer at the client                 ${formatSummary(one.breakdown.storedToClient)}`,
-    );
-    log(
-      `    last chunk → answer at a Redis subscriber (bench)     ${formatSummary(one.breakdown.lastToRedis)}`,
-    );
-    log(
-      `    answer at a Redis subscriber → answer at the client   ${formatSummary(one.breakdown.redisToClient)}`,
-    );
+    logBreakdown(one.breakdown, log);
 
     const count = quick ? Math.min(10, options.modelConversations) : options.modelConversations;
     const many = await openConversations(ctx, count);
     open.push(...many);
-    const concurrent = await drive(ctx, many, quick ? 2 : 3, 1);
+    // The same breakdown, of one of them.
+    const manyTap = await roomTap(ctx.cluster, many[0].client.conversationId);
+    let concurrent;
+    try {
+      concurrent = await drive(ctx, many, quick ? 2 : 3, 1);
+      const tapped = concurrent.traces.filter(
+        (trace) => trace.conversationId === many[0].client.conversationId,
+      );
+      concurrent.breakdown = await breakdown(ctx.cluster, tapped, manyTap);
+    } finally {
+      manyTap.close();
+    }
     describe(`${count} conversations`, concurrent, log);
+    logBreakdown(concurrent.breakdown, log);
     log(`  ${formatEventLoop(concurrent.eventLoop)}`);
     delete one.traces;
     delete concurrent.traces;
@@ -383,4 +387,23 @@ export async function runModelTurn(ctx) {
       ),
     );
   }
+}
+
+/** Where a turn's time went, for the conversation the bench taps. */
+function logBreakdown(breakdown, log) {
+  log(
+    `    first chunk → first delta at a Redis subscriber (bench) ${formatSummary(breakdown.firstToRedis)}`,
+  );
+  log(
+    `    last chunk → answer stamped in Postgres               ${formatSummary(breakdown.lastToStored)}`,
+  );
+  log(
+    `    answer stamped → answer at the client                 ${formatSummary(breakdown.storedToClient)}`,
+  );
+  log(
+    `    last chunk → answer at a Redis subscriber (bench)     ${formatSummary(breakdown.lastToRedis)}`,
+  );
+  log(
+    `    answer at a Redis subscriber → answer at the client   ${formatSummary(breakdown.redisToClient)}`,
+  );
 }

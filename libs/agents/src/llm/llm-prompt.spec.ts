@@ -141,6 +141,23 @@ describe('buildLlmPrompt', () => {
     expect(JSON.stringify(prompt.messages.at(-1))).toContain('cut to fit the context');
   });
 
+  it('reads the first user message once per conversation when given a memory', async () => {
+    const history = longConversation(60);
+    const memory = {};
+    const first = contextOf(history);
+    const before = await buildLlmPrompt(first, [], 600, memory);
+    const firstReads = first.history.read;
+    const again = contextOf(history);
+    const after = await buildLlmPrompt(again, [], 600, memory);
+    expect(after.messages).toEqual(before.messages);
+    expect(after.messages[0]).toEqual({
+      role: 'user',
+      content: 'FIRST: plan the migration of our billing system',
+    });
+    // The second build skips the scan from the start.
+    expect(again.history.read).toBeLessThan(firstReads);
+  });
+
   it('refuses when the instructions alone do not fit', async () => {
     const context = contextOf([events.user('hi')], { instructions: 'rule. '.repeat(500) });
     await expect(buildLlmPrompt(context, [], 300)).rejects.toBeInstanceOf(PromptTooLargeError);

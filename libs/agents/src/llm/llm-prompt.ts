@@ -53,10 +53,20 @@ export function leftOutNote(count: number): string {
   return `[${count} earlier ${count === 1 ? 'event was' : 'events were'} left out here to fit the context]`;
 }
 
+/**
+ * What one conversation's prompts keep from step to step: its first user
+ * message, once found (stored events never change), so that each step does
+ * not read the conversation's start again.
+ */
+export interface PromptMemory {
+  first?: StoredEvent;
+}
+
 export async function buildLlmPrompt(
   context: Pick<AgentContext, 'history' | 'instructions'>,
   tools: readonly ToolDescription[],
   maxTokens: number,
+  memory: PromptMemory = {},
 ): Promise<LlmPrompt> {
   const counter = await tokenCounter();
   const countTextTokens = (text: string) => counter.count(text);
@@ -74,7 +84,7 @@ export async function buildLlmPrompt(
   const perEvent = Math.max(1, Math.floor(budget / 2));
 
   const { history } = context;
-  const first = await firstUserMessage(context);
+  const first = (memory.first ??= await firstUserMessage(context));
   let firstEntry: Entry | undefined;
   if (first) {
     firstEntry = toEntry(first);

@@ -34,7 +34,7 @@ import {
 import { classifyLlmFailure, scrubbedError } from './llm-failure.js';
 import { costOf, modelClient } from './llm-model.js';
 import type { FinishReason, ModelClient, ModelUsage } from './model-client.js';
-import { PromptTooLargeError, buildLlmPrompt } from './llm-prompt.js';
+import { PromptTooLargeError, buildLlmPrompt, type PromptMemory } from './llm-prompt.js';
 import { tokenCounter } from './token-counter.js';
 
 export const LLM_AGENT = 'llm';
@@ -60,6 +60,8 @@ export interface LlmAgentOptions {
 
 export class LlmAgent implements Agent {
   private readonly model: ModelClient;
+  /** Kept from step to step of this conversation. */
+  private readonly memory: PromptMemory = {};
   private readonly backoffMs: number;
   private readonly maxBackoffMs: number;
   private readonly onRequestEnded: ((seconds: number) => void) | undefined;
@@ -80,7 +82,7 @@ export class LlmAgent implements Agent {
     const tools = this.toolsFor(context.tools);
     let prompt;
     try {
-      prompt = await buildLlmPrompt(context, tools, this.settings.llm.contextTokens);
+      prompt = await buildLlmPrompt(context, tools, this.settings.llm.contextTokens, this.memory);
     } catch (error) {
       if (error instanceof PromptTooLargeError) {
         throw new AgentTurnError('llm_error', 'the instructions and tools do not fit the context', {
