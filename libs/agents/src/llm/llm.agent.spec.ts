@@ -194,6 +194,31 @@ describe(`${LlmAgent.name} on an OpenAI-compatible server`, () => {
     expect(sent.map((t) => t.function.name)).toEqual(['current_time', 'weather__forecast']);
   });
 
+  it('assembles tool calls from servers that leave out their index', async () => {
+    const stream = openAiStream({
+      toolCalls: [
+        { id: 'call_a', name: 'current_time', argumentPieces: ['{"zone"', ': "UTC"}'] },
+        { id: 'call_b', name: 'current_time', argumentPieces: ['{}'] },
+      ],
+    });
+    for (const event of stream) {
+      const data = event.data as { choices?: { delta?: { tool_calls?: { index?: number }[] } }[] };
+      for (const piece of data.choices?.[0]?.delta?.tool_calls ?? []) delete piece.index;
+    }
+    server.reply({ kind: 'stream', events: stream });
+    const { outputs, error } = await settle(agent().step(askTime()));
+    expect(error).toBeUndefined();
+    expect(outputs.filter((o) => o.type === 'tool_call')).toEqual([
+      {
+        type: 'tool_call',
+        tool: 'current_time',
+        arguments: { zone: 'UTC' },
+        tool_call_id: 'call_a',
+      },
+      { type: 'tool_call', tool: 'current_time', arguments: {}, tool_call_id: 'call_b' },
+    ]);
+  });
+
   it('passes on a call of a tool it does not know, for the runtime to answer with an error', async () => {
     server.reply({
       kind: 'stream',

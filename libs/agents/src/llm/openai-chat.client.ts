@@ -160,14 +160,24 @@ function chatMessages(request: ModelRequest): ChatCompletionMessageParam[] {
 
 type ToolCallPiece = NonNullable<ChatCompletionChunk.Choice.Delta['tool_calls']>[number];
 
-/** The first piece of a call names it; the others add to its arguments. */
+/**
+ * The first piece of a call names it; the others add to its arguments.
+ * Pieces belong to calls by `index`; some servers leave it out, and then a
+ * piece with a new id starts a call and one without continues the last.
+ */
 function addToolCallPiece(
   calls: Map<number, { id: string; name: string; args: string }>,
   piece: ToolCallPiece,
 ): void {
-  const known = calls.get(piece.index);
+  let index = piece.index as number | undefined;
+  if (index === undefined) {
+    const last = [...calls.keys()].at(-1);
+    const continues = last !== undefined && (!piece.id || calls.get(last)!.id === piece.id);
+    index = continues ? last : calls.size;
+  }
+  const known = calls.get(index);
   if (!known) {
-    calls.set(piece.index, {
+    calls.set(index, {
       id: piece.id ?? '',
       name: piece.function?.name ?? '',
       args: piece.function?.arguments ?? '',
