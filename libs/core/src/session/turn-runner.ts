@@ -3,88 +3,27 @@
  * stored before the next starts (tool calls before they run, their results
  * after), so a turn cut short anywhere goes on from its stored events on the
  * next holder without asking the agent again for what is stored: see
- * `readTurnProgress`. The turn ends with an answer, `finish`, a limit, or an
+ * `readTurnProgress` (turn-progress.ts). The turn ends with an answer, `finish`, a limit, or an
  * error; it is suspended while tool calls await the user's confirmation.
  */
 import type { StatusUpdate, StoredEvent, StreamDelta } from '@cs/protocol';
-import { isAction, isObservation } from '@cs/protocol';
+import { isAction } from '@cs/protocol';
 import { AgentTurnError, type Agent } from '../agent.js';
 import type { ConversationRef, EventDraft, StateDelta } from '../conversation.js';
 import type { ConversationStore } from '../ports/conversation-store.port.js';
 import type { RuntimeMetrics } from '../ports/runtime-metrics.port.js';
 import type { Tracing } from '../ports/tracing.port.js';
 import type { ToolRegistry } from '../tools/tool-registry.js';
-import {
-  AGENT_ERROR_REASON,
-  agentStateChangeDraft,
-  readAgentStateChange,
-} from './agent-state-change.js';
+import { AGENT_ERROR_REASON, agentStateChangeDraft } from './agent-state-change.js';
 import { DeltaStream } from './delta-stream.js';
 import { runStep, type StepResult, type StepUsage } from './step-runner.js';
 import type { RecentEvents } from './turn-history.js';
 import { TurnHistory } from './turn-history.js';
+import type { TurnProgress } from './turn-progress.js';
 
 export const AGENT_FAILED_MESSAGE = 'The agent failed to answer.';
 export const MAX_ITERATIONS_MESSAGE = 'The agent took too many steps for this message.';
 export const BUDGET_MESSAGE = 'The agent reached the budget for this message.';
-
-/** What a turn's stored events say of its progress (after a failover, a restart, a confirmation). */
-export interface TurnProgress {
-  /** Steps stored so far (each stored its tool calls). */
-  steps: number;
-  /** Ids of the events the turn stored. */
-  events: Set<number>;
-  /** Its tool calls without a result, oldest first. */
-  unresolved: StoredEvent[];
-  /** The user's answer to the pending calls, if one was stored. */
-  confirmation: 'awaiting' | 'confirmed' | 'rejected' | null;
-}
-
-export function emptyProgress(): TurnProgress {
-  return { steps: 0, events: new Set(), unresolved: [], confirmation: null };
-}
-
-/** Reads a turn's progress from the events stored after its trigger. */
-export function readTurnProgress(
-  trigger: StoredEvent,
-  after: readonly StoredEvent[],
-): TurnProgress {
-  const progress = emptyProgress();
-  const calls = new Map<number, StoredEvent>();
-  let previousWasCall = false;
-  for (const event of after) {
-    const inTurn =
-      event.source !== 'user' &&
-      (event.cause === trigger.id ||
-        (event.cause !== undefined && progress.events.has(event.cause)));
-    const change = readAgentStateChange(event);
-    if (
-      change &&
-      (change.agentState === 'user_confirmed' || change.agentState === 'user_rejected')
-    ) {
-      if (calls.size > 0)
-        progress.confirmation = change.agentState === 'user_confirmed' ? 'confirmed' : 'rejected';
-      continue;
-    }
-    if (!inTurn) continue;
-    progress.events.add(event.id);
-    if (isAction(event) && event.action === 'tool_call') {
-      if (!previousWasCall) progress.steps += 1;
-      calls.set(event.id, event);
-      previousWasCall = true;
-      continue;
-    }
-    previousWasCall = false;
-    if (isObservation(event) && event.observation === 'tool_result' && event.cause !== undefined) {
-      calls.delete(event.cause);
-    } else if (change?.agentState === 'awaiting_user_confirmation') {
-      progress.confirmation = 'awaiting';
-    }
-  }
-  progress.unresolved = [...calls.values()];
-  if (progress.unresolved.length === 0) progress.confirmation = null;
-  return progress;
-}
 
 export interface TurnSettings {
   maxIterations: number;
