@@ -53,6 +53,12 @@ export class InvalidAgentOutputError extends Error {
 const ABORTED: unique symbol = Symbol('aborted');
 /** An agent that never ends its step (a loop of outputs) is cut off here. */
 export const MAX_OUTPUTS_PER_STEP = 10_000;
+/**
+ * The most text one step may stream: past it the step fails (an agent, a
+ * model server or a remote agent that never stops must not fill the worker's
+ * memory). Above any model's longest answer, and storable as one event.
+ */
+export const MAX_STEP_TEXT_CHARS = 1024 * 1024;
 /** Every so many outputs the step lets timers and I/O run (a stop, a timeout must get through). */
 const YIELD_EVERY = 64;
 
@@ -81,7 +87,13 @@ export async function runStep(
       if (count > MAX_OUTPUTS_PER_STEP) {
         throw new InvalidAgentOutputError(`more than ${MAX_OUTPUTS_PER_STEP} outputs in one step`);
       }
-      const next = await untilAborted(iterator.next(), signal);
+      let next;
+      try {
+        next = await untilAborted(iterator.next(), signal);
+      } catch (error) {
+        done = true; // an iterator that threw is finished
+        throw error;
+      }
       if (next === ABORTED || signal.aborted) {
         result.end = 'aborted';
         break;
@@ -98,9 +110,12 @@ export async function runStep(
         );
       }
       collect(parsed.data, result, stream);
+      if (Math.max(stream.content.length, result.text.length) > MAX_STEP_TEXT_CHARS) {
+        throw new InvalidAgentOutputError(`more than ${MAX_STEP_TEXT_CHARS} characters of text`);
+      }
     }
   } catch (error) {
-    done = true; // an iterator that threw is finished
+    // The runtime refusing an output leaves the iterator open: it is returned below.
     if (signal.aborted) result.end = 'aborted';
     else {
       result.end = 'failed';
@@ -114,6 +129,9 @@ export async function runStep(
     }
   }
   if (!result.answered) result.text = stream.content;
+  // A step cut for its size keeps what fits.
+  if (result.text.length > MAX_STEP_TEXT_CHARS)
+    result.text = result.text.slice(0, MAX_STEP_TEXT_CHARS);
   return result;
 }
 

@@ -1,0 +1,119 @@
+import { describe, expect, it } from 'vitest';
+import type { AgentOutput, StoredEvent } from '@cs/protocol';
+import type { Agent, AgentContext } from '../agent.js';
+import { DeltaStream } from './delta-stream.js';
+import { InvalidAgentOutputError, MAX_STEP_TEXT_CHARS, runStep } from './step-runner.js';
+
+const trigger = {
+  id: 0,
+  source: 'user',
+  action: 'message',
+  args: { content: 'hi' },
+  message: 'hi',
+  timestamp: '2026-01-01T00:00:00.000Z',
+} as unknown as StoredEvent;
+
+function context(signal = new AbortController().signal): AgentContext {
+  return {
+    conversation_id: 'c',
+    tenant_id: 't',
+    user_id: 'u',
+    trigger,
+    state: {},
+    instructions: null,
+    tools: [],
+    signal,
+    history: {
+      last_event_id: 0,
+      recent: () => Promise.resolve([trigger]),
+      // eslint-disable-next-line @typescript-eslint/require-await -- an async iterable by contract
+      async *range() {
+        yield trigger;
+      },
+    },
+    step: 1,
+  };
+}
+
+/** An agent yielding `outputs`, that says whether its iterator was closed. */
+function agentOf(outputs: () => Iterable<unknown>): Agent & { closed: boolean } {
+  const agent = {
+    closed: false,
+    async *step(): AsyncIterable<AgentOutput> {
+      try {
+        for (const output of outputs()) {
+          await Promise.resolve();
+          yield output as AgentOutput;
+        }
+      } finally {
+        agent.closed = true;
+      }
+    },
+  };
+  return agent;
+}
+
+describe('runStep', () => {
+  it('streams the deltas and takes the message as the step text', async () => {
+    const published: string[] = [];
+    const stream = new DeltaStream(0, (delta) => published.push(delta.delta));
+    const agent = agentOf(() => [
+      { type: 'delta', delta: 'Hel' },
+      { type: 'delta', delta: 'lo' },
+      { type: 'message', content: 'Hello' },
+    ]);
+    const result = await runStep(agent, context(), stream);
+    expect(result).toMatchObject({ end: 'done', answered: true, text: 'Hello' });
+    expect(published.join('')).toBe('Hello');
+  });
+
+  it('fails a step that streams more than MAX_STEP_TEXT_CHARS, keeps what fits and closes the agent', async () => {
+    const piece = 'x'.repeat(100_000);
+    const agent = agentOf(function* () {
+      for (;;) yield { type: 'delta', delta: piece };
+    });
+    const result = await runStep(agent, context(), new DeltaStream(0, () => undefined));
+    expect(result.end).toBe('failed');
+    expect(result.error).toBeInstanceOf(InvalidAgentOutputError);
+    expect(result.text).toHaveLength(MAX_STEP_TEXT_CHARS);
+    await new Promise((resolve) => setImmediate(resolve));
+    expect(agent.closed).toBe(true);
+  });
+
+  it('fails a step whose message is longer than MAX_STEP_TEXT_CHARS', async () => {
+    const agent = agentOf(() => [
+      { type: 'message', content: 'y'.repeat(MAX_STEP_TEXT_CHARS + 1) },
+    ]);
+    const result = await runStep(agent, context(), new DeltaStream(0, () => undefined));
+    expect(result.end).toBe('failed');
+    expect(result.text).toHaveLength(MAX_STEP_TEXT_CHARS);
+  });
+
+  it('closes the agent whose output is refused, so that it stops its work', async () => {
+    const agent = agentOf(() => [
+      { type: 'delta', delta: 'a' },
+      { type: 'nonsense' },
+      { type: 'delta', delta: 'b' },
+    ]);
+    const result = await runStep(agent, context(), new DeltaStream(0, () => undefined));
+    expect(result.end).toBe('failed');
+    expect(result.error).toBeInstanceOf(InvalidAgentOutputError);
+    await new Promise((resolve) => setImmediate(resolve));
+    expect(agent.closed).toBe(true);
+  });
+
+  it('does not call return() on an agent whose iterator threw', async () => {
+    let returned = 0;
+    const iterator: AsyncIterator<AgentOutput> = {
+      next: () => Promise.reject(new Error('the agent broke')),
+      return: () => {
+        returned += 1;
+        return Promise.resolve({ done: true, value: undefined });
+      },
+    };
+    const agent: Agent = { step: () => ({ [Symbol.asyncIterator]: () => iterator }) };
+    const result = await runStep(agent, context(), new DeltaStream(0, () => undefined));
+    expect(result).toMatchObject({ end: 'failed' });
+    expect(returned).toBe(0);
+  });
+});
