@@ -26,7 +26,6 @@ function context(signal = new AbortController().signal): AgentContext {
     history: {
       last_event_id: 0,
       recent: () => Promise.resolve([trigger]),
-      // eslint-disable-next-line @typescript-eslint/require-await -- an async iterable by contract
       async *range() {
         yield trigger;
       },
