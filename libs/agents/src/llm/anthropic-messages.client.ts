@@ -37,9 +37,11 @@ export class AnthropicMessagesClient implements ModelClient {
   ) {
     this.client = new Anthropic({
       baseURL: baseUrl,
-      // Passed, even empty, so that no credential is looked for in the environment.
-      apiKey: apiKey ?? '',
+      // Explicit, so that no credential is looked for in the environment; with
+      // no key (a local proxy that takes none), no key header is sent.
+      apiKey: apiKey || null,
       authToken: null,
+      ...(apiKey ? {} : { defaultHeaders: { 'X-Api-Key': null } }),
       maxRetries: 0,
       logLevel: 'off',
       openTelemetry: false,

@@ -505,6 +505,32 @@ describe(`${LlmAgent.name} on an Anthropic Messages server`, () => {
     });
   });
 
+  it('reads no key or token of its own from the environment', async () => {
+    const saved = {
+      key: process.env['ANTHROPIC_API_KEY'],
+      token: process.env['ANTHROPIC_AUTH_TOKEN'],
+    };
+    process.env['ANTHROPIC_API_KEY'] = 'sk-ant-from-the-environment';
+    process.env['ANTHROPIC_AUTH_TOKEN'] = 'token-from-the-environment';
+    try {
+      server.reply({ kind: 'stream', events: anthropicStream({ text: ['ok'] }) });
+      const llm = agent({ provider: 'anthropic', baseUrl: server.url, apiKey: undefined });
+      await settle(llm.step(contextOf([events.user('hi')])));
+      const { headers } = server.requests[0]!;
+      expect(JSON.stringify(headers)).not.toContain('from-the-environment');
+      expect(headers.authorization).toBeUndefined();
+      expect(headers['x-api-key']).toBeUndefined();
+    } finally {
+      for (const [name, value] of [
+        ['ANTHROPIC_API_KEY', saved.key],
+        ['ANTHROPIC_AUTH_TOKEN', saved.token],
+      ] as const) {
+        if (value === undefined) delete process.env[name];
+        else process.env[name] = value;
+      }
+    }
+  });
+
   it('answers with a message after a tool result, sent back as a tool_result block', async () => {
     server.reply({ kind: 'stream', events: anthropicStream({ text: ['Noon.'] }) });
     const history = [
