@@ -15,6 +15,7 @@ import {
   ConversationHost,
   ConversationInbox,
   ConversationJobs,
+  ConversationStops,
   RedisRoomBroadcaster,
   RedisRoomSubscriber,
   UserConcurrencyLimiter,
@@ -213,6 +214,7 @@ async function clusterFixture(): Promise<ConversationManagerFixture> {
           broadcaster,
           jobs,
           inbox,
+          stops: new ConversationStops(gatewayRedis, keys),
           limiter: new UserConcurrencyLimiter(gatewayRedis, keys, {
             limit: options.maxConcurrentConversations,
             policy: options.concurrencyPolicy,

@@ -2,8 +2,9 @@
 // holders keep crashing is neither retried in a hot loop nor failed for good
 // (it ends in `error`, and the next message starts it); a message whose
 // wake-up was lost is still answered; a job handed out again to the worker
-// still running it keeps its newer run's lock; a start whose own run a stop
-// ended does not start the conversation again.
+// still running it keeps its newer run's lock; a start does not start the
+// conversation again after a stop ended its own run, after a stop that landed
+// while a previous run was finishing, or after an eviction of its own job.
 import type { Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { AgentRegistry } from '@cs/agents';
@@ -14,6 +15,7 @@ import {
   ConversationHost,
   ConversationInbox,
   ConversationJobs,
+  ConversationStops,
   RedisRoomBroadcaster,
   TOO_MANY_FAILOVERS,
   UserConcurrencyLimiter,
@@ -50,6 +52,9 @@ describe(ConversationHost.name, () => {
   let failingAgentAppends = 0;
   /** A conversation whose job the host, once it took it, holds before it listens to it. */
   let slowTake: { conversationId: string; taken: () => void; resume: Promise<void> } | null = null;
+  /** A conversation whose run, once it let go of the conversation, holds before its job ends. */
+  let slowFinish: { conversationId: string; reached: () => void; resume: Promise<void> } | null =
+    null;
 
   beforeAll(async () => {
     backends = await openScratchBackends('cs_host', 'host-test');
@@ -83,6 +88,16 @@ describe(ConversationHost.name, () => {
         }
         return store.getConversation(...args);
       },
+      // A run's last step, in holdJob: after it stopped listening, before its job completes.
+      releaseLease: async (...args: Parameters<ConversationStore['releaseLease']>) => {
+        const finish = slowFinish?.conversationId === args[1] ? slowFinish : null;
+        if (finish) {
+          slowFinish = null;
+          finish.reached();
+          await finish.resume;
+        }
+        return store.releaseLease(...args);
+      },
     });
     host = new ConversationHost({
       store: flakyStore,
@@ -112,6 +127,7 @@ describe(ConversationHost.name, () => {
       broadcaster,
       jobs,
       inbox: new ConversationInbox(redis, null, keys),
+      stops: new ConversationStops(redis, keys),
       limiter,
       connections,
       limit: 3,
@@ -218,6 +234,124 @@ describe(ConversationHost.name, () => {
       'loading',
       'awaiting_user_input',
       'stopped',
+    ]);
+  });
+
+  /** A manager whose looks at the conversation's job first run `beforeLook` (with the look's number). */
+  function watchingManager(
+    beforeLook: (look: number) => Promise<void>,
+  ): ClusteredConversationManager {
+    let looks = 0;
+    const watchedJobs = Object.assign(Object.create(jobs) as ConversationJobs, {
+      state: async (conversationId: string) => {
+        looks += 1;
+        await beforeLook(looks);
+        return jobs.state(conversationId);
+      },
+    });
+    return new ClusteredConversationManager({ ...managerDeps, jobs: watchedJobs });
+  }
+
+  it('does not start a conversation again that a stop ended while a previous run was finishing', async () => {
+    const ref = await hostedConversation('stopped while finishing');
+    await vi.waitFor(
+      async () =>
+        expect(
+          (await opened.store.getConversation(ref.tenantId, ref.conversationId))?.agentState,
+        ).toBe('awaiting_user_input'),
+      { timeout: 10_000, interval: 20 },
+    );
+    const finishing = withResolvers();
+    const finish = withResolvers();
+    slowFinish = {
+      conversationId: ref.conversationId,
+      reached: finishing.resolve,
+      resume: finish.promise,
+    };
+    // The previous run ends (a stop its holder heard) and lets go, but its job stays active.
+    await managerDeps.inbox.send(ref.conversationId, { type: 'stop' });
+    await finishing.promise;
+
+    // The start finds that finishing run (first look), then looks again only after the stop.
+    const parked = withResolvers();
+    const stopped = withResolvers();
+    const starter = watchingManager(async (look) => {
+      if (look !== 2) return;
+      parked.resolve();
+      await stopped.promise;
+    });
+    const starting = starter.ensureRunning(ref);
+    await parked.promise;
+    // The user's stop lands while the previous run is still finishing.
+    const stopLooked = withResolvers();
+    const stopper = watchingManager(async () => stopLooked.resolve());
+    const stopping = stopper.stop(ref);
+    await stopLooked.promise;
+    expect(await jobs.state(ref.conversationId)).toBe('active');
+    finish.resolve();
+    expect(await stopping).toBe('STOPPED');
+    stopped.resolve();
+    await starting;
+
+    // The stop wins: the start's look at the gone run does not start it again.
+    expect(await jobs.state(ref.conversationId)).toBeNull();
+    expect(await opened.store.getConversation(ref.tenantId, ref.conversationId)).toMatchObject({
+      status: 'STOPPED',
+      agentState: 'stopped',
+    });
+    expect(await manager.listRunning(ref.tenantId, ref.userId)).toEqual([]);
+    const events = await opened.store.readEvents(ref.tenantId, ref.conversationId, { limit: 100 });
+    expect(events.map((e) => ('extras' in e ? e.extras.agent_state : e.source))).toEqual([
+      'loading',
+      'awaiting_user_input',
+      'stopped',
+    ]);
+  });
+
+  it('does not start a conversation again whose job an eviction cancelled before it was held', async () => {
+    const owner = { tenantId: uniqueName('tenant'), userId: 'user' };
+    const ref = await createEchoConversation(opened.store, owner, 'evicted while taken');
+    const taken = withResolvers();
+    const resume = withResolvers();
+    const evicted = withResolvers();
+    const gone = withResolvers();
+    slowTake = { conversationId: ref.conversationId, taken: taken.resolve, resume: resume.promise };
+    // The start's first look finds its job just taken, not listened to yet; its next
+    // waits for the eviction and for the job to go (its holder finds its slot gone).
+    const starter = watchingManager(async (look) => {
+      if (look === 1) await taken.promise;
+      if (look !== 2) return;
+      await evicted.promise;
+      resume.resolve();
+      await gone.promise;
+    });
+    const starting = starter.ensureRunning(ref);
+    await taken.promise;
+
+    // Three newer starts of the same user (limit 3): the third evicts the oldest, this one.
+    const others = [];
+    for (const title of ['newer 1', 'newer 2', 'newer 3']) {
+      const other = await createEchoConversation(opened.store, owner, title);
+      await manager.ensureRunning(other);
+      others.push(other.conversationId);
+    }
+    evicted.resolve();
+    await vi.waitFor(async () => expect(await jobs.state(ref.conversationId)).toBeNull(), {
+      timeout: 10_000,
+      interval: 20,
+    });
+    gone.resolve();
+    await starting;
+
+    // The eviction wins: the start does not take a slot back (evicting another) nor run.
+    expect(await jobs.state(ref.conversationId)).toBeNull();
+    expect((await opened.store.getConversation(ref.tenantId, ref.conversationId))?.status).toBe(
+      'STOPPED',
+    );
+    expect((await manager.listRunning(ref.tenantId, ref.userId)).sort()).toEqual(others.sort());
+    const events = await opened.store.readEvents(ref.tenantId, ref.conversationId, { limit: 100 });
+    expect(events.map((e) => ('extras' in e ? e.extras : e.source))).toEqual([
+      { agent_state: 'stopped', reason: 'AGENT_ERROR$TOO_MANY_CONVERSATIONS' },
     ]);
   });
 

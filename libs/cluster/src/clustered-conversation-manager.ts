@@ -18,6 +18,7 @@ import {
 import { StatusId, type ConversationStatus, type UserAction } from '@cs/protocol';
 import type { ConversationJobs } from './leases/conversation-jobs.js';
 import type { ConversationInbox } from './leases/conversation-inbox.js';
+import type { ConversationStops } from './leases/conversation-stops.js';
 import type { UserConcurrencyLimiter } from './limits/user-concurrency.limiter.js';
 import type { ConnectionRegistry } from './realtime/connection-registry.js';
 
@@ -40,6 +41,8 @@ export class ClusteredConversationManager implements ConversationManager {
       broadcaster: ConversationBroadcaster;
       jobs: ConversationJobs;
       inbox: ConversationInbox;
+      /** Stops and evictions: a start does not start again past one (see `startAfterFinishingRun`). */
+      stops: ConversationStops;
       limiter: UserConcurrencyLimiter;
       connections: ConnectionRegistry;
       limit: number;
@@ -61,7 +64,11 @@ export class ClusteredConversationManager implements ConversationManager {
   }
 
   async ensureRunning(ref: ConversationRef): Promise<ConversationStatus> {
-    const slot = await this.deps.limiter.acquire(ref.tenantId, ref.userId, ref.conversationId);
+    // Read beside the slot's acquire, so that it adds no round trip (every connect comes here).
+    const [stopMark, slot] = await Promise.all([
+      this.deps.stops.read(ref.conversationId),
+      this.deps.limiter.acquire(ref.tenantId, ref.userId, ref.conversationId),
+    ]);
     if (!slot.granted) throw new ConcurrencyLimitError(this.deps.limit);
     if (slot.evicted) await this.evict({ ...ref, conversationId: slot.evicted });
     // STARTING before the job exists: an eviction racing with this start settles
@@ -73,7 +80,7 @@ export class ClusteredConversationManager implements ConversationManager {
     const before = await this.deps.store.getConversation(ref.tenantId, ref.conversationId);
     if (!before) throw new NotFoundError();
     await this.deps.jobs.start(ref);
-    await this.startAfterFinishingRun(ref, before.leaseEpoch);
+    await this.startAfterFinishingRun(ref, before.leaseEpoch, stopMark);
     const record = await this.deps.store.getConversation(ref.tenantId, ref.conversationId);
     if (!record) throw new NotFoundError();
     return record.status === 'RUNNING' ? 'RUNNING' : 'STARTING';
@@ -90,9 +97,19 @@ export class ClusteredConversationManager implements ConversationManager {
    * stopped) by the time it is gone: starting again would undo that stop. Every
    * holder bumps the lease epoch first, so a moved epoch (`leaseEpoch`: the
    * epoch before this start) says a run began after this start: not lost.
+   *
+   * Nor may it undo a stop or an eviction that landed meanwhile (on the
+   * finishing run, or on this start's job before any worker held it): both
+   * bump the conversation's stop mark first, so a mark moved from `stopMark`
+   * (read as this start began) ends the wait. It is read again once the job is
+   * added: a stop that looked for the job just before would have missed it.
    */
-  private async startAfterFinishingRun(ref: ConversationRef, leaseEpoch: number): Promise<void> {
-    const { jobs, inbox, limiter, store } = this.deps;
+  private async startAfterFinishingRun(
+    ref: ConversationRef,
+    leaseEpoch: number,
+    stopMark: number,
+  ): Promise<void> {
+    const { jobs, inbox, limiter, stops, store } = this.deps;
     const deadline = Date.now() + FINISHING_RUN_WAIT_MS;
     let sawUnheldRun = false;
     while (Date.now() < deadline) {
@@ -106,11 +123,13 @@ export class ClusteredConversationManager implements ConversationManager {
         const record = await store.getConversation(ref.tenantId, ref.conversationId);
         if (!record || record.status === 'ERROR') return;
         if (record.leaseEpoch !== leaseEpoch) return; // held since this start: it ran
+        if ((await stops.read(ref.conversationId)) !== stopMark) return; // stopped since: it stays so
         const slot = await limiter.acquire(ref.tenantId, ref.userId, ref.conversationId);
         if (!slot.granted) throw new ConcurrencyLimitError(this.deps.limit);
         if (slot.evicted) await this.evict({ ...ref, conversationId: slot.evicted });
         await store.setStatus(ref.tenantId, ref.conversationId, 'STARTING', ['STOPPED', 'ERROR']);
         await jobs.start(ref);
+        if ((await stops.read(ref.conversationId)) !== stopMark) await this.stopRun(ref);
         return;
       }
       // Active with no listener: a worker just taking it (it subscribes first) or a run finishing.
@@ -152,6 +171,13 @@ export class ClusteredConversationManager implements ConversationManager {
    * the job does not listen yet: the stop is sent again until it does.
    */
   async stop(ref: ConversationRef): Promise<ConversationStatus> {
+    await this.deps.stops.mark(ref.conversationId);
+    await this.stopRun(ref);
+    return this.status(ref);
+  }
+
+  /** Stops the conversation's run, held or queued, and waits for its job to go. */
+  private async stopRun(ref: ConversationRef): Promise<void> {
     const { inbox, jobs } = this.deps;
     const deadline = Date.now() + this.deps.stopTimeoutMs;
     for (;;) {
@@ -164,7 +190,6 @@ export class ClusteredConversationManager implements ConversationManager {
       if (Date.now() > deadline) break;
       await sleep(POLL_MS);
     }
-    return this.status(ref);
   }
 
   async status(ref: ConversationRef): Promise<ConversationStatus> {
@@ -189,6 +214,7 @@ export class ClusteredConversationManager implements ConversationManager {
 
   /** Stops a conversation evicted by `evict_oldest`, wherever it runs. */
   private async evict(key: Omit<ConversationRef, 'incarnation'>): Promise<void> {
+    await this.deps.stops.mark(key.conversationId);
     const before = await this.deps.store.getConversation(key.tenantId, key.conversationId);
     if (!before) return; // deleted meanwhile: it holds no slot any more
     const victim = refOf(before);

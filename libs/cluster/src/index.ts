@@ -2,6 +2,7 @@ export * from './clustered-conversation-manager.js';
 export * from './leases/conversation-host.js';
 export * from './leases/conversation-inbox.js';
 export * from './leases/conversation-jobs.js';
+export * from './leases/conversation-stops.js';
 export * from './leases/lease-timing.js';
 export * from './limits/redis-rate-limiter.js';
 export * from './limits/user-concurrency.limiter.js';

@@ -44,6 +44,11 @@ export class ClusterKeys {
     return `${this.prefix}:conv:{${conversationId}}:failovers`;
   }
 
+  /** Stops and evictions of the conversation (a counter; `ConversationStops`). */
+  conversationStops(conversationId: string): string {
+    return `${this.prefix}:conv:{${conversationId}}:stops`;
+  }
+
   /** The user's running conversations, scored by last activity. */
   userRunning(tenantId: string, userId: string): string {
     return `${this.prefix}:user:{${userTag(tenantId, userId)}}:running`;
