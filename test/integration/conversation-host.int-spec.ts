@@ -4,7 +4,9 @@
 // wake-up was lost is still answered; a job handed out again to the worker
 // still running it keeps its newer run's lock; a start does not start the
 // conversation again after a stop ended its own run, after a stop that landed
-// while a previous run was finishing, or after an eviction of its own job.
+// while a previous run was finishing, or after an eviction of its own job; a
+// message sent while a stop was under way starts it again once stopped, one
+// stored before the stop began does not.
 import type { Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { AgentRegistry } from '@cs/agents';
@@ -21,7 +23,7 @@ import {
   UserConcurrencyLimiter,
   leaseTiming,
 } from '@cs/cluster';
-import type { ConversationRef, ConversationStore } from '@cs/core';
+import type { ConversationRef, ConversationStore, EventDraft } from '@cs/core';
 import type { StoredEvent } from '@cs/protocol';
 import type { OpenedStore } from '@cs/store';
 import { openScratchBackends, type ScratchBackends } from '../support/scratch-backends.js';
@@ -52,6 +54,13 @@ describe(ConversationHost.name, () => {
   let failingAgentAppends = 0;
   /** A conversation whose job the host, once it took it, holds before it listens to it. */
   let slowTake: { conversationId: string; taken: () => void; resume: Promise<void> } | null = null;
+  /** A conversation whose host, about to append drafts that `matches`, holds before it writes them. */
+  let slowAppend: {
+    conversationId: string;
+    matches: (drafts: readonly EventDraft[]) => boolean;
+    reached: () => void;
+    resume: Promise<void>;
+  } | null = null;
   /** A conversation whose run, once it let go of the conversation, holds before its job ends. */
   let slowFinish: { conversationId: string; reached: () => void; resume: Promise<void> } | null =
     null;
@@ -71,10 +80,17 @@ describe(ConversationHost.name, () => {
     const connections = new ConnectionRegistry(redis, keys, 'gateway-test', 15_000);
     const store = opened.store;
     const flakyStore: ConversationStore = Object.assign(Object.create(store) as ConversationStore, {
-      append: (...args: Parameters<ConversationStore['append']>) => {
+      append: async (...args: Parameters<ConversationStore['append']>) => {
         if (failingAgentAppends > 0 && args[2].some((draft) => draft.source === 'agent')) {
           failingAgentAppends -= 1;
-          return Promise.reject(new Error('connection terminated'));
+          throw new Error('connection terminated');
+        }
+        const slow =
+          slowAppend?.conversationId === args[1] && slowAppend.matches(args[2]) ? slowAppend : null;
+        if (slow) {
+          slowAppend = null;
+          slow.reached();
+          await slow.resume;
         }
         return store.append(...args);
       },
@@ -306,6 +322,89 @@ describe(ConversationHost.name, () => {
       'awaiting_user_input',
       'stopped',
     ]);
+  });
+
+  /** Whether `drafts` hold the agent state change to `state`. */
+  function changesStateTo(drafts: readonly EventDraft[], state: string): boolean {
+    return drafts.some(
+      (draft) => 'extras' in draft.body && draft.body.extras['agent_state'] === state,
+    );
+  }
+
+  it('answers a message sent while a stop was under way, starting the conversation again once stopped', async () => {
+    const ref = await hostedConversation('messaged while stopping');
+    await vi.waitFor(
+      async () =>
+        expect(
+          (await opened.store.getConversation(ref.tenantId, ref.conversationId))?.agentState,
+        ).toBe('awaiting_user_input'),
+      { timeout: 10_000, interval: 20 },
+    );
+    // The holder, stopping, holds before it stores `stopped`: it still listens.
+    const stopping = withResolvers();
+    const stop = withResolvers();
+    slowAppend = {
+      conversationId: ref.conversationId,
+      matches: (drafts) => changesStateTo(drafts, 'stopped'),
+      reached: stopping.resolve,
+      resume: stop.promise,
+    };
+    const stopped = manager.stop(ref);
+    await stopping.promise;
+    expect(await managerDeps.inbox.holders(ref.conversationId)).toBe(1);
+    const sent = await userSays(ref, 'sent while stopping');
+    stop.resolve();
+
+    // The stop ends the run it asked to end, then the message starts the conversation again.
+    expect(['STARTING', 'RUNNING']).toContain(await stopped);
+    const [answer] = await answersTo(ref, sent);
+    expect(answer).toMatchObject({ source: 'agent', action: 'message' });
+    const events = await opened.store.readEvents(ref.tenantId, ref.conversationId, { limit: 100 });
+    // Unanswered by the run that stopped; answered by the next one.
+    const kinds = events.map((e) => ('extras' in e ? e.extras.agent_state : e.source));
+    expect(kinds.slice(0, 5)).toEqual([
+      'loading',
+      'awaiting_user_input',
+      'user',
+      'stopped',
+      'loading',
+    ]);
+    expect(answer?.id).toBeGreaterThan(events[4]?.id ?? Infinity);
+    expect(await manager.stop(ref)).toBe('STOPPED');
+  });
+
+  it('does not answer after a stop a message stored before the stop began', async () => {
+    const ref = await hostedConversation('messaged before the stop');
+    // The turn of the first message holds before it stores its answer, with a second queued behind.
+    const answering = withResolvers();
+    const answer = withResolvers();
+    slowAppend = {
+      conversationId: ref.conversationId,
+      matches: (drafts) => drafts.some((draft) => draft.answers !== undefined),
+      reached: answering.resolve,
+      resume: answer.promise,
+    };
+    const cut = await userSays(ref, 'answered as the stop lands');
+    await answering.promise;
+    const queued = await userSays(ref, 'queued before the stop');
+    // The stop begins (its first look at the job comes once the holder was told), then the turn ends.
+    const stopLooked = withResolvers();
+    const stopper = watchingManager(async () => stopLooked.resolve());
+    const stopped = stopper.stop(ref);
+    await stopLooked.promise;
+    answer.resolve();
+
+    // The stop wins over the queued message: nothing starts the conversation again.
+    expect(await stopped).toBe('STOPPED');
+    expect(await jobs.state(ref.conversationId)).toBeNull();
+    expect(await manager.listRunning(ref.tenantId, ref.userId)).toEqual([]);
+    const events = await opened.store.readEvents(ref.tenantId, ref.conversationId, { limit: 100 });
+    expect(events.filter((e) => e.source === 'agent').map((e) => e.cause)).toEqual([cut]);
+    expect(events.some((e) => e.cause === queued)).toBe(false);
+    expect(await opened.store.getConversation(ref.tenantId, ref.conversationId)).toMatchObject({
+      status: 'STOPPED',
+      agentState: 'stopped',
+    });
   });
 
   it('does not start a conversation again whose job an eviction cancelled before it was held', async () => {

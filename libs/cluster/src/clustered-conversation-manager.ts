@@ -11,6 +11,7 @@ import {
   type Attachment,
   type ConversationBroadcaster,
   type ConversationManager,
+  type ConversationRecord,
   type ConversationRef,
   type ConversationStore,
   type SendOptions,
@@ -19,6 +20,7 @@ import { StatusId, type ConversationStatus, type UserAction } from '@cs/protocol
 import type { ConversationJobs } from './leases/conversation-jobs.js';
 import type { ConversationInbox } from './leases/conversation-inbox.js';
 import type { ConversationStops } from './leases/conversation-stops.js';
+import { unansweredMessages } from './leases/unanswered-messages.js';
 import type { UserConcurrencyLimiter } from './limits/user-concurrency.limiter.js';
 import type { ConnectionRegistry } from './realtime/connection-registry.js';
 
@@ -169,11 +171,48 @@ export class ClusteredConversationManager implements ConversationManager {
    * Stops the conversation and resolves once it has stopped: its job is gone,
    * so that a message sent next starts it again. A worker that is just taking
    * the job does not listen yet: the stop is sent again until it does.
+   *
+   * A message sent while the stop is under way reaches the holder that is
+   * stopping (it listens, so its sender starts nothing) and is never answered
+   * by it. It is a new request: once the run is gone, it starts the
+   * conversation again, as it would have had it come a moment later. Messages
+   * stored before the stop began (the turn it cut, those queued behind it)
+   * are what the stop stops: they start nothing.
    */
   async stop(ref: ConversationRef): Promise<ConversationStatus> {
-    await this.deps.stops.mark(ref.conversationId);
+    const { store, stops } = this.deps;
+    const [before] = await Promise.all([
+      store.getConversation(ref.tenantId, ref.conversationId),
+      stops.mark(ref.conversationId),
+    ]);
     await this.stopRun(ref);
-    return this.status(ref);
+    const after = await store.getConversation(ref.tenantId, ref.conversationId);
+    if (!after) throw new NotFoundError();
+    if (before && after.status === 'STOPPED' && (await this.sentDuring(ref, before, after))) {
+      try {
+        return await this.ensureRunning(ref);
+      } catch (error) {
+        // The user has no slot free: it stays stopped, as a message sent a moment later would find it.
+        if (error instanceof ConcurrencyLimitError) return after.status;
+        throw error;
+      }
+    }
+    return after.status;
+  }
+
+  /** Whether a user message stored after `before` (as the stop began) is still unanswered in `after`. */
+  private async sentDuring(
+    ref: ConversationRef,
+    before: ConversationRecord,
+    after: ConversationRecord,
+  ): Promise<boolean> {
+    // Nothing stored past both: no read (a stop of a conversation nobody held).
+    if (after.lastEventId <= Math.max(before.lastEventId, after.answeredThrough)) return false;
+    const sent = await unansweredMessages(this.deps.store, ref, {
+      record: after,
+      afterId: before.lastEventId,
+    });
+    return sent.length > 0;
   }
 
   /** Stops the conversation's run, held or queued, and waits for its job to go. */
