@@ -39,6 +39,27 @@ function withResolvers(): { promise: Promise<void>; resolve: () => void } {
   return { promise, resolve };
 }
 
+/** A store call a test holds once: the first for its conversation (that `matches`) waits until `resume`. */
+interface Hold<A = unknown> {
+  conversationId: string;
+  matches?: (args: A) => boolean;
+  reached: () => void;
+  resume: Promise<void>;
+}
+
+/** Holds this call when it is the one `hold` is for; `use` clears the hold first, so it holds once. */
+async function pass<A>(
+  hold: Hold<A> | null,
+  conversationId: string,
+  args: A,
+  use: () => void,
+): Promise<void> {
+  if (!hold || hold.conversationId !== conversationId || !(hold.matches?.(args) ?? true)) return;
+  use();
+  hold.reached();
+  await hold.resume;
+}
+
 describe(ConversationHost.name, () => {
   let backends: ScratchBackends;
   let opened: OpenedStore;
@@ -53,17 +74,11 @@ describe(ConversationHost.name, () => {
   /** Agent appends of the host that fail (as if Postgres went away) before writing. */
   let failingAgentAppends = 0;
   /** A conversation whose job the host, once it took it, holds before it listens to it. */
-  let slowTake: { conversationId: string; taken: () => void; resume: Promise<void> } | null = null;
+  let slowTake: Hold | null = null;
   /** A conversation whose host, about to append drafts that `matches`, holds before it writes them. */
-  let slowAppend: {
-    conversationId: string;
-    matches: (drafts: readonly EventDraft[]) => boolean;
-    reached: () => void;
-    resume: Promise<void>;
-  } | null = null;
+  let slowAppend: Hold<readonly EventDraft[]> | null = null;
   /** A conversation whose run, once it let go of the conversation, holds before its job ends. */
-  let slowFinish: { conversationId: string; reached: () => void; resume: Promise<void> } | null =
-    null;
+  let slowFinish: Hold | null = null;
 
   beforeAll(async () => {
     backends = await openScratchBackends('cs_host', 'host-test');
@@ -85,33 +100,17 @@ describe(ConversationHost.name, () => {
           failingAgentAppends -= 1;
           throw new Error('connection terminated');
         }
-        const slow =
-          slowAppend?.conversationId === args[1] && slowAppend.matches(args[2]) ? slowAppend : null;
-        if (slow) {
-          slowAppend = null;
-          slow.reached();
-          await slow.resume;
-        }
+        await pass(slowAppend, args[1], args[2], () => (slowAppend = null));
         return store.append(...args);
       },
       // A run's first read, in holdJob: between taking the job and listening to the conversation.
       getConversation: async (...args: Parameters<ConversationStore['getConversation']>) => {
-        const take = slowTake?.conversationId === args[1] ? slowTake : null;
-        if (take) {
-          slowTake = null;
-          take.taken();
-          await take.resume;
-        }
+        await pass(slowTake, args[1], undefined, () => (slowTake = null));
         return store.getConversation(...args);
       },
       // A run's last step, in holdJob: after it stopped listening, before its job completes.
       releaseLease: async (...args: Parameters<ConversationStore['releaseLease']>) => {
-        const finish = slowFinish?.conversationId === args[1] ? slowFinish : null;
-        if (finish) {
-          slowFinish = null;
-          finish.reached();
-          await finish.resume;
-        }
+        await pass(slowFinish, args[1], undefined, () => (slowFinish = null));
         return store.releaseLease(...args);
       },
     });
@@ -210,7 +209,11 @@ describe(ConversationHost.name, () => {
     const taken = withResolvers();
     const resume = withResolvers();
     const stopped = withResolvers();
-    slowTake = { conversationId: ref.conversationId, taken: taken.resolve, resume: resume.promise };
+    slowTake = {
+      conversationId: ref.conversationId,
+      reached: taken.resolve,
+      resume: resume.promise,
+    };
     // The start's own look at the job: its first look finds the job just taken by the
     // host, not listened to yet (as a finishing run would look); the next comes only
     // after the whole run (as from a busy gateway): the run starts and is stopped in between.
@@ -414,7 +417,11 @@ describe(ConversationHost.name, () => {
     const resume = withResolvers();
     const evicted = withResolvers();
     const gone = withResolvers();
-    slowTake = { conversationId: ref.conversationId, taken: taken.resolve, resume: resume.promise };
+    slowTake = {
+      conversationId: ref.conversationId,
+      reached: taken.resolve,
+      resume: resume.promise,
+    };
     // The start's first look finds its job just taken, not listened to yet; its next
     // waits for the eviction and for the job to go (its holder finds its slot gone).
     const starter = watchingManager(async (look) => {
