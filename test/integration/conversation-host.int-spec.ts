@@ -177,6 +177,17 @@ describe(ConversationHost.name, () => {
     });
   }
 
+  /** Waits until the conversation's agent awaits user input (restored, or done answering). */
+  async function untilAwaitingInput(ref: ConversationRef): Promise<void> {
+    await vi.waitFor(
+      async () =>
+        expect(
+          (await opened.store.getConversation(ref.tenantId, ref.conversationId))?.agentState,
+        ).toBe('awaiting_user_input'),
+      { timeout: 10_000, interval: 20 },
+    );
+  }
+
   /** Sends a user message through the manager (a gateway); returns the stored event's id. */
   async function userSays(ref: ConversationRef, content: string): Promise<number> {
     const sent = await manager.sendUserAction(ref, {
@@ -232,13 +243,7 @@ describe(ConversationHost.name, () => {
     const starter = new ClusteredConversationManager({ ...managerDeps, jobs: watchedJobs });
 
     const starting = starter.ensureRunning(ref);
-    await vi.waitFor(
-      async () =>
-        expect(
-          (await opened.store.getConversation(ref.tenantId, ref.conversationId))?.agentState,
-        ).toBe('awaiting_user_input'),
-      { timeout: 10_000, interval: 20 },
-    );
+    await untilAwaitingInput(ref);
     expect(await manager.stop(ref)).toBe('STOPPED');
     stopped.resolve();
     await starting;
@@ -273,13 +278,7 @@ describe(ConversationHost.name, () => {
 
   it('does not start a conversation again that a stop ended while a previous run was finishing', async () => {
     const ref = await hostedConversation('stopped while finishing');
-    await vi.waitFor(
-      async () =>
-        expect(
-          (await opened.store.getConversation(ref.tenantId, ref.conversationId))?.agentState,
-        ).toBe('awaiting_user_input'),
-      { timeout: 10_000, interval: 20 },
-    );
+    await untilAwaitingInput(ref);
     const finishing = withResolvers();
     const finish = withResolvers();
     slowFinish = {
@@ -336,13 +335,7 @@ describe(ConversationHost.name, () => {
 
   it('answers a message sent while a stop was under way, starting the conversation again once stopped', async () => {
     const ref = await hostedConversation('messaged while stopping');
-    await vi.waitFor(
-      async () =>
-        expect(
-          (await opened.store.getConversation(ref.tenantId, ref.conversationId))?.agentState,
-        ).toBe('awaiting_user_input'),
-      { timeout: 10_000, interval: 20 },
-    );
+    await untilAwaitingInput(ref);
     // The holder, stopping, holds before it stores `stopped`: it still listens.
     const stopping = withResolvers();
     const stop = withResolvers();
