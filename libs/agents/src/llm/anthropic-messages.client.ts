@@ -14,16 +14,16 @@ import type {
   Tool,
 } from '@anthropic-ai/sdk/resources/messages/messages';
 import {
-  ModelRequestError,
   modelErrorOf,
   requestModel,
-  parseToolInput,
+  endOfStream,
   usageFrom,
   type FinishReason,
   type ModelAnswer,
   type ModelClient,
   type ModelPart,
   type ModelRequest,
+  type StreamedToolCall,
   type ModelUsage,
 } from './model-client.js';
 
@@ -53,7 +53,7 @@ export class AnthropicMessagesClient implements ModelClient {
       () => this.client.messages.create({ ...this.params(request), stream: true }, { signal }),
       Anthropic,
     );
-    const calls = new Map<number, { id: string; name: string; args: string }>();
+    const calls = new Map<number, StreamedToolCall>();
     let input: Usage = {};
     let output: number | undefined;
     let reason: FinishReason | undefined;
@@ -95,18 +95,11 @@ export class AnthropicMessagesClient implements ModelClient {
     } catch (error) {
       throw modelErrorOf(error, 'cut', Anthropic);
     }
-    // The SDK ends a stream quietly when its request is aborted.
-    if (signal.aborted) throw new ModelRequestError('cut', 'the request was aborted');
-    if (!stopped) throw new ModelRequestError('cut', 'the stream ended before message_stop');
-    for (const piece of calls.values()) {
-      yield {
-        type: 'tool-call',
-        id: piece.id,
-        name: piece.name,
-        input: parseToolInput(piece.args),
-      };
-    }
-    yield { type: 'finish', reason: reason ?? 'other', usage: usageOf(input, output) };
+    // An answer is whole only once `message_stop` came.
+    yield* endOfStream(signal, stopped, calls.values(), {
+      reason: reason ?? 'other',
+      usage: usageOf(input, output),
+    });
   }
 
   async complete(request: ModelRequest, signal: AbortSignal): Promise<ModelAnswer> {

@@ -159,8 +159,35 @@ export function usageFrom(
   };
 }
 
+/** A tool call as the pieces of a stream add up: its arguments are JSON text so far. */
+export interface StreamedToolCall {
+  id: string;
+  name: string;
+  args: string;
+}
+
+/**
+ * The parts that end a stream: its tool calls, whole, then `finish`. The
+ * SDKs end a stream quietly when its request is aborted, and a stream that
+ * stopped before the provider's end (`ended` false) was cut short: both are
+ * `cut` errors, never a finished answer.
+ */
+export function* endOfStream(
+  signal: AbortSignal,
+  ended: boolean,
+  calls: Iterable<StreamedToolCall>,
+  finish: Omit<Extract<ModelPart, { type: 'finish' }>, 'type'>,
+): Iterable<ModelPart> {
+  if (signal.aborted) throw new ModelRequestError('cut', 'the request was aborted');
+  if (!ended) throw new ModelRequestError('cut', 'the stream ended before its end');
+  for (const call of calls) {
+    yield { type: 'tool-call', id: call.id, name: call.name, input: parseToolInput(call.args) };
+  }
+  yield { type: 'finish', ...finish };
+}
+
 /** A tool call's arguments as sent: a JSON object, else `{}` (the runtime then answers bad arguments). */
-export function parseToolInput(json: string): unknown {
+function parseToolInput(json: string): unknown {
   if (json.trim() === '') return {};
   try {
     return JSON.parse(json) as unknown;

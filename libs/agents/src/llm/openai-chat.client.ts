@@ -16,13 +16,14 @@ import {
   ModelRequestError,
   modelErrorOf,
   requestModel,
-  parseToolInput,
+  endOfStream,
   usageFrom,
   type FinishReason,
   type ModelAnswer,
   type ModelClient,
   type ModelPart,
   type ModelRequest,
+  type StreamedToolCall,
 } from './model-client.js';
 
 export class OpenAiChatClient implements ModelClient {
@@ -61,7 +62,7 @@ export class OpenAiChatClient implements ModelClient {
         ),
       OpenAI,
     );
-    const calls = new Map<number, { id: string; name: string; args: string }>();
+    const calls = new Map<number, StreamedToolCall>();
     let reason: FinishReason | undefined;
     let usage;
     let refused = false;
@@ -86,18 +87,11 @@ export class OpenAiChatClient implements ModelClient {
     } catch (error) {
       throw modelErrorOf(error, 'cut', OpenAI);
     }
-    // The SDK ends a stream quietly when its request is aborted.
-    if (signal.aborted) throw new ModelRequestError('cut', 'the request was aborted');
-    if (reason === undefined) throw new ModelRequestError('cut', 'the stream ended early');
-    for (const piece of calls.values()) {
-      yield {
-        type: 'tool-call',
-        id: piece.id,
-        name: piece.name,
-        input: parseToolInput(piece.args),
-      };
-    }
-    yield { type: 'finish', reason: refused ? 'content-filter' : reason, usage };
+    // Without the provider's finish reason the stream was cut short.
+    yield* endOfStream(signal, reason !== undefined, calls.values(), {
+      reason: refused ? 'content-filter' : (reason ?? 'other'),
+      usage,
+    });
   }
 
   async complete(request: ModelRequest, signal: AbortSignal): Promise<ModelAnswer> {
@@ -165,10 +159,7 @@ type ToolCallPiece = NonNullable<ChatCompletionChunk.Choice.Delta['tool_calls']>
  * Pieces belong to calls by `index`; some servers leave it out, and then a
  * piece with a new id starts a call and one without continues the last.
  */
-function addToolCallPiece(
-  calls: Map<number, { id: string; name: string; args: string }>,
-  piece: ToolCallPiece,
-): void {
+function addToolCallPiece(calls: Map<number, StreamedToolCall>, piece: ToolCallPiece): void {
   let index = piece.index as number | undefined;
   if (index === undefined) {
     const last = [...calls.keys()].at(-1);
