@@ -60,6 +60,21 @@ async function pass<A>(
   await hold.resume;
 }
 
+/** A hold of one call for the conversation: `reached` when the call comes, it goes on at `resume`. */
+function holdFor<A>(
+  conversationId: string,
+  reached: { resolve: () => void },
+  resume: { promise: Promise<void> },
+  matches?: (args: A) => boolean,
+): Hold<A> {
+  return {
+    conversationId,
+    reached: reached.resolve,
+    resume: resume.promise,
+    ...(matches ? { matches } : {}),
+  };
+}
+
 describe(ConversationHost.name, () => {
   let backends: ScratchBackends;
   let opened: OpenedStore;
@@ -220,11 +235,7 @@ describe(ConversationHost.name, () => {
     const taken = withResolvers();
     const resume = withResolvers();
     const stopped = withResolvers();
-    slowTake = {
-      conversationId: ref.conversationId,
-      reached: taken.resolve,
-      resume: resume.promise,
-    };
+    slowTake = holdFor(ref.conversationId, taken, resume);
     // The start's own look at the job: its first look finds the job just taken by the
     // host, not listened to yet (as a finishing run would look); the next comes only
     // after the whole run (as from a busy gateway): the run starts and is stopped in between.
@@ -281,11 +292,7 @@ describe(ConversationHost.name, () => {
     await untilAwaitingInput(ref);
     const finishing = withResolvers();
     const finish = withResolvers();
-    slowFinish = {
-      conversationId: ref.conversationId,
-      reached: finishing.resolve,
-      resume: finish.promise,
-    };
+    slowFinish = holdFor(ref.conversationId, finishing, finish);
     // The previous run ends (a stop its holder heard) and lets go, but its job stays active.
     await managerDeps.inbox.send(ref.conversationId, { type: 'stop' });
     await finishing.promise;
@@ -339,12 +346,9 @@ describe(ConversationHost.name, () => {
     // The holder, stopping, holds before it stores `stopped`: it still listens.
     const stopping = withResolvers();
     const stop = withResolvers();
-    slowAppend = {
-      conversationId: ref.conversationId,
-      matches: (drafts) => changesStateTo(drafts, 'stopped'),
-      reached: stopping.resolve,
-      resume: stop.promise,
-    };
+    slowAppend = holdFor(ref.conversationId, stopping, stop, (drafts) =>
+      changesStateTo(drafts, 'stopped'),
+    );
     const stopped = manager.stop(ref);
     await stopping.promise;
     expect(await managerDeps.inbox.holders(ref.conversationId)).toBe(1);
@@ -374,12 +378,9 @@ describe(ConversationHost.name, () => {
     // The turn of the first message holds before it stores its answer, with a second queued behind.
     const answering = withResolvers();
     const answer = withResolvers();
-    slowAppend = {
-      conversationId: ref.conversationId,
-      matches: (drafts) => drafts.some((draft) => draft.answers !== undefined),
-      reached: answering.resolve,
-      resume: answer.promise,
-    };
+    slowAppend = holdFor(ref.conversationId, answering, answer, (drafts) =>
+      drafts.some((draft) => draft.answers !== undefined),
+    );
     const cut = await userSays(ref, 'answered as the stop lands');
     await answering.promise;
     const queued = await userSays(ref, 'queued before the stop');
@@ -410,11 +411,7 @@ describe(ConversationHost.name, () => {
     const resume = withResolvers();
     const evicted = withResolvers();
     const gone = withResolvers();
-    slowTake = {
-      conversationId: ref.conversationId,
-      reached: taken.resolve,
-      resume: resume.promise,
-    };
+    slowTake = holdFor(ref.conversationId, taken, resume);
     // The start's first look finds its job just taken, not listened to yet; its next
     // waits for the eviction and for the job to go (its holder finds its slot gone).
     const starter = watchingManager(async (look) => {

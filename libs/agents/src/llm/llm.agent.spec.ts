@@ -1,5 +1,5 @@
 import { inspect } from 'node:util';
-import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
 import { AgentTurnError } from '@cs/core';
 import type { AppConfig } from '@cs/config';
 import {
@@ -28,6 +28,7 @@ beforeEach(async () => {
 });
 
 afterEach(async () => {
+  vi.unstubAllEnvs();
   await server.close();
 });
 
@@ -79,28 +80,17 @@ describe(`${LlmAgent.name} on an OpenAI-compatible server`, () => {
   });
 
   it('sends no key for a server that takes none, and reads none from the environment', async () => {
-    const saved = { openai: process.env['OPENAI_API_KEY'], org: process.env['OPENAI_ORG_ID'] };
-    process.env['OPENAI_API_KEY'] = 'sk-from-the-environment';
-    process.env['OPENAI_ORG_ID'] = 'org-from-the-environment';
-    try {
-      server.reply({ kind: 'stream', events: openAiStream({ text: ['hi'] }) });
-      const { outputs, error } = await settle(
-        agent({ apiKey: undefined }).step(contextOf([events.user('hello')])),
-      );
-      expect(error).toBeUndefined();
-      expect(outputs.at(-1)).toEqual({ type: 'message', content: 'hi' });
-      const { headers } = server.requests[0]!;
-      expect(headers.authorization).toBeUndefined();
-      expect(headers['openai-organization']).toBeUndefined();
-    } finally {
-      for (const [name, value] of [
-        ['OPENAI_API_KEY', saved.openai],
-        ['OPENAI_ORG_ID', saved.org],
-      ] as const) {
-        if (value === undefined) delete process.env[name];
-        else process.env[name] = value;
-      }
-    }
+    vi.stubEnv('OPENAI_API_KEY', 'sk-from-the-environment');
+    vi.stubEnv('OPENAI_ORG_ID', 'org-from-the-environment');
+    server.reply({ kind: 'stream', events: openAiStream({ text: ['hi'] }) });
+    const { outputs, error } = await settle(
+      agent({ apiKey: undefined }).step(contextOf([events.user('hello')])),
+    );
+    expect(error).toBeUndefined();
+    expect(outputs.at(-1)).toEqual({ type: 'message', content: 'hi' });
+    const { headers } = server.requests[0]!;
+    expect(headers.authorization).toBeUndefined();
+    expect(headers['openai-organization']).toBeUndefined();
   });
 
   it('yields a delta while the model is still streaming', async () => {
@@ -506,29 +496,15 @@ describe(`${LlmAgent.name} on an Anthropic Messages server`, () => {
   });
 
   it('reads no key or token of its own from the environment', async () => {
-    const saved = {
-      key: process.env['ANTHROPIC_API_KEY'],
-      token: process.env['ANTHROPIC_AUTH_TOKEN'],
-    };
-    process.env['ANTHROPIC_API_KEY'] = 'sk-ant-from-the-environment';
-    process.env['ANTHROPIC_AUTH_TOKEN'] = 'token-from-the-environment';
-    try {
-      server.reply({ kind: 'stream', events: anthropicStream({ text: ['ok'] }) });
-      const llm = agent({ provider: 'anthropic', baseUrl: server.url, apiKey: undefined });
-      await settle(llm.step(contextOf([events.user('hi')])));
-      const { headers } = server.requests[0]!;
-      expect(JSON.stringify(headers)).not.toContain('from-the-environment');
-      expect(headers.authorization).toBeUndefined();
-      expect(headers['x-api-key']).toBeUndefined();
-    } finally {
-      for (const [name, value] of [
-        ['ANTHROPIC_API_KEY', saved.key],
-        ['ANTHROPIC_AUTH_TOKEN', saved.token],
-      ] as const) {
-        if (value === undefined) delete process.env[name];
-        else process.env[name] = value;
-      }
-    }
+    vi.stubEnv('ANTHROPIC_API_KEY', 'sk-ant-from-the-environment');
+    vi.stubEnv('ANTHROPIC_AUTH_TOKEN', 'token-from-the-environment');
+    server.reply({ kind: 'stream', events: anthropicStream({ text: ['ok'] }) });
+    const llm = agent({ provider: 'anthropic', baseUrl: server.url, apiKey: undefined });
+    await settle(llm.step(contextOf([events.user('hi')])));
+    const { headers } = server.requests[0]!;
+    expect(JSON.stringify(headers)).not.toContain('from-the-environment');
+    expect(headers.authorization).toBeUndefined();
+    expect(headers['x-api-key']).toBeUndefined();
   });
 
   it('answers with a message after a tool result, sent back as a tool_result block', async () => {
