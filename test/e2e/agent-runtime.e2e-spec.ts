@@ -495,6 +495,65 @@ describe('agent runtime (standalone)', () => {
   });
 });
 
+describe('the budget of a turn across kill -9 and a restart (standalone)', () => {
+  it('ends the resumed turn at the budget, counting what its steps cost before the restart', async () => {
+    const db = await createScratchDatabase('cs_budget');
+    const dir = mkdtempSync(join(tmpdir(), 'cs-budget-'));
+    const toolLog = join(dir, 'tools.log');
+    writeFileSync(toolLog, '');
+    const env = {
+      DATABASE_URL: db.url,
+      AUTH_JWT_SECRET: SECRET,
+      AGENT_MODULES: AGENT_MODULE,
+      CS_TEST_TOOL_LOG: toolLog,
+      MAX_BUDGET_PER_TASK_USD: '1',
+    };
+    let app = await startApp('standalone', env);
+    try {
+      const token = await signFor(SECRET, uniqueName('user'), uniqueName('budget'));
+      const created = await api(app.url, 'POST', '/api/conversations', {
+        token,
+        body: {
+          agent: 'spender',
+          agent_config: { cost: 0.3, tool: 'slow_idempotent', arguments: { ms: 2_000 } },
+          initial_user_msg: 'spend',
+        },
+      });
+      expect(created.status, JSON.stringify(created.body)).toBe(201);
+      const id = created.body.conversation_id as string;
+      const toolRuns = () =>
+        readFileSync(toolLog, 'utf8')
+          .split('\n')
+          .filter((line) => line.startsWith('slow_idempotent start')).length;
+      // Two steps stored (0.6 of the budget), the second one's tool running.
+      await until(() => toolRuns() >= 2, "the second step's tool", 30_000);
+      app.signal('SIGKILL');
+      await app.exited;
+      app = await startApp('standalone', env);
+
+      const events = async () =>
+        (
+          (await api(app.url, 'GET', `/api/conversations/${id}/events?limit=100`, { token }))
+            .body as { events: StoredEvent[] }
+        ).events;
+      const isTurnError = (e: StoredEvent) =>
+        'observation' in e && e.extras?.['agent_state'] === 'error';
+      await until(async () => (await events()).some(isTurnError), 'the end of the turn', 60_000);
+      const stored = await events();
+      expect(stored.find(isTurnError)).toMatchObject({ extras: { reason: 'max_budget_exceeded' } });
+      // 0.3 a step: the fourth passes 1. Counting from 0 after the restart, it would take six.
+      const calls = stored.filter((e) => 'action' in e && e.action === 'tool_call');
+      expect(calls).toHaveLength(4);
+      const state = await api(app.url, 'GET', `/api/conversations/${id}/state`, { token });
+      expect(state.body.metrics.cost_usd).toBeCloseTo(1.2, 5);
+    } finally {
+      await app.stop();
+      await db.drop();
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+});
+
 describe('agent modules', () => {
   it('stops the process with one clear line when a module fails to load', async () => {
     const dir = mkdtempSync(join(tmpdir(), 'cs-modules-'));

@@ -100,6 +100,21 @@ function agentStateChanged(agentState: string, extra: Partial<EventDraft> = {}):
   };
 }
 
+/** A step's stored tool call for the turn of `cause`, carrying the step's usage. */
+function step(cause: number, costUsd: number, extra: Partial<EventDraft> = {}): EventDraft {
+  return {
+    source: 'agent',
+    body: {
+      action: 'tool_call',
+      args: { tool: 'current_time', arguments: {}, tool_call_id: `call_${randomUUID()}` },
+      message: '',
+    },
+    cause,
+    metricsDelta: { iterations: 1, prompt_tokens: 10, completion_tokens: 5, cost_usd: costUsd },
+    ...extra,
+  };
+}
+
 async function countEvents(database: SqlDatabase, conversationId: string): Promise<number> {
   const { rows } = await database.query<{ n: number }>(
     'SELECT count(*)::int AS n FROM events WHERE conversation_id = $1',
@@ -649,6 +664,67 @@ describe.each(backends)('PostgresConversationStore on $name', (backend) => {
       });
       const [last] = await store.readEvents(tenantId, id, { reverse: true, limit: 1 });
       expect(last?.id).toBe(4);
+    });
+
+    it("counts each step's cost toward its turn, starts afresh for a new turn, and reads it back on restore", async () => {
+      const conversation = await created();
+      const { tenantId, id } = conversation;
+      expect(conversation.turnCost).toBeNull();
+      const [first, second] = (
+        await store.append(tenantId, id, [message('first'), message('second')])
+      ).map((appended) => appended.event.id);
+      const turnCost = async () => (await store.getConversation(tenantId, id))?.turnCost;
+
+      // One statement each; an append without usage leaves the count alone.
+      await store.append(tenantId, id, [step(first!, 0.3)]);
+      await store.append(tenantId, id, [step(first!, 0.3), agentStateChanged('running')]);
+      await store.append(tenantId, id, [agentStateChanged('running', { cause: first! })]);
+      expect(await turnCost()).toEqual({ cause: first, costUsd: 0.6 });
+      // In a transaction (a user: key takes one), and a repeat counted once.
+      const inTransaction = step(first!, 0.25, {
+        clientEventId: 'step-3',
+        stateDelta: { 'user:seen': true },
+      });
+      await store.append(tenantId, id, [inTransaction]);
+      await store.append(tenantId, id, [inTransaction]);
+      expect(await turnCost()).toEqual({ cause: first, costUsd: 0.85 });
+
+      await store.append(tenantId, id, [step(second!, 0.1)]);
+      expect(await turnCost()).toEqual({ cause: second, costUsd: 0.1 });
+      // An append that moves on to another turn counts only that turn's steps.
+      await store.append(tenantId, id, [step(first!, 1), step(second!, 0.2)]);
+      expect(await turnCost()).toEqual({ cause: second, costUsd: 0.2 });
+
+      const restored = await store.getSnapshot(tenantId, id);
+      expect(restored?.conversation.turnCost).toEqual({ cause: second, costUsd: 0.2 });
+      expect(restored?.conversation.metrics.cost_usd).toBeCloseTo(2.15, 10);
+    });
+
+    it('counts the turn cost of appends that share a statement, each as if alone', async () => {
+      const tenantId = uniqueName('tenant');
+      const conversations = await Promise.all(
+        Array.from({ length: 20 }, () => created({ tenantId })),
+      );
+      for (const conversation of conversations) {
+        await store.append(tenantId, conversation.id, [
+          message('go'),
+          message('next'),
+          step(0, 0.5),
+        ]);
+      }
+      const counted = countingDatabase(database);
+      const counting = new PostgresConversationStore(counted.database);
+      await Promise.all(
+        conversations.map((conversation, i) =>
+          counting.append(tenantId, conversation.id, [step(i % 2 === 0 ? 0 : 1, 0.25)]),
+        ),
+      );
+      expect(counted.calls.statements).toBeLessThan(conversations.length / 2);
+      for (const [i, conversation] of conversations.entries()) {
+        expect((await store.getSnapshot(tenantId, conversation.id))?.conversation.turnCost).toEqual(
+          i % 2 === 0 ? { cause: 0, costUsd: 0.75 } : { cause: 1, costUsd: 0.25 },
+        );
+      }
     });
 
     it('refuses appends to a conversation that does not exist', async () => {

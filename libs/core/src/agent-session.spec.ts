@@ -76,6 +76,7 @@ async function fixture(title = 'test') {
     agent: Agent,
     maxIterations = 10,
     catchUpIntervalMs = CATCH_UP_MS,
+    maxBudgetUsd = 0,
   ): Promise<AgentSession> {
     const leaseEpoch = await store.acquireLease(ref.tenantId, ref.conversationId, 'test-owner');
     return new AgentSession({
@@ -86,6 +87,7 @@ async function fixture(title = 'test') {
       agent,
       options: {
         maxIterations,
+        maxBudgetUsd,
         clock,
         catchUpIntervalMs,
         reportError: (message, error) => reporting.reportError(message, error),
@@ -595,6 +597,84 @@ describe(AgentSession.name, () => {
     const nextId = await f.userSays('next', session);
     await vi.waitFor(() => expect(f.answers().at(-1)).toEqual(['ok', nextId]));
     await session.close();
+  });
+
+  describe('the budget of a turn resumed by a new holder', () => {
+    /** Every step costs 0.3 and asks for the time: only a limit ends its turn. */
+    const spender = () =>
+      new ScriptedAgent(async function* () {
+        await Promise.resolve();
+        yield { type: 'usage', prompt_tokens: 10, completion_tokens: 1, cost_usd: 0.3 };
+        yield { type: 'tool_call', tool: 'current_time', arguments: {} };
+      });
+
+    const isResult = (drafts: readonly EventDraft[]) =>
+      drafts.some((d) => 'observation' in d.body && d.body.observation === 'tool_result');
+
+    /**
+     * A first holder runs `steps` steps of a turn under `budget`, then hangs
+     * storing the last one's tool result; a second holder takes over (its
+     * `failedResult`th tool result fails to store once, when given).
+     */
+    async function resumedAfter(steps: number, budget: number, failedResult?: number) {
+      const f = await fixture();
+      let results = 0;
+      let release!: () => void;
+      const hung = new Promise<void>((resolve) => (release = resolve));
+      f.store.beforeAppend = async (_id, drafts) => {
+        if (isResult(drafts) && ++results === steps) await hung;
+      };
+      const firstAgent = spender();
+      const first = await f.newSession(firstAgent, 10, CATCH_UP_MS, budget);
+      await first.start();
+      const ask = await f.userSays('spend', first);
+      await vi.waitFor(() => expect(results).toBe(steps));
+      expect(firstAgent.turns).toHaveLength(steps);
+
+      let secondResults = 0;
+      f.store.beforeAppend = (_id, drafts) => {
+        if (isResult(drafts) && ++secondResults === failedResult)
+          throw new Error('connection reset');
+      };
+      const secondAgent = spender();
+      const second = await f.newSession(secondAgent, 10, CATCH_UP_MS, budget);
+      await second.start();
+      if (failedResult !== undefined) {
+        await vi.waitFor(() => expect(second.lastError).toBeInstanceOf(Error));
+        f.clock.advance(CATCH_UP_MS);
+      }
+      await vi.waitFor(() =>
+        expect(f.states().at(-1)).toEqual(['error', ask, 'max_budget_exceeded']),
+      );
+      release();
+      await expect(first.closed).resolves.toBe('lease_lost');
+      await second.close();
+      const record = await f.store.getConversation(f.ref.tenantId, f.ref.conversationId);
+      return { ask, record, secondSteps: secondAgent.turns.length };
+    }
+
+    it('ends a turn whose stored cost is past the budget in max_budget_exceeded, without asking the agent again', async () => {
+      const { ask, record, secondSteps } = await resumedAfter(2, 0.5);
+      expect(secondSteps).toBe(0);
+      expect(record?.turnCost).toEqual({ cause: ask, costUsd: expect.closeTo(0.6, 10) });
+      expect(record?.metrics.cost_usd).toBeCloseTo(0.6, 10);
+    });
+
+    it('goes on with a turn under the budget, counting what its earlier steps cost', async () => {
+      const { ask, record, secondSteps } = await resumedAfter(3, 1);
+      // 0.9 stored: one more step (1.2) passes the budget.
+      expect(secondSteps).toBe(1);
+      expect(record?.turnCost).toEqual({ cause: ask, costUsd: expect.closeTo(1.2, 10) });
+      expect(record?.metrics).toMatchObject({ iterations: 4, cost_usd: expect.closeTo(1.2, 10) });
+    });
+
+    it('counts what an attempt that failed to store its tool result stored, when it runs the turn again', async () => {
+      // 0.6 stored; the second holder stores a step (0.9), then fails storing its result.
+      const { record, secondSteps } = await resumedAfter(2, 1, 2);
+      // Its second attempt runs the stored call, then one more step (1.2).
+      expect(secondSteps).toBe(2);
+      expect(record?.metrics).toMatchObject({ iterations: 4, cost_usd: expect.closeTo(1.2, 10) });
+    });
   });
 
   it('cuts off an agent that never ends its step, and stays alive', async () => {

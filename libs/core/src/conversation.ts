@@ -57,6 +57,8 @@ export interface ConversationRecord {
   metrics: ConversationMetrics;
   /** Every user message up to this id has had its turn settled; -1 before any. */
   answeredThrough: number;
+  /** What the turn its steps last counted has cost so far (see `countTurnCost`); null before any. */
+  turnCost: TurnCost | null;
   settings: ConversationSettings;
   createdAt: Date;
   updatedAt: Date;
@@ -123,12 +125,42 @@ export interface EventDraft {
   cause?: number;
   clientEventId?: string;
   stateDelta?: StateDelta;
+  /** Added to the metrics; its `cost_usd` also to the cost of the turn of `cause` (`countTurnCost`). */
   metricsDelta?: MetricsDelta;
   /**
    * The user message whose turn this event settles: the conversation's
    * `answeredThrough` moves up to it (turns settle in id order).
    */
   answers?: number;
+}
+
+/**
+ * The cost so far of one turn, kept on the conversation's row with the
+ * events that spent it, so that `MAX_BUDGET_PER_TASK_USD` holds for a turn a
+ * new holder resumes (failover, restart) instead of starting again from 0.
+ */
+export interface TurnCost {
+  /** The turn's user message (its events' `cause`). */
+  cause: number;
+  costUsd: number;
+}
+
+/**
+ * The turn cost once `draft` is stored: a draft with a `metricsDelta` (a
+ * step's usage) adds its `cost_usd` to the turn of its `cause`; a turn not
+ * counted yet starts afresh. Both stores apply it to every draft they store.
+ */
+export function countTurnCost(counted: TurnCost | null, draft: EventDraft): TurnCost | null {
+  if (draft.metricsDelta === undefined || draft.cause === undefined) return counted;
+  const cost = draft.metricsDelta.cost_usd ?? 0;
+  return counted?.cause === draft.cause
+    ? { cause: draft.cause, costUsd: counted.costUsd + cost }
+    : { cause: draft.cause, costUsd: cost };
+}
+
+/** What the turn of `cause` has cost so far, as `counted` says (0 when it counts another). */
+export function costSoFar(counted: TurnCost | null, cause: number): number {
+  return counted?.cause === cause ? counted.costUsd : 0;
 }
 
 export const EMPTY_METRICS: ConversationMetrics = {

@@ -194,6 +194,22 @@ describe('foldDeltas', () => {
     ]);
   });
 
+  it("folds the steps' cost of one turn to add to the row's, and of a turn it moves on to to replace it", () => {
+    const usage = (cause: number, cost_usd: number) =>
+      prepareDraft(message('step', { source: 'agent', cause, metricsDelta: { cost_usd } }));
+    expect(foldDeltas([prepareDraft(message('no usage', { cause: 3 }))]).turnCost).toBeNull();
+    expect(foldDeltas([usage(3, 0.25), usage(3, 0.5)]).turnCost).toEqual({
+      cause: 3,
+      costUsd: 0.75,
+      continues: true,
+    });
+    expect(foldDeltas([usage(3, 0.25), usage(4, 0.5)]).turnCost).toEqual({
+      cause: 4,
+      costUsd: 0.5,
+      continues: false,
+    });
+  });
+
   it('refuses metrics that are not finite numbers', () => {
     expect(() =>
       foldDeltas([prepareDraft(message('x', { metricsDelta: { iterations: Number.NaN } }))]),

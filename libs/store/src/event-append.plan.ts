@@ -1,10 +1,17 @@
 /**
  * The decisions of an append, kept apart from SQL so they can be tested alone:
  * validating drafts, telling idempotent repeats from conflicts, and folding
- * the new events' state deltas, metrics and agent state into one write each.
+ * the new events' state deltas, metrics, turn cost and agent state into one
+ * write each.
  */
-import type { EventDraft, StateDelta } from '@cs/core';
-import { BadRequestError, ConflictError, EMPTY_METRICS, splitStateDelta } from '@cs/core';
+import type { EventDraft, StateDelta, TurnCost } from '@cs/core';
+import {
+  BadRequestError,
+  ConflictError,
+  EMPTY_METRICS,
+  countTurnCost,
+  splitStateDelta,
+} from '@cs/core';
 import type { AgentState, ConversationMetrics, StoredEvent } from '@cs/protocol';
 import {
   AGENT_STATE_CHANGED,
@@ -16,7 +23,11 @@ import {
   isSameEvent,
   readAgentState,
 } from '@cs/protocol';
-import type { NewEventRow, StoredEventRow } from './repositories/event.repository.js';
+import type {
+  NewEventRow,
+  StoredEventRow,
+  TurnCostWrite,
+} from './repositories/event.repository.js';
 
 /** A validated draft in the shape it is stored. */
 export interface PreparedDraft {
@@ -198,6 +209,8 @@ export interface FoldedDeltas {
   agentState: AgentState | null;
   /** The highest user message id whose turn one of the events settles; null if none. */
   answeredThrough: number | null;
+  /** What the events add to the turn's cost; null if they count none. */
+  turnCost: TurnCostWrite | null;
 }
 
 /** Folds the deltas of the events in order: a later value of a key wins, `null` deletes. */
@@ -208,6 +221,8 @@ export function foldDeltas(drafts: readonly PreparedDraft[]): FoldedDeltas {
   const metrics = { ...EMPTY_METRICS };
   let agentState: AgentState | null = null;
   let answeredThrough: number | null = null;
+  let turnCost: TurnCost | null = null;
+  let continues = true;
   for (const { draft, agentState: changedTo } of drafts) {
     if (draft.answers !== undefined) {
       if (!Number.isSafeInteger(draft.answers) || draft.answers < 0) {
@@ -226,6 +241,9 @@ export function foldDeltas(drafts: readonly PreparedDraft[]): FoldedDeltas {
       }
       metrics[name as keyof ConversationMetrics] += value;
     }
+    const counted = countTurnCost(turnCost, draft);
+    if (turnCost !== null && counted?.cause !== turnCost.cause) continues = false;
+    turnCost = counted;
     if (changedTo !== null) agentState = changedTo;
   }
   return {
@@ -235,6 +253,7 @@ export function foldDeltas(drafts: readonly PreparedDraft[]): FoldedDeltas {
     metrics,
     agentState,
     answeredThrough,
+    turnCost: turnCost && { ...turnCost, continues },
   };
 }
 

@@ -63,6 +63,7 @@ function plainAppend(
     stateSet: folded.conversation.set,
     stateDeleted: folded.conversation.deleted,
     metrics: folded.metrics,
+    turnCost: folded.turnCost,
   };
 }
 

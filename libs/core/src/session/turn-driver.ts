@@ -18,7 +18,7 @@ import { titleConversation } from './conversation-title.js';
 import type { EventReader } from './event-reader.js';
 import type { AgentSessionInit, AgentSessionOptions } from './session-options.js';
 import type { RecentEvents } from './turn-history.js';
-import { emptyProgress, readTurnProgress } from './turn-progress.js';
+import { emptyProgress, readTurnProgress, type TurnProgress } from './turn-progress.js';
 import { TurnRunner } from './turn-runner.js';
 import { turnSettings } from './turn-settings.js';
 import { isUserMessage, requestedState, type UserEventQueue } from './user-event-queue.js';
@@ -137,13 +137,29 @@ export class TurnDriver {
       trace,
       'agent turn',
       async () => {
-        const progress = resumed
-          ? readTurnProgress(trigger, await this.deps.reader.readAfter(trigger.id))
-          : emptyProgress();
+        const progress = resumed ? await this.storedProgress(trigger, attempts) : emptyProgress();
         await this.drive(this.newRunner(trigger, progress, !resumed));
       },
       { 'cs.conversation_id': this.deps.ref.conversationId, 'cs.event_id': trigger.id },
     );
+  }
+
+  /**
+   * What a turn an earlier holder worked on has stored: its events, and its
+   * cost as the row counts it. The row this session started from says, unless
+   * an earlier attempt of this session stored steps of the turn: read again.
+   */
+  private async storedProgress(trigger: StoredEvent, attempt: number): Promise<TurnProgress> {
+    const { store, ref, reader, record } = this.deps;
+    const [after, counted] = await Promise.all([
+      reader.readAfter(trigger.id),
+      attempt === 1
+        ? (record()?.turnCost ?? null)
+        : store
+            .getConversation(ref.tenantId, ref.conversationId)
+            .then((fresh) => fresh?.turnCost ?? null),
+    ]);
+    return readTurnProgress(trigger, after, counted);
   }
 
   /** Mid-turn: a pause or stop (or, under `interrupt`, a newer message) cuts the turn at once. */
@@ -213,11 +229,7 @@ export class TurnDriver {
     }
   }
 
-  private newRunner(
-    trigger: StoredEvent,
-    progress: ReturnType<typeof emptyProgress>,
-    own: boolean,
-  ): TurnRunner {
+  private newRunner(trigger: StoredEvent, progress: TurnProgress, own: boolean): TurnRunner {
     const { deps } = this;
     const runner: TurnRunner = new TurnRunner(
       {

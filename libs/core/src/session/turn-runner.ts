@@ -65,8 +65,6 @@ export type TurnOutcome =
   | { kind: 'interrupted'; partialText: string };
 
 export class TurnRunner {
-  private costUsd = 0;
-
   constructor(
     private readonly deps: TurnDeps,
     readonly trigger: StoredEvent,
@@ -94,7 +92,7 @@ export class TurnRunner {
         await this.settleInError('max_iterations', MAX_ITERATIONS_MESSAGE, '');
         return { kind: 'settled', answered: false };
       }
-      if (settings.maxBudgetUsd > 0 && this.costUsd > settings.maxBudgetUsd) {
+      if (settings.maxBudgetUsd > 0 && progress.costUsd > settings.maxBudgetUsd) {
         await this.settleInError('max_budget_exceeded', BUDGET_MESSAGE, '');
         return { kind: 'settled', answered: false };
       }
@@ -300,7 +298,7 @@ export class TurnRunner {
       completion += usage.completionTokens;
       cost += usage.costUsd ?? this.deps.settings.price(usage);
     }
-    this.costUsd += cost;
+    this.progress.costUsd += cost;
     if (prompt + completion > 0) this.deps.metrics.tokensUsed(prompt, completion);
     return {
       metrics: {

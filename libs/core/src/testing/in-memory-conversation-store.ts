@@ -9,6 +9,7 @@ import { isAction, isSameEvent, readAgentState } from '@cs/protocol';
 import type { ConversationStatus, StoredEvent } from '@cs/protocol';
 import {
   EMPTY_METRICS,
+  countTurnCost,
   type ConversationPatch,
   type ConversationRecord,
   type ConversationRef,
@@ -95,6 +96,7 @@ export class InMemoryConversationStore implements ConversationStore {
       leaseOwner: null,
       incarnation: randomUUID(),
       answeredThrough: -1,
+      turnCost: null,
       settings: { ...DEFAULT_SETTINGS, ...input.settings },
       metrics: { ...EMPTY_METRICS },
       createdAt: now,
@@ -386,6 +388,7 @@ export class InMemoryConversationStore implements ConversationStore {
       const metric = name as keyof typeof record.metrics;
       if (typeof value === 'number') record.metrics[metric] += value;
     }
+    record.turnCost = countTurnCost(record.turnCost, draft);
     const agentState = readAgentState(draft.body);
     if (agentState !== null) record.agentState = agentState;
   }

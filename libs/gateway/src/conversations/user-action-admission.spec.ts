@@ -30,6 +30,7 @@ const record = (agentState: AgentState | null, incarnation = 'i1'): Conversation
   incarnation,
   metrics: { ...EMPTY_METRICS },
   answeredThrough: -1,
+  turnCost: null,
   settings: { ...DEFAULT_SETTINGS },
   createdAt: new Date(0),
   updatedAt: new Date(0),

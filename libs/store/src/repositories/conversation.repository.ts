@@ -39,6 +39,8 @@ interface ConversationRow {
   lease_owner: string | null;
   incarnation: string;
   answered_through: number;
+  turn_cause: number | null;
+  turn_cost_usd: string | number;
   confirmation_mode: boolean;
   multitask_strategy: MultitaskStrategy | null;
   max_iterations: number | null;
@@ -49,7 +51,8 @@ interface ConversationRow {
 
 const COLUMNS = `id, tenant_id, user_id, app_name, title, metadata, agent, instructions, status,
   agent_state, metrics, last_event_id, lease_epoch, lease_owner, incarnation, answered_through,
-  confirmation_mode, multitask_strategy, max_iterations, max_budget_usd, created_at, updated_at`;
+  turn_cause, turn_cost_usd, confirmation_mode, multitask_strategy, max_iterations,
+  max_budget_usd, created_at, updated_at`;
 
 export interface ScopeStates {
   app: Record<string, unknown>;
@@ -134,7 +137,8 @@ export class ConversationRepository {
       `SELECT c.id, c.tenant_id, c.user_id, c.app_name, c.title, c.metadata, c.agent,
               c.instructions, c.status, c.agent_state, c.metrics, c.last_event_id,
               c.lease_epoch, c.lease_owner, c.incarnation, c.answered_through,
-              c.confirmation_mode, c.multitask_strategy, c.max_iterations, c.max_budget_usd,
+              c.turn_cause, c.turn_cost_usd, c.confirmation_mode, c.multitask_strategy,
+              c.max_iterations, c.max_budget_usd,
               c.created_at, c.updated_at,
               c.state, a.state AS app_state, u.state AS user_state
          FROM conversations c
@@ -347,6 +351,10 @@ function toRecord(row: ConversationRow): ConversationRecord {
     leaseOwner: row.lease_owner,
     incarnation: row.incarnation,
     answeredThrough: row.answered_through,
+    turnCost:
+      row.turn_cause === null
+        ? null
+        : { cause: row.turn_cause, costUsd: Number(row.turn_cost_usd) },
     settings: {
       confirmationMode: row.confirmation_mode,
       multitaskStrategy: row.multitask_strategy,

@@ -34,8 +34,8 @@ export interface AppendedHead {
 }
 
 /**
- * A plain append to one conversation: conversation-scope state, metrics and
- * agent state ride along on its row.
+ * A plain append to one conversation: conversation-scope state, metrics, the
+ * turn's cost and agent state ride along on its row.
  */
 export interface PlainAppend {
   tenantId: string;
@@ -58,6 +58,20 @@ export interface PlainAppend {
   stateSet: string;
   stateDeleted: string[];
   metrics: ConversationMetrics;
+  /** What the events add to the row's turn cost; null: they count none. */
+  turnCost: TurnCostWrite | null;
+}
+
+/**
+ * The events' share of the row's turn cost (`countTurnCost` folded over
+ * them): `costUsd` for the turn of `cause`, added to the row's count when
+ * `continues` and the row counts that turn already, in its place otherwise.
+ */
+export interface TurnCostWrite {
+  cause: number;
+  costUsd: number;
+  /** False when the events changed turns: what the row counted before does not add up. */
+  continues: boolean;
 }
 
 /** An event read back with the columns the idempotency check compares. */
@@ -123,6 +137,11 @@ export class EventRepository {
                 answered_through = greatest(answered_through, coalesce($15::bigint, -1)),
                 state = (state || $6::jsonb) - $7::text[],
                 metrics = ${METRICS_PLUS_USAGE},
+                turn_cost_usd = CASE
+                  WHEN $16::bigint IS NULL THEN turn_cost_usd
+                  WHEN $18::boolean AND turn_cause = $16::bigint THEN turn_cost_usd + $17::numeric
+                  ELSE $17::numeric END,
+                turn_cause = coalesce($16::bigint, turn_cause),
                 updated_at = greatest(updated_at, clock_timestamp())
           WHERE tenant_id = $1 AND id = $2
             AND ($4::bigint IS NULL OR lease_epoch = $4::bigint)
@@ -159,6 +178,9 @@ export class EventRepository {
         append.clientEventIds,
         append.incarnation,
         append.answeredThrough,
+        append.turnCost?.cause ?? null,
+        append.turnCost?.costUsd ?? 0,
+        append.turnCost?.continues ?? false,
       ],
       PREPARED,
     );
@@ -199,6 +221,9 @@ export class EventRepository {
           prompt_tokens: append.metrics.prompt_tokens,
           completion_tokens: append.metrics.completion_tokens,
           cost_usd: append.metrics.cost_usd,
+          turn_cause: append.turnCost?.cause ?? null,
+          turn_cost_usd: append.turnCost?.costUsd ?? 0,
+          turn_cost_continues: append.turnCost?.continues ?? false,
           client_event_ids: append.clientEventIds,
         });
         return `${fields.slice(0, -1)},"state_set":${append.stateSet},"events":${append.rowsJson}}`;
@@ -215,6 +240,7 @@ export class EventRepository {
              AS b(tenant_id text, conversation_id uuid, count int, lease_epoch bigint,
                   incarnation uuid, agent_state text, answered_through bigint, state_set jsonb, state_deleted text[], iterations numeric,
                   prompt_tokens numeric, completion_tokens numeric, cost_usd numeric,
+                  turn_cause bigint, turn_cost_usd numeric, turn_cost_continues boolean,
                   client_event_ids text[], events jsonb)
        ), locked AS MATERIALIZED (
          SELECT c.id
@@ -245,6 +271,12 @@ export class EventRepository {
                   'completion_tokens',
                     coalesce((c.metrics ->> 'completion_tokens')::numeric, 0) + b.completion_tokens,
                   'cost_usd', coalesce((c.metrics ->> 'cost_usd')::numeric, 0) + b.cost_usd),
+                turn_cost_usd = CASE
+                  WHEN b.turn_cause IS NULL THEN c.turn_cost_usd
+                  WHEN b.turn_cost_continues AND c.turn_cause = b.turn_cause
+                    THEN c.turn_cost_usd + b.turn_cost_usd
+                  ELSE b.turn_cost_usd END,
+                turn_cause = coalesce(b.turn_cause, c.turn_cause),
                 updated_at = greatest(c.updated_at, clock_timestamp())
            FROM batch b
           WHERE c.id = ANY ($2::uuid[]) AND c.id IN (SELECT id FROM locked)
