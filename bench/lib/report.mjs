@@ -245,6 +245,23 @@ function newScenarioRows(s) {
         ),
       );
     }
+    for (const [name, level] of [
+      ['one stream × 50 deltas/s', streaming.floor?.one],
+      [streaming.floor && level50Name(streaming.floor.concurrent), streaming.floor?.concurrent],
+    ]) {
+      if (!level) continue;
+      lines.push(
+        latencyRow(
+          'Streaming',
+          `floor: the same deltas through the bare parts, PUBLISH → a Socket.IO relay → client (${name}, ${level.seconds} s)`,
+          level.latency,
+          `${level.deliveredPerSecond} deltas/s`,
+          '–',
+          `no service: bench/lib/stream-floor.mjs; CPU: relays ${cpuOf(level.cpu, 'gateway')}%, publishers` +
+            ` ${cpuOf(level.cpu, 'worker')}%, Redis ${cpuOf(level.cpu, 'redis')}%; load generator ${level.cpu?.bench ?? '?'}%`,
+        ),
+      );
+    }
   }
   const model = s['model-turn'];
   if (model) {
@@ -461,23 +478,25 @@ function targetsTable(s, blocks) {
   }
   const streaming = s.streaming;
   if (streaming) {
-    for (const [name, level] of [
-      ['one stream', streaming.one],
-      [`${level50Name(streaming.concurrent)}`, streaming.concurrent],
+    for (const [name, level, floor] of [
+      ['one stream', streaming.one, streaming.floor?.one],
+      [`${level50Name(streaming.concurrent)}`, streaming.concurrent, streaming.floor?.concurrent],
     ]) {
       if (!level) continue;
       const delivered = level.deliveredPerSecond >= 0.99 * level.offeredPerSecond;
       const note = level.streams > 1 ? ` (${level.deliveredPerSecond} deltas/s delivered)` : '';
+      const floorOf = (key) =>
+        floor ? `; the bare parts' floor here: ${ms(floor.latency[key])}` : '';
       add(
         `streamed delta, agent → client, p50 (${name})`,
         '≤ 1 ms',
-        `${ms(level.latency.p50)}${note}`,
+        `${ms(level.latency.p50)}${note}${floorOf('p50')}`,
         level.latency.p50 <= 1 && delivered,
       );
       add(
         `streamed delta, agent → client, p99 (${name})`,
         '≤ 10 ms',
-        ms(level.latency.p99),
+        `${ms(level.latency.p99)}${floorOf('p99')}`,
         level.latency.p99 <= 10 && delivered,
       );
     }
@@ -929,7 +948,12 @@ export function renderMarkdown(data, chart) {
       ' streams at 50 deltas/s each, then steps the pace of every stream: below it (5, 10, 25' +
       ' deltas/s) and, when 50 deltas/s is within 50 ms at p99, above it (100, 200, 400,' +
       ' 800 deltas/s) until p99 passes 50 ms; turns are 250 deltas (a few hundred tokens) one' +
-      ' after the other; the first second of each level is not counted. The model turn uses the' +
+      ' after the other; the first second of each level is not counted. The floor runs the one' +
+      ' stream and the 200 streams again, with the service idle, through the bare parts alone' +
+      ' (bench/lib/stream-floor.mjs): two publisher processes PUBLISH each delta with an' +
+      ' auto-pipelined ioredis connection, as the workers do, and two relays subscribed to the' +
+      " streams' channels emit each one on its client's Socket.IO socket, as the gateways do;" +
+      ' the service adds the difference. The model turn uses the' +
       ' `llm` agent against a fake model in a process of its own (first token after 100 ms, then' +
       ' 50 tokens/s, 50 tokens an answer; each conversation asks again as soon as it has its' +
       ' answer, and the conversations are out of phase as independent users are: each starts' +

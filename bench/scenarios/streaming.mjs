@@ -21,6 +21,7 @@ import { sleep } from '../lib/cluster.mjs';
 import { formatCpu, startCpuMeter } from '../lib/proc.mjs';
 import { formatEventLoop, serviceSnapshot } from '../lib/metrics.mjs';
 import { formatSummary, round, summarize } from '../lib/stats.mjs';
+import { startStreamFloor } from '../lib/stream-floor.mjs';
 
 export const PACER_AGENT = 'bench_pacer';
 const USERS = 10;
@@ -250,6 +251,53 @@ function describe(level) {
   );
 }
 
+/**
+ * The same two levels (one stream; every stream at 50 deltas/s) through the
+ * bare parts alone (bench/lib/stream-floor.mjs), with the service idle: the
+ * least this machine takes to carry a delta from a process through Redis and
+ * a Socket.IO server to a client.
+ */
+async function measureFloor(ctx, streams, seconds) {
+  const { cluster, log } = ctx;
+  const floor = await startStreamFloor({
+    redisUrl: cluster.redisUrl,
+    keyPrefix: cluster.keyPrefix,
+    pairs: Math.min(cluster.gateways.length, cluster.workers.length),
+    streams,
+  });
+  const recorder = new DeltaRecorder();
+  for (const client of floor.clients) recorder.attach(client);
+  const level = async (count, rate, levelSeconds) => {
+    await floor.run(rate, 1, count); // unmeasured: warms the path
+    recorder.reset();
+    const started = nowNs();
+    const redis = cluster.meterTargets().filter((t) => t.name === 'redis');
+    const meter = startCpuMeter(() => [...floor.meterTargets(), ...redis]);
+    await floor.run(rate, levelSeconds, count);
+    const cpu = meter.stop();
+    return {
+      streams: count,
+      ratePerStream: rate,
+      offeredPerSecond: rate * count,
+      seconds: levelSeconds,
+      ...recorder.window(started + WARMUP_S * 1e9, started + levelSeconds * 1e9),
+      lost: Math.max(0, count * rate * levelSeconds - recorder.arrivals.length),
+      cpu,
+    };
+  };
+  try {
+    const one = await level(1, 50, seconds);
+    log(`  floor (bare parts), one stream: ${describe({ ...one, errors: 0 })}`);
+    log(`    ${formatCpu(one.cpu)}`);
+    const concurrent = await level(streams, 50, seconds);
+    log(`  floor (bare parts), concurrent: ${describe({ ...concurrent, errors: 0 })}`);
+    log(`    ${formatCpu(concurrent.cpu)}`);
+    return { one, concurrent };
+  } finally {
+    floor.close();
+  }
+}
+
 export async function runStreaming(ctx) {
   const { options, log } = ctx;
   const quick = options.quick;
@@ -329,7 +377,9 @@ export async function runStreaming(ctx) {
         : `  no level kept p99 ≤ ${STEP_P99_MS} ms`,
     );
     const errors = one.errors + steps.reduce((sum, l) => sum + l.errors, 0);
-    return { one, idleHop, concurrent, steps, best, errors, cpu: concurrent.cpu };
+    for (const client of clients) client.close();
+    const floor = await measureFloor(ctx, streamCount, quick ? 3 : options.streamSeconds);
+    return { one, idleHop, concurrent, steps, best, floor, errors, cpu: concurrent.cpu };
   } finally {
     for (const client of clients) client.close();
     await mapLimit(clients, 20, (client) =>

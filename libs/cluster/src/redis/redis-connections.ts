@@ -34,7 +34,11 @@ export function openRedis(url: string, name: string, options: RedisOptions = {})
  * A connection for PUBLISH only (events to the rooms, wake-ups to holders):
  * the publishes of one turn of the event loop leave in one write
  * (auto-pipelining), which under load saves a system call and a Redis wake-up
- * per message. Not for commands defined with `defineCommand` (our Lua
+ * per message. Measured with 5,000 deltas/s (APPEND + PUBLISH) from one
+ * process: Redis used 4 % of a core, against 12 % for the same commands each
+ * written at once and 16 % for one Lua script per delta; the idle stream's
+ * price is the deferral to the next turn (about 0.2 ms on the streaming
+ * bench's floor). Not for commands defined with `defineCommand` (our Lua
  * scripts), which auto-pipelining cannot send.
  */
 export function openPublisher(url: string, name: string): Redis {
