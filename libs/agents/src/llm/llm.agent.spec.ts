@@ -583,6 +583,10 @@ describe('LlmAgent.title', () => {
     const body = server.requests[0]!.body;
     expect(body['stream']).toBeFalsy();
     expect(JSON.stringify(body['messages'])).toContain('visit Lisbon');
+    // No length cap: OpenAI's reasoning models answer 400 to `max_tokens`, and spend a
+    // small `max_completion_tokens` on reasoning, leaving no title.
+    expect(body).not.toHaveProperty('max_tokens');
+    expect(body).not.toHaveProperty('max_completion_tokens');
   });
 
   it('throws when the model fails, so that the fallback title applies', async () => {

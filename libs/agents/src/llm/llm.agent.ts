@@ -200,6 +200,9 @@ export class LlmAgent implements Agent {
     let failed: RequestOutcome = {};
     try {
       // One request: when it fails, the runtime's fallback title is good enough.
+      // No cap on its length: OpenAI's reasoning models refuse `max_tokens`, and a
+      // small `max_completion_tokens` goes to their reasoning, leaving no title; the
+      // instructions keep it short and `cleanTitle` cuts it.
       result = await this.model.complete(
         {
           system:
@@ -213,7 +216,6 @@ export class LlmAgent implements Agent {
           ],
           tools: [],
           temperature: undefined,
-          maxOutputTokens: 64,
         },
         signal,
       );

@@ -27,8 +27,6 @@ export interface ModelRequest {
   messages: readonly PromptMessage[];
   tools: readonly ToolDescription[];
   temperature: number | undefined;
-  /** The longest answer asked for; the provider's default when undefined (where it has one). */
-  maxOutputTokens?: number;
 }
 
 /** `other`: a reason the provider gave that is none of the others. */

@@ -123,7 +123,6 @@ export class OpenAiChatClient implements ModelClient {
       messages: chatMessages(request),
       ...(tools.length > 0 ? { tools } : {}),
       ...(request.temperature === undefined ? {} : { temperature: request.temperature }),
-      ...(request.maxOutputTokens === undefined ? {} : { max_tokens: request.maxOutputTokens }),
     };
   }
 }
