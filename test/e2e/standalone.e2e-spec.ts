@@ -476,6 +476,28 @@ describe.each(backends)('standalone service on $name', (backend) => {
       400,
       'conversation_id',
     );
+    // Text Postgres cannot store is refused naming its field (the store's refusal named none).
+    await bad(
+      'POST',
+      `/api/conversations/${id}/events`,
+      { body: { action: 'message', args: { content: 'a\u0000b' } } },
+      400,
+      'args.content',
+    );
+    await bad(
+      'PATCH',
+      `/api/conversations/${id}`,
+      { body: { metadata: { note: 'half an emoji \ud83d' } } },
+      400,
+      'metadata.note',
+    );
+    await bad('POST', '/api/dev/token', { body: { user_id: 'a\u0000' } }, 400, 'user_id');
+    // Start and stop take no body but an empty object.
+    await bad('POST', `/api/conversations/${id}/stop`, { body: { foo: 1 } }, 400, 'foo');
+    await bad('POST', `/api/conversations/${id}/start`, { body: [1] }, 400);
+    expect(
+      (await api(app.url, 'POST', `/api/conversations/${id}/stop`, { token, body: {} })).status,
+    ).toBe(200);
     expect((await api(app.url, 'GET', '/healthz')).status).toBe(200);
   });
 

@@ -10,3 +10,4 @@ export * from './rest.js';
 export * from './socket.js';
 export * from './validation.js';
 export * from './agent-outputs.js';
+export * from './text.js';

@@ -1,5 +1,11 @@
 import { describe, expect, it } from 'vitest';
-import { findJsonTooDeep, jsonByteLength, jsonDepthWithin } from './json-limits.js';
+import {
+  findJsonTooDeep,
+  findUnstorableText,
+  isStorableText,
+  jsonByteLength,
+  jsonDepthWithin,
+} from './json-limits.js';
 import { MAX_JSON_DEPTH } from './limits.js';
 
 /** `{"a":{"a":…{}}}` with `depth` levels of braces. */
@@ -85,5 +91,23 @@ describe('jsonByteLength', () => {
     // é is 2 bytes, € 3, 😀 (a surrogate pair) 4.
     expect(jsonByteLength('é€😀')).toBe(2 + 2 + 3 + 4);
     expect(jsonByteLength(undefined)).toBe(0);
+  });
+});
+
+describe('findUnstorableText', () => {
+  it('finds the first string or key holding NUL or an unpaired surrogate, by its path', () => {
+    expect(findUnstorableText({ a: 'fine 😀', b: [1, 'ok'] })).toBeUndefined();
+    expect(findUnstorableText({ a: { b: ['x', 'y\u0000'] } })).toEqual(['a', 'b', 1]);
+    expect(findUnstorableText({ note: 'half \ud83d' })).toEqual(['note']);
+    expect(findUnstorableText({ meta: { ['k\u0000']: 1 } })).toEqual(['meta', 'k\u0000']);
+    expect(findUnstorableText('\udc00')).toEqual([]);
+    expect(findUnstorableText(42)).toBeUndefined();
+  });
+
+  it('tells storable text: pairs are fine, halves are not', () => {
+    expect(isStorableText('😀')).toBe(true);
+    expect(isStorableText('\ud83d')).toBe(false);
+    expect(isStorableText('\ude00x')).toBe(false);
+    expect(isStorableText('a\u0000')).toBe(false);
   });
 });

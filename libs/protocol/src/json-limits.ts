@@ -47,6 +47,37 @@ export function findJsonTooDeep(
   return undefined;
 }
 
+/**
+ * The path to the first string (a value or a key) Postgres cannot store as
+ * it is: one holding NUL, which text and jsonb refuse, or an unpaired
+ * surrogate, which jsonb refuses. Undefined when there is none. Iterative,
+ * for values already found within the depth limit.
+ */
+export function findUnstorableText(value: unknown): PathKey[] | undefined {
+  if (typeof value === 'string') return isStorableText(value) ? undefined : [];
+  if (!isContainer(value)) return undefined;
+  const stack: PendingContainer[] = [{ value, depth: 1, key: undefined, parent: undefined }];
+  for (let entry = stack.pop(); entry !== undefined; entry = stack.pop()) {
+    const children: Array<[PathKey, unknown]> = Array.isArray(entry.value)
+      ? entry.value.map((child: unknown, index) => [index, child])
+      : Object.entries(entry.value);
+    for (const [key, child] of children) {
+      const at = { value: {}, depth: entry.depth + 1, key, parent: entry };
+      if (typeof key === 'string' && !isStorableText(key)) return pathOf(at);
+      if (typeof child === 'string' && !isStorableText(child)) return pathOf(at);
+      if (isContainer(child)) stack.push({ ...at, value: child });
+    }
+  }
+  return undefined;
+}
+
+const UNPAIRED_SURROGATE = /[\ud800-\udbff](?![\udc00-\udfff])|(?<![\ud800-\udbff])[\udc00-\udfff]/;
+
+/** Whether Postgres stores `text` as it is (no NUL, no unpaired surrogate). */
+export function isStorableText(text: string): boolean {
+  return !text.includes('\u0000') && !UNPAIRED_SURROGATE.test(text);
+}
+
 /** True when no container in `value` is nested deeper than `max`. */
 export function jsonDepthWithin(value: unknown, max: number = MAX_JSON_DEPTH): boolean {
   return findJsonTooDeep(value, max) === undefined;

@@ -1,5 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import {
+  DevTokenBodySchema,
   ConnectQuerySchema,
   CreateConversationBodySchema,
   ListConversationsQuerySchema,
@@ -147,5 +148,19 @@ describe('CreateConversationBodySchema', () => {
   it('rejects unknown fields by name', () => {
     const found = problem(CreateConversationBodySchema, { title: 't', colour: 'red' });
     expect(found).toEqual({ field: 'colour', message: 'unknown field colour' });
+  });
+});
+
+describe('DevTokenBodySchema', () => {
+  it('refuses ids Postgres cannot store as they are (NUL, an unpaired surrogate), naming the field', () => {
+    for (const [body, field] of [
+      [{ user_id: 'a\u0000' }, 'user_id'],
+      [{ tenant_id: 'x\ud83d' }, 'tenant_id'],
+    ] as const) {
+      const parsed = DevTokenBodySchema.safeParse(body);
+      expect(parsed.success).toBe(false);
+      expect(parsed.error?.issues[0]?.path).toEqual([field]);
+    }
+    expect(DevTokenBodySchema.safeParse({ user_id: 'ünïcødé-😀' }).success).toBe(true);
   });
 });

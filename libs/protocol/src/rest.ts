@@ -2,7 +2,7 @@ import { z } from 'zod';
 import { AgentStateSchema, ConversationStatusSchema } from './agent-state.js';
 import { MultitaskStrategySchema } from './agent-outputs.js';
 import { StoredEventSchema } from './events.js';
-import { jsonByteLength, jsonDepthWithin } from './json-limits.js';
+import { isStorableText, jsonByteLength, jsonDepthWithin } from './json-limits.js';
 import {
   DEFAULT_PAGE_LIMIT,
   MAX_INSTRUCTIONS_CHARS,
@@ -70,6 +70,9 @@ export const CreateConversationResponseSchema = z.object({
   conversation_id: z.string(),
   conversation_status: ConversationStatusSchema,
 });
+
+/** The body of `POST /conversations/:id/start` and `…/stop`: none, or an empty object. */
+export const EmptyBodySchema = z.strictObject({});
 
 export const PatchConversationBodySchema = z.strictObject({
   title: z.string().max(MAX_TITLE_CHARS).optional(),
@@ -143,7 +146,15 @@ export const ConversationStateResponseSchema = z.object({
 });
 export type ConversationStateResponse = z.infer<typeof ConversationStateResponseSchema>;
 
-const TokenIdSchema = z.string().min(1).max(128);
+/**
+ * A user or tenant id, as Postgres stores it: no NUL (refused) and no lone
+ * surrogate (stored as U+FFFD, so that two such ids would be one).
+ */
+const StorableIdSchema = z
+  .string()
+  .min(1)
+  .refine(isStorableText, 'must not contain NUL or unpaired surrogate characters');
+const TokenIdSchema = StorableIdSchema.max(128);
 export const DevTokenBodySchema = z.strictObject({
   user_id: TokenIdSchema.optional(),
   tenant_id: TokenIdSchema.optional(),
@@ -153,8 +164,8 @@ export type DevTokenBody = z.infer<typeof DevTokenBodySchema>;
 
 /** The claims of a bearer token, once verified. */
 export const TokenClaimsSchema = z.object({
-  sub: z.string().min(1),
-  tid: z.string().min(1),
+  sub: StorableIdSchema,
+  tid: StorableIdSchema,
   exp: z.number(),
   roles: z.array(z.string()).optional(),
 });

@@ -26,6 +26,7 @@ import type { AppConfig } from '@cs/config';
 import { startSpan, type OpenSpan } from '@cs/observability';
 import {
   ToolNameSchema,
+  cutText,
   isAction,
   type AgentOutput,
   type StoredEvent,
@@ -211,7 +212,7 @@ export class LlmAgent implements Agent {
           messages: [
             {
               role: 'user',
-              content: `User: ${first.slice(0, 2000)}${answer ? `\n\nAssistant: ${answer.slice(0, 2000)}` : ''}`,
+              content: `User: ${cutText(first, 2000)}${answer ? `\n\nAssistant: ${cutText(answer, 2000)}` : ''}`,
             },
           ],
           tools: [],
@@ -393,7 +394,7 @@ export function cleanTitle(text: string): string {
     .replace(/\s+/g, ' ')
     .trim();
   if (line.length <= 80) return line;
-  const cut = line.slice(0, 80);
+  const cut = cutText(line, 80);
   const space = cut.lastIndexOf(' ');
   return space > 20 ? cut.slice(0, space) : cut;
 }

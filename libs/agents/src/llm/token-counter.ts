@@ -20,6 +20,8 @@
  * about 50 ms.
  */
 
+import { wholeCharEnd } from '@cs/protocol';
+
 export interface TokenCounter {
   count(text: string): number;
   /** The longest prefix of `text` that is at most `maxTokens` tokens. */
@@ -50,12 +52,7 @@ export function piecesOf(text: string): string[] {
   let start = 0;
   while (text.length - start > PIECE_CHARS) {
     let cut = text.lastIndexOf(' ', start + PIECE_CHARS);
-    if (cut <= start) {
-      cut = start + PIECE_CHARS;
-      // Never between the two halves of a surrogate pair.
-      const unit = text.charCodeAt(cut - 1);
-      if (unit >= 0xd800 && unit <= 0xdbff) cut -= 1;
-    }
+    if (cut <= start) cut = wholeCharEnd(text, start + PIECE_CHARS);
     pieces.push(text.slice(start, cut));
     start = cut;
   }

@@ -31,7 +31,7 @@ import {
 } from '@modelcontextprotocol/sdk/types.js';
 import type { ToolDefinition } from '@cs/core';
 import type { McpServerConfig } from '@cs/config';
-import { ToolNameSchema } from '@cs/protocol';
+import { ToolNameSchema, cutText } from '@cs/protocol';
 
 export const MCP_TOOL_SEPARATOR = '__';
 /** A conversation's MCP session ends after this long without a call. */
@@ -345,6 +345,6 @@ export function resultText(result: CallToolResult): string {
   }
   const text = parts.join('\n');
   return text.length > MAX_RESULT_CHARS
-    ? `${text.slice(0, MAX_RESULT_CHARS)} […cut at ${MAX_RESULT_CHARS} characters]`
+    ? `${cutText(text, MAX_RESULT_CHARS)} […cut at ${MAX_RESULT_CHARS} characters]`
     : text;
 }

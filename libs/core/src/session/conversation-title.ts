@@ -5,7 +5,7 @@
  * `STATUS$TITLE_UPDATED`. A failure leaves the conversation untitled. The
  * title request's usage counts in the conversation's metrics like a step's.
  */
-import { StatusId, isAction } from '@cs/protocol';
+import { StatusId, cutText, isAction } from '@cs/protocol';
 import type { StatusUpdate, StoredEvent } from '@cs/protocol';
 import type { Agent } from '../agent.js';
 import type { ConversationRef, MetricsDelta } from '../conversation.js';
@@ -39,7 +39,7 @@ export async function titleConversation(deps: TitleDeps, runner: TurnRunner): Pr
     if (agent.title) {
       try {
         const made = await agent.title(runner.titleContext());
-        title = made.title.trim().slice(0, MAX_AGENT_TITLE_CHARS);
+        title = cutText(made.title.trim(), MAX_AGENT_TITLE_CHARS);
         if (made.usage) usage = titleUsage(deps, made.usage);
       } catch (error) {
         deps.reportError('the agent could not make a title', error);

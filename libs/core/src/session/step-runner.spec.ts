@@ -88,6 +88,15 @@ describe('runStep', () => {
     expect(result.text).toHaveLength(MAX_STEP_TEXT_CHARS);
   });
 
+  it('keeps whole characters when the cut falls inside an emoji (a lone surrogate cannot be stored)', async () => {
+    const agent = agentOf(() => [
+      { type: 'message', content: `${'y'.repeat(MAX_STEP_TEXT_CHARS - 1)}😀 and more` },
+    ]);
+    const result = await runStep(agent, context(), new DeltaStream(0, () => undefined));
+    expect(result.end).toBe('failed');
+    expect(result.text).toBe('y'.repeat(MAX_STEP_TEXT_CHARS - 1));
+  });
+
   it('closes the agent whose output is refused, so that it stops its work', async () => {
     const agent = agentOf(() => [
       { type: 'delta', delta: 'a' },

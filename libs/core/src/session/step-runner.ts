@@ -4,7 +4,7 @@
  * its text to the room as it comes, and sums up what the step produced. It
  * stores nothing: the turn runner stores a step's outcome in one batch.
  */
-import { AgentOutputSchema, type AgentOutput, type EventBody } from '@cs/protocol';
+import { AgentOutputSchema, cutText, type AgentOutput, type EventBody } from '@cs/protocol';
 import type { Agent, AgentContext } from '../agent.js';
 import type { StateDelta } from '../conversation.js';
 import type { DeltaStream } from './delta-stream.js';
@@ -130,8 +130,7 @@ export async function runStep(
   }
   if (!result.answered) result.text = stream.content;
   // A step cut for its size keeps what fits.
-  if (result.text.length > MAX_STEP_TEXT_CHARS)
-    result.text = result.text.slice(0, MAX_STEP_TEXT_CHARS);
+  result.text = cutText(result.text, MAX_STEP_TEXT_CHARS);
   return result;
 }
 

@@ -1,3 +1,5 @@
+import { cutText } from '@cs/protocol';
+
 /** The fallback title of PROTOCOL.md "Titles": the first user message, cut at a word boundary. */
 export const MAX_TITLE_CHARS = 60;
 
@@ -6,5 +8,5 @@ export function fallbackTitle(firstMessage: string): string {
   if (text.length <= MAX_TITLE_CHARS) return text;
   const cut = text.slice(0, MAX_TITLE_CHARS + 1);
   const boundary = cut.lastIndexOf(' ');
-  return boundary > 0 ? cut.slice(0, boundary).trimEnd() : text.slice(0, MAX_TITLE_CHARS);
+  return boundary > 0 ? cut.slice(0, boundary).trimEnd() : cutText(text, MAX_TITLE_CHARS);
 }

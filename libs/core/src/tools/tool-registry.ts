@@ -5,7 +5,7 @@
  * longer than the timeout is an `is_error` result, never a crash.
  */
 import { Ajv, type ValidateFunction } from 'ajv';
-import type { ToolDescription } from '@cs/protocol';
+import { cutText, type ToolDescription } from '@cs/protocol';
 import type { ToolDefinition, ToolRunContext } from '../agent.js';
 import type { StateDelta } from '../conversation.js';
 
@@ -136,6 +136,6 @@ function render(value: unknown): string {
 
 function cut(text: string): string {
   return text.length > MAX_RESULT_CHARS
-    ? `${text.slice(0, MAX_RESULT_CHARS)}… [cut at ${MAX_RESULT_CHARS} characters]`
+    ? `${cutText(text, MAX_RESULT_CHARS)}… [cut at ${MAX_RESULT_CHARS} characters]`
     : text;
 }

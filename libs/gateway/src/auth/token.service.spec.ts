@@ -72,11 +72,27 @@ describe(TokenService.name, () => {
         (await refusal(tokens, await token(secret, 'HS256', undefined, { exp: null }))).message,
       ).toBe('the token is invalid');
       expect((await refusal(tokens, await token(secret, 'HS256', {}))).message).toBe(
-        'the token lacks sub, tid or exp',
+        'the token lacks a valid sub, tid or exp',
       );
       expect(
         (await refusal(tokens, await token(secret, 'HS256', undefined, { sub: '' }))).message,
-      ).toBe('the token lacks sub, tid or exp');
+      ).toBe('the token lacks a valid sub, tid or exp');
+      // Ids Postgres cannot store as they are: a NUL is refused (it was a 500), a lone
+      // surrogate becomes U+FFFD (two such users would be one).
+      const unstorable = [
+        token(secret, 'HS256', undefined, { sub: 'a\u0000' }),
+        token(secret, 'HS256', undefined, { sub: 'a\ud800' }),
+        token(secret, 'HS256', { tid: 't\u0000' }),
+        token(secret, 'HS256', { tid: '\udc00t' }),
+      ];
+      for (const refused of unstorable) {
+        expect((await refusal(tokens, await refused)).message).toBe(
+          'the token lacks a valid sub, tid or exp',
+        );
+      }
+      await expect(
+        tokens.verify(await token(secret, 'HS256', undefined, { sub: 'emoji-😀' })),
+      ).resolves.toMatchObject({ userId: 'emoji-😀' });
       expect((await refusal(tokens, await token(other, 'HS256'))).message).toBe(
         'the token is invalid',
       );

@@ -70,7 +70,7 @@ export class TokenService {
       );
     }
     const claims = TokenClaimsSchema.safeParse(payload);
-    if (!claims.success) throw new UnauthorizedError('the token lacks sub, tid or exp');
+    if (!claims.success) throw new UnauthorizedError('the token lacks a valid sub, tid or exp');
     const roles = claims.data.roles ?? [];
     return {
       tenantId: claims.data.tid,

@@ -20,6 +20,7 @@ import {
   ClientEventIdSchema,
   ConversationIdSchema,
   CreateConversationBodySchema,
+  EmptyBodySchema,
   ListConversationsQuerySchema,
   ListEventsQuerySchema,
   PatchConversationBodySchema,
@@ -111,7 +112,9 @@ export class ConversationsController {
   async start(
     @CurrentPrincipal() principal: Principal,
     @Param('id') id: string,
+    @Body() body: unknown,
   ): Promise<{ conversation_status: ConversationStatus }> {
+    parseInput(EmptyBodySchema, body ?? {});
     return { conversation_status: await this.conversations.start(principal, conversationId(id)) };
   }
 
@@ -120,7 +123,9 @@ export class ConversationsController {
   async stop(
     @CurrentPrincipal() principal: Principal,
     @Param('id') id: string,
+    @Body() body: unknown,
   ): Promise<{ conversation_status: ConversationStatus }> {
+    parseInput(EmptyBodySchema, body ?? {});
     return { conversation_status: await this.conversations.stop(principal, conversationId(id)) };
   }
 

@@ -1,18 +1,34 @@
 import { BadRequestError } from '@cs/core';
-import { MAX_JSON_DEPTH, describeZodError, findJsonTooDeep } from '@cs/protocol';
+import {
+  MAX_JSON_DEPTH,
+  describeZodError,
+  findJsonTooDeep,
+  findUnstorableText,
+} from '@cs/protocol';
 import type { z } from 'zod';
 
 /**
  * Parses untrusted input (a body, a query string, a socket payload) or throws
  * `BadRequestError` naming the offending field as a dotted path. Input nested
- * deeper than `MAX_JSON_DEPTH` is refused first (see `assertJsonDepth`).
+ * deeper than `MAX_JSON_DEPTH` is refused first (see `assertJsonDepth`), and
+ * text Postgres cannot store (NUL, an unpaired surrogate) last.
  */
 export function parseInput<S extends z.ZodType>(schema: S, value: unknown): z.output<S> {
   assertJsonDepth(value);
   const result = schema.safeParse(value);
-  if (result.success) return result.data;
-  const problem = describeZodError(result.error);
-  throw new BadRequestError(problem.message, problem.field);
+  if (!result.success) {
+    const problem = describeZodError(result.error);
+    throw new BadRequestError(problem.message, problem.field);
+  }
+  // What Postgres would refuse (it was a 400 that named no field, from the store).
+  const unstorable = findUnstorableText(result.data);
+  if (unstorable !== undefined) {
+    throw new BadRequestError(
+      'text contains characters that cannot be stored (NUL, an unpaired surrogate)',
+      unstorable.length > 0 ? unstorable.join('.') : undefined,
+    );
+  }
+  return result.data;
 }
 
 /**
