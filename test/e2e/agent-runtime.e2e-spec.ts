@@ -380,6 +380,59 @@ describe('agent runtime (standalone)', () => {
     client.close();
   });
 
+  it('answers a tool call a stop cut with an is_error tool_result before the turn settles, counts it cancelled, and answers the next message', async () => {
+    const token = await userToken();
+    const id = await conversation(token, {
+      agent: 'tool_user',
+      agent_config: { tool: 'slow_once', arguments: { ms: 2000 } },
+    });
+    const client = await ConversationClient.connect(app.url, token, { conversation_id: id });
+    const first = ((await client.message('take your time')) as { event_id: number }).event_id;
+    const isCallOf = (e: ServerEvent, cause: number) =>
+      'action' in e && e.action === 'tool_call' && e.cause === cause;
+    await client.waitFor((events) => events.some((e) => isCallOf(e, first)), 10_000, 'the call');
+    const stopped = await api(app.url, 'POST', `/api/conversations/${id}/stop`, { token });
+    expect(stopped.body).toEqual({ conversation_status: 'STOPPED' });
+
+    const { events } = (
+      await api(app.url, 'GET', `/api/conversations/${id}/events?limit=100`, { token })
+    ).body as { events: StoredEvent[] };
+    const call = events.find((e) => isCallOf(e, first)) as ActionEvent;
+    const results = events.filter(
+      (e) => 'observation' in e && e.observation === 'tool_result' && e.cause === call.id,
+    );
+    expect(results).toHaveLength(1);
+    expect(results[0]).toMatchObject({
+      source: 'environment',
+      content: expect.stringContaining('stopped while this call ran'),
+      extras: { tool: 'slow_once', tool_call_id: call.args['tool_call_id'], is_error: true },
+    });
+    const settled = events.find(
+      (e) =>
+        'observation' in e &&
+        e.extras?.['agent_state'] === 'awaiting_user_input' &&
+        e.cause === first,
+    );
+    expect(settled).toMatchObject({ extras: { reason: 'interrupted' } });
+    expect(results[0]!.id).toBeLessThan(settled!.id);
+    const metrics = await (await fetch(`${app.url}/metrics`)).text();
+    expect(
+      metrics
+        .split('\n')
+        .some(
+          (line) =>
+            line.startsWith('cs_tool_calls_total{') &&
+            line.includes('tool="slow_once"') &&
+            line.includes('outcome="cancelled"'),
+        ),
+    ).toBe(true);
+
+    const second = ((await client.message('and now?')) as { event_id: number }).event_id;
+    await client.waitForReply(second, 15_000);
+    expect(agentMessages(client.events, second)[0]?.args['content']).toBe('tool said: slept 2000');
+    client.close();
+  });
+
   it('ends a turn at max_iterations and at the budget with their reasons, and answers the next message', async () => {
     const token = await userToken();
     for (const [body, reason] of [

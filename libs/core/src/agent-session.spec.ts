@@ -1,6 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import { describe, expect, it, vi } from 'vitest';
-import { isAction } from '@cs/protocol';
+import { isAction, isObservation } from '@cs/protocol';
 import type { AgentState, EventBody, StatusUpdate, StoredEvent } from '@cs/protocol';
 import type { Agent, ConversationHistory } from './agent.js';
 import {
@@ -9,10 +9,14 @@ import {
   OUTPUT_REFUSED_MESSAGE,
   STORE_FAILED_MESSAGE,
   SessionClosedError,
+  type AgentSessionOptions,
 } from './agent-session.js';
 import { BadRequestError } from './errors.js';
 import { refOf, type ConversationRef, type EventDraft } from './conversation.js';
+import type { RuntimeMetrics } from './ports/runtime-metrics.port.js';
 import { agentStateChangeDraft, readAgentStateChange } from './session/agent-state-change.js';
+import { BUILTIN_TOOLS } from './tools/builtin-tools.js';
+import { ToolRegistry } from './tools/tool-registry.js';
 import {
   GatedAgent,
   type AppendHook,
@@ -77,6 +81,7 @@ async function fixture(title = 'test') {
     maxIterations = 10,
     catchUpIntervalMs = CATCH_UP_MS,
     maxBudgetUsd = 0,
+    extra: Partial<AgentSessionOptions> = {},
   ): Promise<AgentSession> {
     const leaseEpoch = await store.acquireLease(ref.tenantId, ref.conversationId, 'test-owner');
     return new AgentSession({
@@ -91,6 +96,7 @@ async function fixture(title = 'test') {
         clock,
         catchUpIntervalMs,
         reportError: (message, error) => reporting.reportError(message, error),
+        ...extra,
       },
     });
   }
@@ -873,6 +879,282 @@ describe(AgentSession.name, () => {
         f.events().filter((e) => 'observation' in e && e.observation === 'tool_result'),
       ).toHaveLength(1);
       await second.close();
+    });
+  });
+
+  describe('a turn ended while its tool calls have no result', () => {
+    /**
+     * The built-ins and `slow`, whose first run waits until its signal aborts
+     * (later runs answer at once), with the tool calls the metrics counted.
+     */
+    function slowTools(idempotent: boolean) {
+      const runs: string[] = [];
+      const counted: [string, string][] = [];
+      const tools = new ToolRegistry(30_000);
+      for (const [name, tool] of Object.entries(BUILTIN_TOOLS)) tools.add(name, tool);
+      tools.add('slow', {
+        description: 'waits for a cut the first time',
+        parameters: { type: 'object' },
+        idempotent,
+        run: (_args, { signal, idempotency_key }) => {
+          runs.push(idempotency_key);
+          if (runs.length > 1) return 'done';
+          return new Promise((_resolve, reject) => {
+            signal.addEventListener('abort', () => reject(new Error('aborted')), { once: true });
+          });
+        },
+      });
+      const metrics: RuntimeMetrics = {
+        stepFinished: () => undefined,
+        tokensUsed: () => undefined,
+        toolCalled: (tool, outcome) => counted.push([tool, outcome]),
+      };
+      return { runs, counted, options: { tools, metrics } };
+    }
+
+    /** A step of two calls (`slow`, then `current_time`), then an answer counting the results. */
+    const twoCalls = () =>
+      new ScriptedAgent(async function* (turn) {
+        const recent = await turn.history.recent(50);
+        const results = recent.filter(
+          (e) => isObservation(e) && e.observation === 'tool_result' && e.id > turn.trigger.id,
+        );
+        if (results.length === 0) {
+          yield { type: 'tool_call', tool: 'slow', arguments: {} };
+          yield { type: 'tool_call', tool: 'current_time', arguments: {} };
+          return;
+        }
+        yield say(`${results.length} results`);
+      });
+
+    type Fixture = Awaited<ReturnType<typeof fixture>>;
+    const isCall = (e: StoredEvent) => isAction(e) && e.action === 'tool_call';
+    const isResult = (e: StoredEvent) => isObservation(e) && e.observation === 'tool_result';
+
+    /** The turn's calls, and what the session stored after the last: results, what settled it. */
+    function afterCalls(f: Fixture, messageId: number) {
+      const events = f.events();
+      const calls = events.filter((e) => isCall(e) && e.cause === messageId);
+      const last = events.indexOf(calls.at(-1)!);
+      return { calls, after: events.slice(last + 1).filter((e) => e.source !== 'user') };
+    }
+
+    /** Each stored call has one is_error result linked by cause, stored with the settling change. */
+    function expectAnswered(f: Fixture, messageId: number, why: string) {
+      const { calls, after } = afterCalls(f, messageId);
+      expect(calls.map((c) => (isAction(c) ? c.args['tool'] : null))).toEqual([
+        'slow',
+        'current_time',
+      ]);
+      const [cut, notRun, settle] = after;
+      expect(cut).toMatchObject({
+        source: 'environment',
+        observation: 'tool_result',
+        cause: calls[0]!.id,
+        extras: { tool: 'slow', is_error: true },
+      });
+      expect(isObservation(cut!) && cut.content).toBe(
+        `${why} while this call ran: it did not finish, and its effect may or may not have happened.`,
+      );
+      expect(notRun).toMatchObject({
+        observation: 'tool_result',
+        cause: calls[1]!.id,
+        extras: { tool: 'current_time', is_error: true },
+      });
+      expect(isObservation(notRun!) && notRun.content).toBe(
+        `${why} before this call ran: it never ran.`,
+      );
+      expect(readAgentStateChange(settle!)).toMatchObject({
+        agentState: 'awaiting_user_input',
+        reason: 'interrupted',
+      });
+      expect(settle?.cause).toBe(messageId);
+    }
+
+    /** The bodies of each append, as `observation` or `action` names, from now on. */
+    function appendsOf(f: Fixture): string[][] {
+      const appends: string[][] = [];
+      f.store.afterAppend = (_id, drafts) => {
+        appends.push(
+          drafts.map((d) => ('observation' in d.body ? d.body.observation : d.body.action)),
+        );
+      };
+      return appends;
+    }
+
+    it('a stop (change_agent_state) during a running call answers it and the call that never started, before the settling change, in one write', async () => {
+      const f = await fixture();
+      const slow = slowTools(false);
+      const session = await f.newSession(twoCalls(), 10, CATCH_UP_MS, 0, slow.options);
+      await session.start();
+      const appends = appendsOf(f);
+      const ask = await f.userSays('go', session);
+      await vi.waitFor(() => expect(slow.runs).toHaveLength(1));
+
+      const stopId = await f.userRequests('stopped', session);
+      await expect(session.closed).resolves.toBe('stopped');
+      expectAnswered(f, ask, 'The conversation was stopped');
+      expect(f.states().at(-1)).toEqual(['stopped', stopId, undefined]);
+      // The results and the settling change in one write, then `stopped`.
+      expect(appends.slice(-2)).toEqual([
+        ['tool_result', 'tool_result', 'agent_state_changed'],
+        ['agent_state_changed'],
+      ]);
+      expect(slow.counted).toEqual([
+        ['slow', 'cancelled'],
+        ['current_time', 'not_run'],
+      ]);
+    });
+
+    it('a stop() (POST …/stop) during a running call answers the calls; the next holder answers the next message', async () => {
+      const f = await fixture();
+      const slow = slowTools(false);
+      const agent = twoCalls();
+      const session = await f.newSession(agent, 10, CATCH_UP_MS, 0, slow.options);
+      await session.start();
+      const ask = await f.userSays('go', session);
+      await vi.waitFor(() => expect(slow.runs).toHaveLength(1));
+
+      await session.stop();
+      expectAnswered(f, ask, 'The conversation was stopped');
+      expect(f.states().at(-1)?.[0]).toBe('stopped');
+      expect(slow.counted).toEqual([
+        ['slow', 'cancelled'],
+        ['current_time', 'not_run'],
+      ]);
+
+      const next = await f.userSays('again');
+      const second = await f.newSession(agent, 10, CATCH_UP_MS, 0, slow.options);
+      await second.start();
+      await vi.waitFor(() => expect(f.answers()).toEqual([['2 results', next]]));
+      expect(slow.runs).toHaveLength(2); // the cut call is not run again
+      await second.close();
+    });
+
+    it('a newer message under interrupt answers the calls, then is answered', async () => {
+      const f = await fixture();
+      const slow = slowTools(true);
+      const session = await f.newSession(twoCalls(), 10, CATCH_UP_MS, 0, {
+        ...slow.options,
+        multitaskStrategy: 'interrupt',
+      });
+      await session.start();
+      const ask = await f.userSays('go', session);
+      await vi.waitFor(() => expect(slow.runs).toHaveLength(1));
+
+      const next = await f.userSays('something else', session);
+      await vi.waitFor(() => expect(f.answers()).toEqual([['2 results', next]]));
+      expectAnswered(f, ask, 'A new message interrupted the turn');
+      expect(slow.counted.slice(0, 2)).toEqual([
+        ['slow', 'cancelled'],
+        ['current_time', 'not_run'],
+      ]);
+      await session.close();
+    });
+
+    it('a pause answers the calls; resuming answers what came meanwhile', async () => {
+      const f = await fixture();
+      const slow = slowTools(false);
+      const session = await f.newSession(twoCalls(), 10, CATCH_UP_MS, 0, slow.options);
+      await session.start();
+      const ask = await f.userSays('go', session);
+      await vi.waitFor(() => expect(slow.runs).toHaveLength(1));
+
+      await f.userRequests('paused', session);
+      await vi.waitFor(() => expect(session.agentState).toBe('paused'));
+      expectAnswered(f, ask, 'The conversation was paused');
+      const next = await f.userSays('meanwhile', session);
+      await f.userRequests('running', session);
+      await vi.waitFor(() => expect(f.answers()).toEqual([['2 results', next]]));
+      await session.close();
+    });
+
+    it('a stop() while calls await confirmation answers them (they never ran); the next holder does not wait for an answer', async () => {
+      const f = await fixture();
+      await f.store.updateConversation(f.ref.tenantId, f.ref.conversationId, {
+        confirmationMode: true,
+      });
+      const slow = slowTools(false);
+      const agent = twoCalls();
+      const session = await f.newSession(agent, 10, CATCH_UP_MS, 0, slow.options);
+      await session.start();
+      const ask = await f.userSays('go', session);
+      await vi.waitFor(() => expect(session.agentState).toBe('awaiting_user_confirmation'));
+
+      await session.stop();
+      const { calls, after } = afterCalls(f, ask);
+      const results = after.filter(isResult);
+      expect(results.map((r) => r.cause)).toEqual(calls.map((c) => c.id));
+      for (const result of results) {
+        expect(result).toMatchObject({ extras: { is_error: true } });
+        expect(isObservation(result) && result.content).toBe(
+          'The conversation was stopped before this call was confirmed: it never ran.',
+        );
+      }
+      expect(f.states().slice(-2)).toEqual([
+        ['awaiting_user_input', ask, 'superseded'],
+        ['stopped', null, undefined],
+      ]);
+      expect(slow.runs).toEqual([]);
+      expect(slow.counted).toEqual([
+        ['slow', 'not_run'],
+        ['current_time', 'not_run'],
+      ]);
+
+      const steps = agent.turns.length;
+      const second = await f.newSession(agent, 10, CATCH_UP_MS, 0, slow.options);
+      await second.start();
+      expect(second.agentState).toBe('awaiting_user_input');
+      f.clock.advance(CATCH_UP_MS);
+      await new Promise((resolve) => setImmediate(resolve));
+      expect(agent.turns.length).toBe(steps);
+      await second.close();
+    });
+
+    describe('a new holder (failover), which nothing answered for', () => {
+      async function cutByFailover(idempotent: boolean) {
+        const f = await fixture();
+        const slow = slowTools(idempotent);
+        const agent = twoCalls();
+        const first = await f.newSession(agent, 10, CATCH_UP_MS, 0, slow.options);
+        await first.start();
+        const ask = await f.userSays('go', first);
+        await vi.waitFor(() => expect(slow.runs).toHaveLength(1));
+        await first.close();
+        expect(f.events().filter(isResult)).toEqual([]);
+        expect(slow.counted).toEqual([]);
+
+        const second = await f.newSession(agent, 10, CATCH_UP_MS, 0, slow.options);
+        await second.start();
+        await vi.waitFor(() => expect(f.answers()).toEqual([['2 results', ask]]));
+        await second.close();
+        const { calls, after } = afterCalls(f, ask);
+        const results = after.filter(isResult);
+        expect(results.map((r) => r.cause)).toEqual(calls.map((c) => c.id));
+        return { slow, results };
+      }
+
+      it('runs an idempotent call again, with the same key', async () => {
+        const { slow, results } = await cutByFailover(true);
+        expect(slow.runs).toHaveLength(2);
+        expect(slow.runs[1]).toBe(slow.runs[0]);
+        expect(results[0]).toMatchObject({ content: 'done', extras: { is_error: false } });
+        expect(slow.counted).toEqual([
+          ['slow', 'ok'],
+          ['current_time', 'ok'],
+        ]);
+      });
+
+      it('stores in_doubt for a call not declared idempotent, and runs it no more', async () => {
+        const { slow, results } = await cutByFailover(false);
+        expect(slow.runs).toHaveLength(1);
+        expect(results[0]).toMatchObject({ extras: { is_error: true, in_doubt: true } });
+        expect(results[1]).toMatchObject({ extras: { is_error: false } });
+        expect(slow.counted).toEqual([
+          ['slow', 'in_doubt'],
+          ['current_time', 'ok'],
+        ]);
+      });
     });
   });
 

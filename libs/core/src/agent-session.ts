@@ -40,7 +40,7 @@ import { agentStateChangeDraft, readAgentStateChange } from './session/agent-sta
 import { EventReader } from './session/event-reader.js';
 import { SessionLifecycle, type SessionEndReason } from './session/session-lifecycle.js';
 import type { AgentSessionInit, AgentSessionOptions } from './session/session-options.js';
-import { TurnDriver } from './session/turn-driver.js';
+import { STOPPED_WHY, TurnDriver } from './session/turn-driver.js';
 import { RecentEvents } from './session/turn-history.js';
 import { UserEventQueue, type Control } from './session/user-event-queue.js';
 import { WakeSignal } from './session/wake-signal.js';
@@ -236,8 +236,10 @@ export class AgentSession {
 
   /**
    * Stops the agent: a running step is cut (its partial text stored as
-   * interrupted), `notice` goes to the room, `stopped` is stored (with
-   * `extras.reason` if given) and the session closes.
+   * interrupted), a turn awaiting confirmation ends (a stop is not a
+   * failover: its calls are answered that they never ran), `notice` goes to
+   * the room, `stopped` is stored (with `extras.reason` if given) and the
+   * session closes.
    */
   async stop(reason?: string, notice?: StatusUpdate): Promise<void> {
     const { lifecycle } = this;
@@ -252,6 +254,7 @@ export class AgentSession {
     await this.quiesce();
     if (lifecycle.isWritable && this.loadingEventId >= 0 && this.currentState !== 'stopped') {
       try {
+        await this.turns.endSuspended(STOPPED_WHY, true);
         await this.write(
           [agentStateChangeDraft('stopped', reason === undefined ? {} : { reason })],
           true,
@@ -388,9 +391,7 @@ export class AgentSession {
       return;
     }
     if (target === 'stopped') {
-      await this.turns.endSuspended(
-        'The conversation was stopped before the calls were confirmed.',
-      );
+      await this.turns.endSuspended(STOPPED_WHY);
       await this.write([agentStateChangeDraft('stopped', { cause })]);
       this.lifecycle.endWith('stopped');
       this.lifecycle.beginClosing();

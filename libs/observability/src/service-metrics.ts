@@ -2,7 +2,8 @@ import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom
 import type { AppendOptions, AppendedEvent, ConversationStore, EventDraft } from '@cs/core';
 
 /** Outcomes of a tool call (`cs_tool_calls_total{outcome}`). */
-export type ToolCallOutcome = 'ok' | 'error' | 'rejected' | 'in_doubt' | 'timeout';
+export type ToolCallOutcome =
+  'ok' | 'error' | 'rejected' | 'in_doubt' | 'timeout' | 'cancelled' | 'not_run';
 
 /**
  * The agent runtime's metrics: the methods of `RuntimeMetrics` of libs/core
@@ -144,7 +145,7 @@ export class ServiceMetrics {
     for (const kind of ['prompt', 'completion']) this.llmTokens.inc({ kind }, 0);
     this.toolCalls = new Counter({
       name: 'cs_tool_calls_total',
-      help: 'Tool calls ended, by tool and outcome (ok, error, rejected, in_doubt, timeout)',
+      help: 'Tool calls ended, by tool and outcome (ok, error, rejected, in_doubt, timeout, cancelled, not_run)',
       labelNames: ['tool', 'outcome'],
       registers: [this.registry],
     });

@@ -17,8 +17,13 @@ const RUNNING_DEFER_MS = 20;
  */
 const TURN_ABORTED = new DOMException('The turn was cut or is over.', 'AbortError');
 
-/** Why a running turn was cut: a user's control, a newer message, or the session closing. */
-export type Cut = 'control' | 'interrupt' | 'stop' | 'close';
+/**
+ * Why a running turn was cut: a user's pause or stop read from the store, a
+ * newer message (`interrupt`), the session's `stop()` (a stop, an eviction:
+ * its last writes go through while it closes), or the session closing
+ * without writing (the next holder goes on with the turn).
+ */
+export type Cut = 'pause' | 'stop_request' | 'interrupt' | 'stop' | 'close';
 
 export class ActiveTurn {
   readonly controller = new AbortController();

@@ -30,6 +30,16 @@ const MAX_TURN_ATTEMPTS = 3;
 /** Pending messages whose trace is remembered until their turn runs. */
 const MAX_TRACES = 1_000;
 
+/** What the calls of a turn a stop ends are told (the opening of a sentence). */
+export const STOPPED_WHY = 'The conversation was stopped';
+/** Why a cut ended the turn: the opening of what each of its unanswered calls is told. */
+const CUT_ENDS_TURN: Partial<Record<Cut, string>> = {
+  pause: 'The conversation was paused',
+  stop_request: STOPPED_WHY,
+  stop: STOPPED_WHY,
+  interrupt: 'A new message interrupted the turn',
+};
+
 export const OUTPUT_REFUSED_MESSAGE = 'The agent produced an answer that could not be stored.';
 export const STORE_FAILED_MESSAGE = 'The answer could not be stored; send the message again.';
 
@@ -111,18 +121,22 @@ export class TurnDriver {
     return true;
   }
 
-  /** Ends the turn awaiting a confirmation, its calls answered with `why`. */
-  async endSuspended(why: string): Promise<void> {
+  /**
+   * Ends the turn awaiting a confirmation, each call answered that it never
+   * ran because of `why` (the opening of a sentence); `final` for a stop's
+   * last writes while the session closes.
+   */
+  async endSuspended(why: string, final = false): Promise<void> {
     const suspended = this.suspended;
     if (!suspended) return;
     this.suspended = null;
-    await suspended.end(why, '', 'superseded', (drafts) => this.deps.write(drafts));
+    await suspended.end(why, '', 'superseded', (drafts) => this.deps.write(drafts, final));
     this.settled(suspended.trigger.id);
   }
 
   async run(trigger: StoredEvent): Promise<void> {
     // A new message while calls await confirmation rejects them and ends that turn.
-    await this.endSuspended('A new message came before the calls were confirmed.');
+    await this.endSuspended('A new message came');
     const attempts = (this.attempts.get(trigger.id) ?? 0) + 1;
     if (attempts > MAX_TURN_ATTEMPTS) {
       await this.settleInError(trigger.id, STORE_FAILED_MESSAGE);
@@ -175,8 +189,10 @@ export class TurnDriver {
     const strategy = this.deps.strategy();
     for (const event of queue.pendingAfter(turn.runner.trigger.id)) {
       const target = requestedState(event);
-      if (target === 'paused' || (target === 'stopped' && event.id > this.deps.loadingEventId())) {
-        turn.markCut('control');
+      if (target === 'paused') {
+        turn.markCut('pause');
+      } else if (target === 'stopped' && event.id > this.deps.loadingEventId()) {
+        turn.markCut('stop_request');
       } else if (strategy === 'interrupt' && isUserMessage(event)) {
         turn.markCut('interrupt');
       }
@@ -207,15 +223,16 @@ export class TurnDriver {
             agentStateChangeDraft('awaiting_user_confirmation', { cause: trigger.id }),
           ]);
         }
-      } else if (turn.cut === 'control' || turn.cut === 'interrupt' || turn.cut === 'stop') {
-        // Stop, pause or a newer message: the turn ends here, its text kept as interrupted.
-        await runner.end(
-          'The turn was interrupted before this call ran.',
-          outcome.partialText,
-          'interrupted',
-          (drafts) => deps.write(drafts, turn.cut === 'stop'),
-        );
-        this.settled(trigger.id);
+      } else {
+        // Stop, pause or a newer message: the turn ends here, its text kept as
+        // interrupted, its calls answered. A close leaves it to the next holder.
+        const why = turn.cut ? CUT_ENDS_TURN[turn.cut] : undefined;
+        if (why !== undefined) {
+          await runner.end(why, outcome.partialText, 'interrupted', (drafts) =>
+            deps.write(drafts, turn.cut === 'stop'),
+          );
+          this.settled(trigger.id);
+        }
       }
     } catch (error) {
       if (!isRefusedWrite(error)) throw error;

@@ -73,6 +73,9 @@ export class TurnRunner {
     private readonly ownCalls: boolean,
   ) {}
 
+  /** The call that was running when the turn was cut, if one was. */
+  private cutMidCall: number | null = null;
+
   /** Runs the turn from where its stored events leave it, until it settles, waits or is cut. */
   async run(signal: AbortSignal): Promise<TurnOutcome> {
     const { progress } = this;
@@ -139,8 +142,9 @@ export class TurnRunner {
         const storedCalls = stored.filter(
           (event) => isAction(event) && event.action === 'tool_call',
         );
+        // Stored, without a result: what a cut from here on leaves to answer (`end`).
+        progress.unresolved = storedCalls;
         if (this.deps.settings.confirmationMode) {
-          progress.unresolved = storedCalls;
           progress.confirmation = 'awaiting';
           await this.deps.write([
             agentStateChangeDraft('awaiting_user_confirmation', { cause: this.trigger.id }),
@@ -170,8 +174,10 @@ export class TurnRunner {
 
   /**
    * Ends the turn now (a stop, a pause, an interrupt, a new message while
-   * calls awaited confirmation): its partial text stored as interrupted, each
-   * call that never ran answered with an error saying why.
+   * calls awaited confirmation): its partial text stored as interrupted, and
+   * each call without a result answered with an error that says `why` (the
+   * opening of a sentence) and whether it was cut while it ran or never ran,
+   * in the same write as the state change that settles the turn.
    */
   async end(
     why: string,
@@ -181,9 +187,18 @@ export class TurnRunner {
   ): Promise<void> {
     const drafts: EventDraft[] = [];
     if (partialText !== '') drafts.push(messageDraft(this.trigger.id, partialText, true));
-    drafts.push(
-      ...this.progress.unresolved.map((call) => resultDraft(call, why, { is_error: true })),
-    );
+    const before =
+      this.progress.confirmation === 'awaiting'
+        ? 'before this call was confirmed'
+        : 'before this call ran';
+    for (const call of this.progress.unresolved) {
+      const cut = call.id === this.cutMidCall;
+      this.deps.metrics.toolCalled(toolOf(call), cut ? 'cancelled' : 'not_run');
+      const content = cut
+        ? `${why} while this call ran: it did not finish, and its effect may or may not have happened.`
+        : `${why} ${before}: it never ran.`;
+      drafts.push(resultDraft(call, content, { is_error: true }));
+    }
     drafts.push(
       agentStateChangeDraft('awaiting_user_input', {
         cause: this.trigger.id,
@@ -192,6 +207,7 @@ export class TurnRunner {
       }),
     );
     this.progress.unresolved = [];
+    this.cutMidCall = null;
     await write(drafts);
   }
 
@@ -242,7 +258,7 @@ export class TurnRunner {
     while (pending.length > 0 && !signal.aborted) {
       const call = pending.shift()!;
       const args = isAction(call) ? call.args : {};
-      const tool = typeof args['tool'] === 'string' ? args['tool'] : '';
+      const tool = toolOf(call);
       const callId =
         typeof args['tool_call_id'] === 'string' ? args['tool_call_id'] : String(call.id);
       let draft: EventDraft;
@@ -273,7 +289,11 @@ export class TurnRunner {
             { signal, idempotency_key: callId, conversation_id: this.deps.ref.conversationId },
           ),
         );
-        if (signal.aborted) break; // cut mid-call: the call stays unresolved
+        if (signal.aborted) {
+          // Cut mid-call: unresolved, for `end` to answer, or for the next holder after a close.
+          this.cutMidCall = call.id;
+          break;
+        }
         metrics.toolCalled(tool, outcome.outcome);
         draft = resultDraft(
           call,
@@ -372,6 +392,12 @@ function messageDraft(cause: number, content: string, interrupted = false): Even
       message: content,
     },
   };
+}
+
+/** The tool a stored call names ('' when it names none). */
+function toolOf(call: StoredEvent): string {
+  const tool = isAction(call) ? call.args['tool'] : undefined;
+  return typeof tool === 'string' ? tool : '';
 }
 
 function resultDraft(
