@@ -492,6 +492,14 @@ describe.each(backends)('standalone service on $name', (backend) => {
       'metadata.note',
     );
     await bad('POST', '/api/dev/token', { body: { user_id: 'a\u0000' } }, 400, 'user_id');
+    // The token is checked before the body is parsed: a stranger's body is never read
+    // (malformed JSON without a token was a 400 from the parser, before the 401).
+    const stranger = await api(app.url, 'POST', '/api/conversations', {
+      raw: `${'['.repeat(100_000)}`,
+      headers: { 'content-type': 'application/json' },
+    });
+    expect(stranger.status).toBe(401);
+    expect(stranger.body).toMatchObject({ error: { code: 'UNAUTHORIZED' } });
     // Start and stop take no body but an empty object.
     await bad('POST', `/api/conversations/${id}/stop`, { body: { foo: 1 } }, 400, 'foo');
     await bad('POST', `/api/conversations/${id}/start`, { body: [1] }, 400);

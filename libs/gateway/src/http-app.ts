@@ -9,6 +9,8 @@ import { Logger as PinoNestLogger } from 'nestjs-pino';
 import type { AppConfig } from '@cs/config';
 import type { ServiceLogger } from '@cs/observability';
 import { MAX_PAYLOAD_BYTES } from '@cs/protocol';
+import { authenticate } from './auth/http-auth.guard.js';
+import { TokenService, bearerToken } from './auth/token.service.js';
 import { HttpErrorFilter } from './http/error.filter.js';
 import { mapError } from './http/error-mapping.js';
 import { ConfiguredIoAdapter } from './realtime/configured-io.adapter.js';
@@ -54,6 +56,7 @@ export async function createHttpApp(
   // No cross-origin access unless the operator names the origins.
   if (config.http.corsOrigins.length > 0) app.enableCors({ origin: config.http.corsOrigins });
   app.use(requireJsonBodies);
+  app.use('/api/conversations', authenticateBeforeBody(app.get(TokenService)));
   app.useBodyParser('json', { limit: MAX_PAYLOAD_BYTES, type: 'application/json' });
   app.useGlobalFilters(new HttpErrorFilter());
 
@@ -78,6 +81,21 @@ export async function createHttpApp(
     response.status(status).json(body);
   });
   return app;
+}
+
+/**
+ * The conversations API checks the bearer token before the body is parsed
+ * (the guard then finds the caller on the request): a stranger's megabyte of
+ * deeply nested JSON is refused with 401 unread, where parsing it first cost
+ * the event loop about 0.15 s.
+ */
+function authenticateBeforeBody(tokens: TokenService) {
+  return (request: Request, _response: Response, next: NextFunction): void => {
+    tokens.verify(bearerToken(request.headers.authorization)).then((principal) => {
+      authenticate(request, principal);
+      next();
+    }, next);
+  };
 }
 
 /** POST/PUT/PATCH with a body must declare `application/json`. */

@@ -17,9 +17,15 @@ export class HttpAuthGuard implements CanActivate {
 
   async canActivate(context: ExecutionContext): Promise<boolean> {
     const request = context.switchToHttp().getRequest<AuthenticatedRequest>();
-    request.principal = await this.tokens.verify(bearerToken(request.headers.authorization));
+    // Verified already before the body was read (see createHttpApp), else now.
+    request.principal ??= await this.tokens.verify(bearerToken(request.headers.authorization));
     return true;
   }
+}
+
+/** Records the caller of a request verified before it reached the guard. */
+export function authenticate(request: Request, principal: Principal): void {
+  (request as AuthenticatedRequest).principal = principal;
 }
 
 /** The caller authenticated by `HttpAuthGuard`. */
