@@ -1031,6 +1031,25 @@ describe(AgentSession.name, () => {
       await second.close();
     });
 
+    it('counts a call to a tool no one has under the label unknown (agents may name anything)', async () => {
+      const f = await fixture();
+      const slow = slowTools(true);
+      const agent = new ScriptedAgent(async function* (turn) {
+        const recent = await turn.history.recent(10);
+        if (!recent.some((e) => isObservation(e) && e.observation === 'tool_result')) {
+          yield { type: 'tool_call', tool: 'made_up_by_the_model_1234', arguments: {} };
+          return;
+        }
+        yield say('done');
+      });
+      const session = await f.newSession(agent, 10, CATCH_UP_MS, 0, slow.options);
+      await session.start();
+      const ask = await f.userSays('go', session);
+      await vi.waitFor(() => expect(f.answers()).toEqual([['done', ask]]));
+      expect(slow.counted).toEqual([['unknown', 'error']]);
+      await session.close();
+    });
+
     it('a newer message under interrupt answers the calls, then is answered', async () => {
       const f = await fixture();
       const slow = slowTools(true);

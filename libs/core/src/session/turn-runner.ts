@@ -193,7 +193,10 @@ export class TurnRunner {
         : 'before this call ran';
     for (const call of this.progress.unresolved) {
       const cut = call.id === this.cutMidCall;
-      this.deps.metrics.toolCalled(toolOf(call), cut ? 'cancelled' : 'not_run');
+      this.deps.metrics.toolCalled(
+        this.deps.tools.labelOf(toolOf(call)),
+        cut ? 'cancelled' : 'not_run',
+      );
       const content = cut
         ? `${why} while this call ran: it did not finish, and its effect may or may not have happened.`
         : `${why} ${before}: it never ran.`;
@@ -263,13 +266,13 @@ export class TurnRunner {
         typeof args['tool_call_id'] === 'string' ? args['tool_call_id'] : String(call.id);
       let draft: EventDraft;
       if (how === 'rejected') {
-        metrics.toolCalled(tool, 'rejected');
+        metrics.toolCalled(tools.labelOf(tool), 'rejected');
         draft = resultDraft(call, 'The user rejected this call.', {
           is_error: true,
           rejected: true,
         });
       } else if (how === 'resume' && !tools.isIdempotent(tool)) {
-        metrics.toolCalled(tool, 'in_doubt');
+        metrics.toolCalled(tools.labelOf(tool), 'in_doubt');
         draft = resultDraft(
           call,
           'This call was interrupted by a failover and is not run again: its effect is unknown.',
@@ -280,7 +283,7 @@ export class TurnRunner {
         );
       } else {
         const toolArgs = args['arguments'];
-        const outcome = await this.deps.tracing.withSpan(`tool ${tool}`, () =>
+        const outcome = await this.deps.tracing.withSpan(`tool ${tools.labelOf(tool)}`, () =>
           tools.run(
             tool,
             typeof toolArgs === 'object' && toolArgs !== null && !Array.isArray(toolArgs)
@@ -294,7 +297,7 @@ export class TurnRunner {
           this.cutMidCall = call.id;
           break;
         }
-        metrics.toolCalled(tool, outcome.outcome);
+        metrics.toolCalled(tools.labelOf(tool), outcome.outcome);
         draft = resultDraft(
           call,
           outcome.content,

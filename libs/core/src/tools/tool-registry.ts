@@ -58,6 +58,14 @@ export class ToolRegistry {
     return this.tools.has(name);
   }
 
+  /**
+   * The name metrics and spans know a called tool by: its own, or `unknown`
+   * for a name no tool has (an agent may call any name; labels stay bounded).
+   */
+  labelOf(name: string): string {
+    return this.tools.has(name) ? name : 'unknown';
+  }
+
   isIdempotent(name: string): boolean {
     return this.tools.get(name)?.idempotent ?? false;
   }
