@@ -6,6 +6,7 @@ import { afterEach, describe, expect, it, onTestFailed } from 'vitest';
 import { ClusterKeys } from '@cs/cluster';
 import type { StoredEvent } from '@cs/protocol';
 import { ConversationClient, api, ids, isAgentReply } from '../support/clients.js';
+import { REFUSAL_ENV, refusalStoresNothing } from '../support/concurrency-refusal.js';
 import {
   holderOf,
   readAllEvents,
@@ -350,6 +351,14 @@ describe('cluster of gateways and workers', () => {
       client.close();
       redisClient.disconnect();
     }
+  });
+
+  it('stores nothing it refuses with CONCURRENCY_LIMIT_REACHED, counts none of it, and stores it once a slot frees', async () => {
+    const c = await cluster_({ gateways: 2, workers: 2, env: { ...REFUSAL_ENV } });
+    await refusalStoresNothing(
+      c.gateways.map((g) => g.url),
+      await c.token('full'),
+    );
   });
 
   it.each(['evict_oldest', 'reject'] as const)(

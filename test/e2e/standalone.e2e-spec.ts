@@ -7,6 +7,7 @@ import { SignJWT } from 'jose';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { StatusUpdate, StoredEvent } from '@cs/protocol';
 import { ConversationClient, api, devToken, ids, isAgentReply } from '../support/clients.js';
+import { REFUSAL_ENV, refusalStoresNothing } from '../support/concurrency-refusal.js';
 import { startApp, type AppProcess } from '../support/processes.js';
 import { createScratchDatabase, uniqueName, type ScratchDatabase } from '../support/services.js';
 
@@ -825,6 +826,23 @@ describe('standalone service lifecycle', () => {
       const refused = await api(app.url, 'POST', `/api/conversations/${other}/start`, { token });
       expect(refused.status).toBe(429);
       expect(refused.body).toMatchObject({ error: { code: 'CONCURRENCY_LIMIT_REACHED' } });
+    } finally {
+      await app.stop();
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+
+  it('stores nothing it refuses with CONCURRENCY_LIMIT_REACHED, counts none of it, and stores it once a slot frees', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'cs-e2e-'));
+    const app = await startApp('standalone', {
+      DATA_DIR: dir,
+      AUTH_JWT_SECRET: SECRET,
+      AUTH_DEV_TOKENS: 'true',
+      ...REFUSAL_ENV,
+    });
+    try {
+      const token = await devToken(app.url, { user_id: 'full', tenant_id: uniqueName('full') });
+      await refusalStoresNothing([app.url], token);
     } finally {
       await app.stop();
       rmSync(dir, { recursive: true, force: true });

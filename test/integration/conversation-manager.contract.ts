@@ -231,6 +231,11 @@ export function conversationManagerContract(
         });
       });
 
+      it('claims no slot before storing: nothing is refused', async () => {
+        const ref = await fixture.createConversation(newOwner());
+        expect(await manager.claimSlot(ref)).toBeNull();
+      });
+
       it('starts a stopped conversation: its agent reaches awaiting_user_input', async () => {
         const ref = await fixture.createConversation(newOwner());
         expect(await manager.status(ref)).toBe('STOPPED');
@@ -638,6 +643,76 @@ export function conversationManagerContract(
         await startAndWait(manager, refused);
         expect((await manager.listRunning(owner.tenantId, owner.userId)).sort()).toEqual(
           [second.conversationId, refused.conversationId].sort(),
+        );
+      });
+
+      it('refuses a message that would start a conversation at the limit, storing and publishing nothing', async () => {
+        const owner = newOwner();
+        const [first, second, stopped] = [
+          await fixture.createConversation(owner),
+          await fixture.createConversation(owner),
+          await fixture.createConversation(owner),
+        ] as [ConversationRef, ConversationRef, ConversationRef];
+        await startAndWait(manager, first);
+        await startAndWait(manager, second);
+
+        for (let n = 0; n < 2; n += 1) {
+          const attempt = manager.sendUserAction(stopped, message('later', 'key-later'));
+          await expect(attempt).rejects.toBeInstanceOf(ConcurrencyLimitError);
+        }
+        expect(await stored(stopped)).toEqual([]);
+        expect(fixture.publishedEvents(stopped.conversationId)).toEqual([]);
+        expect(await manager.status(stopped)).toBe('STOPPED');
+        // What the caller read RUNNING just now takes no slot: it is stored at once.
+        const busy = await manager.sendUserAction(first, message('more'), undefined, {
+          status: 'RUNNING',
+        });
+        await waitForAnswer(first, busy.event.id);
+
+        // A slot frees: the same key is stored once and answered once.
+        await manager.stop(second);
+        await fixture.untilUnheld(second);
+        const sent = await manager.sendUserAction(stopped, message('later', 'key-later'));
+        expect(sent.duplicate).toBe(false);
+        const events = await waitForAnswer(stopped, sent.event.id);
+        expect(events.filter((e) => e.source === 'user')).toEqual([sent.event]);
+        expect(answersTo(events, sent.event.id)).toHaveLength(1);
+        expect(fixture.publishedEvents(stopped.conversationId)[0]).toEqual(sent.event);
+        expect((await manager.listRunning(owner.tenantId, owner.userId)).sort()).toEqual(
+          [first.conversationId, stopped.conversationId].sort(),
+        );
+      });
+
+      it('gives back a slot claimed for a write that was not stored, and keeps one a start took over', async () => {
+        const owner = newOwner();
+        const [first, second, third] = [
+          await fixture.createConversation(owner),
+          await fixture.createConversation(owner),
+          await fixture.createConversation(owner),
+        ] as [ConversationRef, ConversationRef, ConversationRef];
+        await startAndWait(manager, first);
+        // Claimed, then not stored: given back.
+        const claim = await manager.claimSlot(second);
+        expect(claim?.taken).toBe(true);
+        await expect(manager.claimSlot(third)).rejects.toBeInstanceOf(ConcurrencyLimitError);
+        await claim?.release();
+        // A message whose append fails (its conversation is not this incarnation) keeps none.
+        const stale = { ...third, incarnation: randomUUID() };
+        await expect(manager.sendUserAction(stale, message('lost'))).rejects.toMatchObject({
+          code: 'NOT_FOUND',
+        });
+        expect(await manager.listRunning(owner.tenantId, owner.userId)).toEqual([
+          first.conversationId,
+        ]);
+        // Claimed, then started: the start keeps the slot.
+        const started = await manager.claimSlot(second);
+        await startAndWait(manager, second);
+        await started?.release();
+        await expect(manager.ensureRunning(third)).rejects.toBeInstanceOf(ConcurrencyLimitError);
+        // Held already: claiming it again takes nothing.
+        expect((await manager.claimSlot(first))?.taken).toBe(false);
+        expect((await manager.listRunning(owner.tenantId, owner.userId)).sort()).toEqual(
+          [first.conversationId, second.conversationId].sort(),
         );
       });
     });

@@ -180,9 +180,10 @@ describe('acquire-slot-2.lua, renew-slots-2.lua, release-slot-2.lua', () => {
       expect(await expiries()).toEqual(expiry);
     });
 
-    it('keeps a held slot when its conversation asks again, even at the limit', async () => {
+    it('keeps a held slot when its conversation asks again, even at the limit, saying so', async () => {
+      expect(await acquire('c1', 1, 'reject')).toEqual([1]);
       for (const policy of ['reject', 'evict_oldest'] as const) {
-        expect(await acquire('c1', 1, policy)).toEqual([1]);
+        expect(await acquire('c1', 1, policy)).toEqual([3]);
       }
       expect(await running()).toEqual(['c1']);
     });

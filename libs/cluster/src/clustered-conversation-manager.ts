@@ -1,8 +1,10 @@
 import {
   ConcurrencyLimitError,
+  HELD_SLOT,
   NotFoundError,
   TOO_MANY_CONVERSATIONS_NOTICE,
   agentStateChangeDraft,
+  claimsSlotBeforeStoring,
   readAgentStateChange,
   refOf,
   roomKey,
@@ -15,6 +17,8 @@ import {
   type ConversationRef,
   type ConversationStore,
   type SendOptions,
+  type SlotClaim,
+  type SlotOwner,
 } from '@cs/core';
 import { StatusId, type ConversationStatus, type UserAction } from '@cs/protocol';
 import type { ConversationJobs } from './leases/conversation-jobs.js';
@@ -140,31 +144,75 @@ export class ClusteredConversationManager implements ConversationManager {
     }
   }
 
+  claimSlot(owner: SlotOwner): Promise<SlotClaim | null> {
+    if (!claimsSlotBeforeStoring(this.deps.limiter.policy, true)) return Promise.resolve(null);
+    return this.takeSlot(owner);
+  }
+
+  /**
+   * A user action is stored first, then handed on. Under `reject` a message
+   * takes its slot before (one Redis call), unless the caller read the
+   * conversation RUNNING just now: the hot path stays one append, one publish.
+   */
   async sendUserAction(
     ref: ConversationRef,
     action: UserAction,
     idempotencyKey?: string,
     options: SendOptions = {},
   ): Promise<AppendedEvent> {
-    const appended = await storeUserAction(
-      this.deps.store,
-      ref,
-      action,
-      idempotencyKey,
-      options,
-      () => this.ensureRunning(ref),
-    );
+    return storeUserAction(this.deps.store, ref, action, idempotencyKey, options, {
+      policy: this.deps.limiter.policy,
+      running: options.status === 'RUNNING',
+      claimSlot: () => this.takeSlot(ref),
+      ensureRunning: () => this.ensureRunning(ref),
+      deliver: (appended, claimed) => this.deliver(ref, action, appended, claimed),
+    });
+  }
+
+  /** Publishes a stored user action and wakes its holder; with none, a message starts it. */
+  private async deliver(
+    ref: ConversationRef,
+    action: UserAction,
+    appended: AppendedEvent,
+    claimed: boolean,
+  ): Promise<void> {
     if (!appended.duplicate) this.deps.broadcaster.publishEvents(roomKey(ref), [appended.event]);
     const holders = appended.duplicate
       ? 0
       : await this.deps.inbox.send(ref.conversationId, { type: 'wake', events: [appended.event] });
+    if (holders > 0 || action.action !== 'message') return;
     // Nobody holds it: a message starts it (a repeat too, in case the first start failed).
-    if (holders === 0 && action.action === 'message') {
-      const record = await this.deps.store.getConversation(ref.tenantId, ref.conversationId);
-      if (!record || record.status !== 'RUNNING' || !appended.duplicate)
-        await this.ensureRunning(ref);
+    if (!appended.duplicate || claimed) {
+      await this.ensureRunning(ref);
+      return;
     }
-    return appended;
+    const record = await this.deps.store.getConversation(ref.tenantId, ref.conversationId);
+    if (!record || record.status !== 'RUNNING') await this.ensureRunning(ref);
+  }
+
+  /**
+   * Takes the owner's slot before a write that will start the conversation
+   * is stored. Given back (`release`) only while the conversation has no job:
+   * another request may have started it with this slot meanwhile.
+   */
+  private async takeSlot(owner: SlotOwner): Promise<SlotClaim> {
+    const { jobs, limiter } = this.deps;
+    const { tenantId, userId, conversationId } = owner;
+    const slot = await limiter.acquire(tenantId, userId, conversationId);
+    if (!slot.granted) throw new ConcurrencyLimitError(this.deps.limit);
+    if (slot.evicted) await this.evict({ tenantId, userId, conversationId: slot.evicted });
+    if (slot.held) return HELD_SLOT;
+    let released = false;
+    return {
+      taken: true,
+      release: async () => {
+        if (released) return;
+        released = true;
+        if ((await jobs.state(conversationId)) === null) {
+          await limiter.release(tenantId, userId, conversationId);
+        }
+      },
+    };
   }
 
   /**

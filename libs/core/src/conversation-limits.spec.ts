@@ -1,6 +1,12 @@
-import { describe, expect, it } from 'vitest';
+import { describe, expect, it, vi } from 'vitest';
 import { StatusUpdateSchema } from '@cs/protocol';
-import { TOO_MANY_CONVERSATIONS_NOTICE, isIdleSince } from './conversation-limits.js';
+import {
+  HELD_SLOT,
+  TOO_MANY_CONVERSATIONS_NOTICE,
+  claimsSlotBeforeStoring,
+  isIdleSince,
+  withSlotClaim,
+} from './conversation-limits.js';
 
 describe(isIdleSince.name, () => {
   it('is idle once IDLE_TIMEOUT_MS have passed since the last activity, not a millisecond before', () => {
@@ -21,5 +27,40 @@ describe('TOO_MANY_CONVERSATIONS_NOTICE', () => {
       type: 'error',
       id: 'AGENT_ERROR$TOO_MANY_CONVERSATIONS',
     });
+  });
+});
+
+describe(claimsSlotBeforeStoring.name, () => {
+  it('takes the slot before storing a write that starts a conversation under reject only', () => {
+    expect(claimsSlotBeforeStoring('reject', true)).toBe(true);
+    expect(claimsSlotBeforeStoring('reject', false)).toBe(false);
+    // evict_oldest refuses nothing: the start follows the store, evicting for stored writes only.
+    expect(claimsSlotBeforeStoring('evict_oldest', true)).toBe(false);
+    expect(claimsSlotBeforeStoring('evict_oldest', false)).toBe(false);
+  });
+});
+
+describe(withSlotClaim.name, () => {
+  const claim = () => ({ taken: true, release: vi.fn(() => Promise.resolve()) });
+
+  it('keeps the slot when the write succeeds', async () => {
+    const held = claim();
+    await expect(withSlotClaim(held, () => Promise.resolve(7))).resolves.toBe(7);
+    expect(held.release).not.toHaveBeenCalled();
+  });
+
+  it('gives the slot back when the write fails, and fails as it did', async () => {
+    const held = claim();
+    const failure = new Error('not stored');
+    await expect(withSlotClaim(held, () => Promise.reject(failure))).rejects.toBe(failure);
+    expect(held.release).toHaveBeenCalledOnce();
+  });
+
+  it('runs the write alone without a claim, and with a slot held already', async () => {
+    await expect(withSlotClaim(null, () => Promise.reject(new Error('x')))).rejects.toThrow('x');
+    await expect(withSlotClaim(HELD_SLOT, () => Promise.reject(new Error('y')))).rejects.toThrow(
+      'y',
+    );
+    expect(HELD_SLOT.taken).toBe(false);
   });
 });

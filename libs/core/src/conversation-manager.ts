@@ -1,5 +1,6 @@
 import type { ConversationStatus, UserAction } from '@cs/protocol';
 import type { ConversationRef } from './conversation.js';
+import type { SlotClaim, SlotOwner } from './conversation-limits.js';
 import type { AppendedEvent } from './ports/conversation-store.port.js';
 
 /** One client connection attached to a conversation's room. */
@@ -11,6 +12,12 @@ export interface Attachment extends ConversationRef {
 export interface SendOptions {
   /** A message under `reject`: refused with `AgentBusyError` while the agent is busy. */
   refuseIfBusy?: boolean;
+  /**
+   * The conversation's status as the caller read it just now (not a socket's,
+   * as old as its handshake). RUNNING spares the cluster the slot's check
+   * before the store (`claimsSlotBeforeStoring`).
+   */
+  status?: ConversationStatus;
 }
 
 /**
@@ -33,9 +40,20 @@ export interface ConversationManager {
    */
   ensureRunning(ref: ConversationRef): Promise<ConversationStatus>;
   /**
+   * Takes the owner's slot for a conversation (stored or about to be) that
+   * what the caller is about to store will start, where the policy takes it
+   * before storing (`claimsSlotBeforeStoring`, under `reject`): throws
+   * `ConcurrencyLimitError` when none is free, so that nothing is stored.
+   * Null under `evict_oldest`; `HELD_SLOT` when the conversation holds one.
+   * The caller starts the conversation, or releases the claim.
+   */
+  claimSlot(owner: SlotOwner): Promise<SlotClaim | null>;
+  /**
    * Stores a user action (idempotent by `client_event_id` / `idempotencyKey`)
    * and hands it to the running agent, starting the agent when a message
-   * arrives for a stopped conversation.
+   * arrives for a stopped conversation. Under `reject` a message it cannot
+   * start the conversation for is refused (`ConcurrencyLimitError`) before
+   * anything is stored.
    */
   sendUserAction(
     ref: ConversationRef,

@@ -283,6 +283,77 @@ describe(StandaloneConversationManager.name, () => {
       await f.manager.shutdown();
     });
 
+    it('reject: refuses a message that would start a conversation at the limit before storing or publishing it', async () => {
+      const f = fixture({ maxConcurrentConversations: 1, concurrencyPolicy: 'reject' });
+      const running = await f.conversation('full-user');
+      const stopped = await f.conversation('full-user');
+      await f.manager.ensureRunning(running);
+
+      for (let n = 0; n < 2; n += 1) {
+        const refused = f.manager.sendUserAction(stopped, f.message('wait', 'key-wait'));
+        await expect(refused).rejects.toBeInstanceOf(ConcurrencyLimitError);
+      }
+      expect(f.store.allEvents(stopped.conversationId)).toEqual([]);
+      expect(f.broadcaster.eventsOf(stopped.conversationId)).toEqual([]);
+      expect(await f.manager.status(stopped)).toBe('STOPPED');
+      // A message to the running one takes nothing more.
+      expect((await f.manager.sendUserAction(running, f.message('go on'))).duplicate).toBe(false);
+
+      // A slot frees: the same key is stored once, starts the conversation and is answered once.
+      await f.manager.stop(running);
+      const stored = await f.manager.sendUserAction(stopped, f.message('wait', 'key-wait'));
+      expect(stored.duplicate).toBe(false);
+      expect(await f.manager.status(stopped)).toBe('RUNNING');
+      await vi.waitFor(() => expect(f.answers(stopped)).toEqual([['echo: wait', stored.event.id]]));
+      const repeat = await f.manager.sendUserAction(stopped, f.message('wait', 'key-wait'));
+      expect(repeat).toEqual({ event: stored.event, duplicate: true });
+      expect(f.store.allEvents(stopped.conversationId).filter((e) => e.source === 'user')).toEqual([
+        stored.event,
+      ]);
+      await f.manager.shutdown();
+    });
+
+    it('reject: a slot claimed before storing counts against the limit until the start takes it over or it is released', async () => {
+      const f = fixture({ maxConcurrentConversations: 1, concurrencyPolicy: 'reject' });
+      const first = await f.conversation('claim-user');
+      const second = await f.conversation('claim-user');
+
+      const claim = await f.manager.claimSlot(first);
+      expect(claim?.taken).toBe(true);
+      await expect(f.manager.ensureRunning(second)).rejects.toBeInstanceOf(ConcurrencyLimitError);
+      await expect(f.manager.claimSlot(second)).rejects.toBeInstanceOf(ConcurrencyLimitError);
+      // Released: the slot is free again.
+      await claim?.release();
+      const other = await f.manager.claimSlot(second);
+      await other?.release();
+      // A message whose append then fails (deleted since) gives its slot back too.
+      const stale = { ...second, incarnation: 'deleted-since' };
+      await expect(f.manager.sendUserAction(stale, f.message('lost'))).rejects.toMatchObject({
+        code: 'NOT_FOUND',
+      });
+      await (await f.manager.claimSlot(first))?.release();
+
+      // Taken over by the start: releasing it afterwards gives nothing back.
+      const started = await f.manager.claimSlot(first);
+      expect(await f.manager.ensureRunning(first)).toBe('RUNNING');
+      await started?.release();
+      await expect(f.manager.ensureRunning(second)).rejects.toBeInstanceOf(ConcurrencyLimitError);
+      // A running conversation holds its slot already: claiming it again is a no-op.
+      const again = await f.manager.claimSlot(first);
+      expect(again?.taken).toBe(false);
+      await again?.release();
+      expect(await f.manager.listRunning(first.tenantId, 'claim-user')).toEqual([
+        first.conversationId,
+      ]);
+      await f.manager.shutdown();
+    });
+
+    it('evict_oldest: claims no slot before storing', async () => {
+      const f = fixture({ maxConcurrentConversations: 1, concurrencyPolicy: 'evict_oldest' });
+      expect(await f.manager.claimSlot(await f.conversation())).toBeNull();
+      await f.manager.shutdown();
+    });
+
     it('counts each user separately', async () => {
       const f = fixture({ maxConcurrentConversations: 1, concurrencyPolicy: 'reject' });
       const mine = await f.conversation('user-a');

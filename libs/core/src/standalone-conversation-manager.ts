@@ -8,6 +8,9 @@
  * conversations to evict; every slow step (stopping the evicted, starting the
  * new session) happens after the mutex is released, so that no request waits
  * behind another user's start and the idle cleanup never blocks anyone.
+ * Under `reject` a slot may be reserved before the write that starts the
+ * conversation is stored (`claimSlot`): the reservation counts against the
+ * limit until the start turns it into the live entry, or it is released.
  */
 import { Mutex } from 'async-mutex';
 import type { ConcurrencyPolicy, ConversationStatus, StatusUpdate, UserAction } from '@cs/protocol';
@@ -20,9 +23,13 @@ import {
 } from './agent-session.js';
 import { roomKey, type ConversationRef } from './conversation.js';
 import {
+  HELD_SLOT,
   TOO_MANY_CONVERSATIONS,
   TOO_MANY_CONVERSATIONS_NOTICE,
+  claimsSlotBeforeStoring,
   isIdleSince,
+  type SlotClaim,
+  type SlotOwner,
 } from './conversation-limits.js';
 import type { Attachment, ConversationManager, SendOptions } from './conversation-manager.js';
 import { ConcurrencyLimitError, NotFoundError, UnavailableError } from './errors.js';
@@ -77,6 +84,12 @@ interface LiveConversation {
   resolveDone: () => void;
 }
 
+/** A slot reserved for a conversation not started yet, by `claims` writes being stored. */
+interface SlotReservation {
+  userKey: string;
+  claims: number;
+}
+
 export class StandaloneConversationManager implements ConversationManager {
   private readonly store: ConversationStore;
   private readonly broadcaster: ConversationBroadcaster;
@@ -86,6 +99,7 @@ export class StandaloneConversationManager implements ConversationManager {
   private readonly reportError: (message: string, error: unknown) => void;
 
   private readonly live = new Map<string, LiveConversation>();
+  private readonly reserved = new Map<string, SlotReservation>();
   private readonly userLocks = new Map<string, Mutex>();
   private readonly attachments = new Map<string, Attachment>();
   private readonly connections = new Map<string, number>();
@@ -152,6 +166,12 @@ export class StandaloneConversationManager implements ConversationManager {
     }
   }
 
+  claimSlot(owner: SlotOwner): Promise<SlotClaim | null> {
+    if (!claimsSlotBeforeStoring(this.options.concurrencyPolicy, true))
+      return Promise.resolve(null);
+    return this.reserveSlot(owner);
+  }
+
   async sendUserAction(
     ref: ConversationRef,
     action: UserAction,
@@ -159,9 +179,23 @@ export class StandaloneConversationManager implements ConversationManager {
     options: SendOptions = {},
   ): Promise<AppendedEvent> {
     this.assertOpen();
-    const appended = await storeUserAction(this.store, ref, action, idempotencyKey, options, () =>
-      this.ensureRunning(ref),
-    );
+    const current = this.live.get(ref.conversationId);
+    return storeUserAction(this.store, ref, action, idempotencyKey, options, {
+      policy: this.options.concurrencyPolicy,
+      running: current !== undefined && !current.stopping,
+      claimSlot: () => this.reserveSlot(ref),
+      ensureRunning: () => this.ensureRunning(ref),
+      deliver: (appended, claimed) => this.deliver(ref, action, appended, claimed),
+    });
+  }
+
+  /** Publishes a stored user action and hands it to the agent, starting it for a message. */
+  private async deliver(
+    ref: ConversationRef,
+    action: UserAction,
+    appended: AppendedEvent,
+    claimed: boolean,
+  ): Promise<void> {
     if (!appended.duplicate) {
       this.broadcaster.publishEvents(roomKey(ref), [appended.event]);
     }
@@ -169,11 +203,10 @@ export class StandaloneConversationManager implements ConversationManager {
     if (entry && !entry.stopping) {
       // A starting session reads the event when its loop begins.
       if (!appended.duplicate) entry.session?.wake([appended.event]);
-    } else if (action.action === 'message' && (!appended.duplicate || !entry)) {
+    } else if (action.action === 'message' && (!appended.duplicate || !entry || claimed)) {
       // A repeat starts the agent only if the first attempt's start did not.
       await this.ensureRunning(ref);
     }
-    return appended;
   }
 
   async stop(ref: ConversationRef): Promise<ConversationStatus> {
@@ -236,14 +269,18 @@ export class StandaloneConversationManager implements ConversationManager {
       this.assertOpen();
       const existing = this.live.get(ref.conversationId);
       if (existing) return { entry: existing.stopping ? null : existing, created: false };
-      const limit = this.options.maxConcurrentConversations;
-      const mine = [...this.live.values()].filter((e) => e.userKey === userKey && !e.stopping);
-      if (mine.length >= limit) {
-        if (this.options.concurrencyPolicy === 'reject') throw new ConcurrencyLimitError(limit);
-        mine.sort((a, b) => this.activityOf(a) - this.activityOf(b) || a.seq - b.seq);
-        for (const victim of mine.slice(0, mine.length - limit + 1)) {
-          victim.stopping = true;
-          evicted.push(victim);
+      // A slot reserved for this start (`reserveSlot`) becomes the entry's.
+      if (!this.reserved.delete(ref.conversationId)) {
+        const limit = this.options.maxConcurrentConversations;
+        const mine = this.liveOf(userKey);
+        const held = mine.length + this.reservedBy(userKey);
+        if (held >= limit) {
+          if (this.options.concurrencyPolicy === 'reject') throw new ConcurrencyLimitError(limit);
+          mine.sort((a, b) => this.activityOf(a) - this.activityOf(b) || a.seq - b.seq);
+          for (const victim of mine.slice(0, held - limit + 1)) {
+            victim.stopping = true;
+            evicted.push(victim);
+          }
         }
       }
       const entry = this.newEntry(ref, userKey);
@@ -252,6 +289,59 @@ export class StandaloneConversationManager implements ConversationManager {
     });
     if (claimed.created && claimed.entry) void this.startEntry(claimed.entry, evicted);
     return claimed.entry;
+  }
+
+  /**
+   * Reserves a slot for a conversation that a write about to be stored will
+   * start (`claimSlot`), refusing at the limit whatever the policy: the start
+   * that follows the store takes the reservation over.
+   */
+  private async reserveSlot(owner: SlotOwner): Promise<SlotClaim> {
+    const userKey = userKeyOf(owner);
+    const id = owner.conversationId;
+    return this.userLock(userKey).runExclusive(() => {
+      this.assertOpen();
+      const existing = this.live.get(id);
+      if (existing && !existing.stopping) return HELD_SLOT;
+      let reservation = this.reserved.get(id);
+      if (reservation) {
+        reservation.claims += 1;
+      } else {
+        const limit = this.options.maxConcurrentConversations;
+        if (this.liveOf(userKey).length + this.reservedBy(userKey) >= limit) {
+          throw new ConcurrencyLimitError(limit);
+        }
+        reservation = { userKey, claims: 1 };
+        this.reserved.set(id, reservation);
+      }
+      const claimed = reservation;
+      let released = false;
+      return {
+        taken: true,
+        release: () => {
+          // Once started, the reservation is the entry's: nothing to give back.
+          if (!released && this.reserved.get(id) === claimed) {
+            claimed.claims -= 1;
+            if (claimed.claims === 0) this.reserved.delete(id);
+          }
+          released = true;
+          return Promise.resolve();
+        },
+      };
+    });
+  }
+
+  /** The user's entries that hold a slot (starting or running, not being stopped). */
+  private liveOf(userKey: string): LiveConversation[] {
+    return [...this.live.values()].filter((e) => e.userKey === userKey && !e.stopping);
+  }
+
+  private reservedBy(userKey: string): number {
+    let count = 0;
+    for (const reservation of this.reserved.values()) {
+      if (reservation.userKey === userKey) count += 1;
+    }
+    return count;
   }
 
   private newEntry(ref: ConversationRef, userKey: string): LiveConversation {

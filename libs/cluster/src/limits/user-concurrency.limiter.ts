@@ -3,7 +3,8 @@ import type { ConcurrencyPolicy } from '@cs/protocol';
 import type { ClusterKeys } from '../redis/cluster-keys.js';
 import { runScript } from '../redis/lua-scripts.js';
 
-export type SlotResult = { granted: true; evicted?: string } | { granted: false };
+/** `held`: the conversation held the slot already (taking it again is a no-op). */
+export type SlotResult = { granted: true; evicted?: string; held?: true } | { granted: false };
 
 export interface HeldSlot {
   tenantId: string;
@@ -32,9 +33,14 @@ export class UserConcurrencyLimiter {
     },
   ) {}
 
+  get policy(): ConcurrencyPolicy {
+    return this.options.policy;
+  }
+
   async acquire(tenantId: string, userId: string, conversationId: string): Promise<SlotResult> {
     const result = await this.take(tenantId, userId, conversationId, this.options.policy);
     if (result[0] === 0) return { granted: false };
+    if (result[0] === 3) return { granted: true, held: true };
     return result[0] === 2 && result[1] ? { granted: true, evicted: result[1] } : { granted: true };
   }
 

@@ -3,7 +3,7 @@
 -- KEYS[2] expiry hash (conversation id -> ms after which the slot is free)
 -- ARGV[1] conversation id, ARGV[2] limit, ARGV[3] policy ('evict_oldest'|'reject'),
 -- ARGV[4] slot lifetime ms (renewed by the holder)
--- Returns {1} taken (or held already), {0} refused, {2, victim} taken by evicting victim.
+-- Returns {1} taken, {3} held already, {0} refused, {2, victim} taken by evicting victim.
 local time = redis.call('TIME')
 local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
 local conversation = ARGV[1]
@@ -21,7 +21,7 @@ end
 
 if redis.call('ZSCORE', KEYS[1], conversation) then
   redis.call('HSET', KEYS[2], conversation, expires)
-  return {1}
+  return {3}
 end
 
 if redis.call('ZCARD', KEYS[1]) < limit then

@@ -2,6 +2,7 @@ import { Inject, Injectable, Optional } from '@nestjs/common';
 import type { AppConfig } from '@cs/config';
 import {
   BadRequestError,
+  ConcurrencyLimitError,
   RateLimitedError,
   refOf,
   roomKey,
@@ -14,6 +15,8 @@ import {
   type ConversationManager,
   type ConversationRecord,
   type ConversationStore,
+  type SendOptions,
+  type SlotClaim,
 } from '@cs/core';
 import {
   StatusId,
@@ -123,7 +126,11 @@ export class ConversationService {
       return this.created(existing, false, body);
     }
     let result: { conversation: ConversationRecord; created: boolean };
+    let claim: SlotClaim | null = null;
     try {
+      // The first message starts the conversation: under `reject` its slot comes
+      // first, so that a refusal (CONCURRENCY_LIMIT_REACHED) stores nothing.
+      if (body.initial_user_msg !== undefined) claim = await this.claimFirstStart(principal, id);
       // The row, the replay and the first message: all of it is stored, or none.
       result = await this.store.createConversation(
         {
@@ -140,11 +147,33 @@ export class ConversationService {
         drafts,
       );
     } catch (error) {
-      await reservation.cancel();
+      await Promise.all([reservation.cancel(), claim?.release()]);
       throw error;
     }
     if (!result.created) await reservation.cancel();
-    return this.created(result.conversation, result.created, body);
+    try {
+      return await this.created(result.conversation, result.created, body);
+    } finally {
+      // Given back unless the conversation started with it (a repeat may start nothing).
+      await claim?.release();
+    }
+  }
+
+  /**
+   * The slot a create's first message will start its conversation with. At
+   * the limit, an id stored already is not refused here: a repeat of the
+   * caller's own create (or someone else's id, 409) stores nothing, and
+   * `created` decides whether it starts.
+   */
+  private async claimFirstStart(principal: Principal, id: string): Promise<SlotClaim | null> {
+    const owner = { tenantId: principal.tenantId, userId: principal.userId, conversationId: id };
+    try {
+      return await this.manager.claimSlot(owner);
+    } catch (error) {
+      if (!(error instanceof ConcurrencyLimitError)) throw error;
+      if (await this.store.getConversation(principal.tenantId, id)) return null;
+      throw error;
+    }
   }
 
   private info(record: ConversationRecord): ConversationInfo {
@@ -242,7 +271,10 @@ export class ConversationService {
     idempotencyKey?: string,
   ): Promise<AppendedEvent> {
     const conversation = await this.find(principal, conversationId);
-    return this.sendUserActionTo(principal, conversation, action, idempotencyKey);
+    // Read just now: its status tells the manager whether the message may start it.
+    return this.deliverUserAction(principal, conversation, action, idempotencyKey, {
+      status: conversation.status,
+    });
   }
 
   /**
@@ -250,11 +282,21 @@ export class ConversationService {
    * socket's, checked at its handshake): no read before the append. One
    * deleted since fails the append with `NOT_FOUND`.
    */
-  async sendUserActionTo(
+  sendUserActionTo(
     principal: Principal,
     conversation: ConversationRecord,
     action: UserAction,
     idempotencyKey?: string,
+  ): Promise<AppendedEvent> {
+    return this.deliverUserAction(principal, conversation, action, idempotencyKey, {});
+  }
+
+  private async deliverUserAction(
+    principal: Principal,
+    conversation: ConversationRecord,
+    action: UserAction,
+    idempotencyKey: string | undefined,
+    read: Pick<SendOptions, 'status'>,
   ): Promise<AppendedEvent> {
     const ref = refOf(conversation);
     await checkAgentBusy(this.store, this.config.agent.multitaskStrategy, conversation, action);
@@ -267,6 +309,7 @@ export class ConversationService {
     }
     try {
       const appended = await this.manager.sendUserAction(ref, action, idempotencyKey, {
+        ...read,
         refuseIfBusy: refusesWhenBusy(this.config.agent.multitaskStrategy, conversation, action),
       });
       if (appended.duplicate) await reservation.cancel();
