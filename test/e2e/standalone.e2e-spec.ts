@@ -535,6 +535,17 @@ describe.each(backends)('standalone service on $name', (backend) => {
       body: { conversation_id: id },
     });
     expect(repeat.status).toBe(200);
+    // A "repeat" with a first message the create did not have would drop it (and start
+    // the agent for nothing): it is a conflict, as a reused idempotency key.
+    const different = await api(app.url, 'POST', '/api/conversations', {
+      token: user,
+      body: { conversation_id: id, initial_user_msg: 'boo' },
+    });
+    expect(different.status).toBe(409);
+    const events = await api(app.url, 'GET', `/api/conversations/${id}/events`, { token: user });
+    expect(events.body.events).toEqual([]);
+    const info = await api(app.url, 'GET', `/api/conversations/${id}`, { token: user });
+    expect(info.body.status).toBe('STOPPED');
     const taken = await api(app.url, 'POST', '/api/conversations', {
       token,
       body: { conversation_id: id },

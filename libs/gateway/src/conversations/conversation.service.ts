@@ -3,6 +3,7 @@ import type { AppConfig } from '@cs/config';
 import {
   BadRequestError,
   ConcurrencyLimitError,
+  ConflictError,
   RateLimitedError,
   refOf,
   roomKey,
@@ -14,12 +15,14 @@ import {
   type ConversationBroadcaster,
   type ConversationManager,
   type ConversationRecord,
+  type ConversationRef,
   type ConversationStore,
   type SendOptions,
   type SlotClaim,
 } from '@cs/core';
 import {
   StatusId,
+  isAction,
   type ConversationInfo,
   type ConversationPage,
   type ConversationStateResponse,
@@ -176,6 +179,29 @@ export class ConversationService {
     }
   }
 
+  /**
+   * A repeated create is the same request again: one with another first
+   * message (or one where there was none) would drop it, and might start the
+   * agent for nothing, so it is `CONFLICT`, as a reused idempotency key.
+   */
+  private async assertSameFirstMessage(
+    ref: ConversationRef,
+    body: CreateConversationBody,
+  ): Promise<void> {
+    const stored = await this.store.findEventByClientEventId(
+      ref.tenantId,
+      ref.conversationId,
+      INITIAL_MESSAGE_KEY,
+    );
+    const content =
+      stored && isAction(stored) && stored.action === 'message'
+        ? stored.args['content']
+        : undefined;
+    if (content !== body.initial_user_msg) {
+      throw new ConflictError('this conversation_id was created with another initial_user_msg');
+    }
+  }
+
   private info(record: ConversationRecord): ConversationInfo {
     return toConversationInfo(record, this.config.agent.multitaskStrategy);
   }
@@ -190,6 +216,7 @@ export class ConversationService {
     body: CreateConversationBody,
   ): Promise<CreatedConversation> {
     const ref = refOf(conversation);
+    if (!created) await this.assertSameFirstMessage(ref, body);
     if (body.initial_user_msg !== undefined && (created || conversation.agentState === null)) {
       await this.manager.ensureRunning(ref);
     }
