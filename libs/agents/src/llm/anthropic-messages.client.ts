@@ -123,7 +123,7 @@ export class AnthropicMessagesClient implements ModelClient {
     }));
     return {
       model: this.model,
-      max_tokens: maxOutputTokens(this.model),
+      max_tokens: request.maxOutputTokens ?? maxOutputTokens(this.model),
       messages: anthropicMessages(request),
       ...(request.system === undefined ? {} : { system: request.system }),
       ...(tools.length > 0 ? { tools } : {}),

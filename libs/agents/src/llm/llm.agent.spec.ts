@@ -456,6 +456,30 @@ describe(`${LlmAgent.name} on an OpenAI-compatible server`, () => {
 describe(`${LlmAgent.name} on an Anthropic Messages server`, () => {
   const anthropic = () => agent({ provider: 'anthropic', baseUrl: server.url });
 
+  it('titles with one request, not streamed and capped (the SDK refuses one with the family default)', async () => {
+    server.reply({
+      kind: 'json',
+      status: 200,
+      body: {
+        id: 'msg_01',
+        type: 'message',
+        role: 'assistant',
+        model: 'claude-sonnet-4-5',
+        content: [{ type: 'text', text: 'Lisbon in May' }],
+        stop_reason: 'end_turn',
+        stop_sequence: null,
+        usage: { input_tokens: 50, output_tokens: 4 },
+      },
+    });
+    const result = await anthropic().title(
+      contextOf([events.user('I want to visit Lisbon in May'), events.agent('Go!')]),
+    );
+    expect(result.title).toBe('Lisbon in May');
+    const body = server.requests[0]!.body;
+    expect(body['stream']).toBeFalsy();
+    expect(body['max_tokens']).toBe(64);
+  });
+
   it('streams text, assembles tool_use input from its JSON pieces and reports usage', async () => {
     server.reply({
       kind: 'stream',

@@ -201,9 +201,9 @@ export class LlmAgent implements Agent {
     let failed: RequestOutcome = {};
     try {
       // One request: when it fails, the runtime's fallback title is good enough.
-      // No cap on its length: OpenAI's reasoning models refuse `max_tokens`, and a
-      // small `max_completion_tokens` goes to their reasoning, leaving no title; the
-      // instructions keep it short and `cleanTitle` cuts it.
+      // Short by its instructions, cut by `cleanTitle`; the cap reaches only a provider
+      // that needs one (see `ModelRequest.maxOutputTokens`). Anthropic's SDK refuses a
+      // request that is not streamed with its family's most.
       result = await this.model.complete(
         {
           system:
@@ -217,6 +217,7 @@ export class LlmAgent implements Agent {
           ],
           tools: [],
           temperature: undefined,
+          maxOutputTokens: 64,
         },
         signal,
       );

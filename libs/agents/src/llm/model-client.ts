@@ -27,6 +27,13 @@ export interface ModelRequest {
   messages: readonly PromptMessage[];
   tools: readonly ToolDescription[];
   temperature: number | undefined;
+  /**
+   * A cap on the answer, for a provider that requires one (Anthropic's
+   * `max_tokens`; its default is the model family's most). OpenAI-compatible
+   * servers are not sent it: OpenAI's reasoning models refuse `max_tokens`, and
+   * spend a small `max_completion_tokens` on reasoning, leaving no answer.
+   */
+  maxOutputTokens?: number;
 }
 
 /** `other`: a reason the provider gave that is none of the others. */
