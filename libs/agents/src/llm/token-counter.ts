@@ -51,13 +51,23 @@ export function piecesOf(text: string): string[] {
   const pieces: string[] = [];
   let start = 0;
   while (text.length - start > PIECE_CHARS) {
-    let cut = text.lastIndexOf(' ', start + PIECE_CHARS);
-    if (cut <= start) cut = wholeCharEnd(text, start + PIECE_CHARS);
+    const cut =
+      lastSpaceIn(text, start, start + PIECE_CHARS) ?? wholeCharEnd(text, start + PIECE_CHARS);
     pieces.push(text.slice(start, cut));
     start = cut;
   }
   pieces.push(text.slice(start));
   return pieces;
+}
+
+/**
+ * The index of the last space in (`after`, `end`], looked for in that window
+ * only (`lastIndexOf` would scan back to the start of the text: a long text
+ * without spaces would cost the square of its length again).
+ */
+function lastSpaceIn(text: string, after: number, end: number): number | undefined {
+  for (let at = end; at > after; at -= 1) if (text.charCodeAt(at) === 32) return at;
+  return undefined;
 }
 
 function cached(text: string, count: (text: string) => number): number {
