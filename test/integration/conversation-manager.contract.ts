@@ -159,6 +159,14 @@ export function conversationManagerContract(
     });
 
     const newOwner = (): ConversationOwner => ({ tenantId: uniqueName('tenant'), userId: 'alice' });
+    /** Three conversations of `owner`, created one after the other. */
+    const threeConversations = async (
+      owner: ConversationOwner,
+    ): Promise<[ConversationRef, ConversationRef, ConversationRef]> => [
+      await fixture.createConversation(owner),
+      await fixture.createConversation(owner),
+      await fixture.createConversation(owner),
+    ];
     const stored = (ref: ConversationRef) => fixture.storedEvents(ref);
 
     /**
@@ -444,11 +452,7 @@ export function conversationManagerContract(
 
       it('evicts the least recently active conversation at the limit (evict_oldest)', async () => {
         const owner = newOwner();
-        const [oldest, middle, newest] = [
-          await fixture.createConversation(owner),
-          await fixture.createConversation(owner),
-          await fixture.createConversation(owner),
-        ] as [ConversationRef, ConversationRef, ConversationRef];
+        const [oldest, middle, newest] = await threeConversations(owner);
         await startAndWait(manager, oldest);
         await startAndWait(manager, middle);
 
@@ -616,11 +620,7 @@ export function conversationManagerContract(
 
       it('refuses a start beyond the limit with CONCURRENCY_LIMIT_REACHED and stops nothing', async () => {
         const owner = newOwner();
-        const [first, second, refused] = [
-          await fixture.createConversation(owner),
-          await fixture.createConversation(owner),
-          await fixture.createConversation(owner),
-        ] as [ConversationRef, ConversationRef, ConversationRef];
+        const [first, second, refused] = await threeConversations(owner);
         await startAndWait(manager, first);
         await startAndWait(manager, second);
 
@@ -648,11 +648,7 @@ export function conversationManagerContract(
 
       it('refuses a message that would start a conversation at the limit, storing and publishing nothing', async () => {
         const owner = newOwner();
-        const [first, second, stopped] = [
-          await fixture.createConversation(owner),
-          await fixture.createConversation(owner),
-          await fixture.createConversation(owner),
-        ] as [ConversationRef, ConversationRef, ConversationRef];
+        const [first, second, stopped] = await threeConversations(owner);
         await startAndWait(manager, first);
         await startAndWait(manager, second);
 
@@ -685,11 +681,7 @@ export function conversationManagerContract(
 
       it('gives back a slot claimed for a write that was not stored, and keeps one a start took over', async () => {
         const owner = newOwner();
-        const [first, second, third] = [
-          await fixture.createConversation(owner),
-          await fixture.createConversation(owner),
-          await fixture.createConversation(owner),
-        ] as [ConversationRef, ConversationRef, ConversationRef];
+        const [first, second, third] = await threeConversations(owner);
         await startAndWait(manager, first);
         // Claimed, then not stored: given back.
         const claim = await manager.claimSlot(second);

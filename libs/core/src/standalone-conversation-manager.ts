@@ -21,6 +21,7 @@ import {
   type SessionEndReason,
   type SessionRuntime,
 } from './agent-session.js';
+import { ConnectionCounts } from './connection-counts.js';
 import { roomKey, type ConversationRef } from './conversation.js';
 import {
   HELD_SLOT,
@@ -34,6 +35,7 @@ import {
 import type { Attachment, ConversationManager, SendOptions } from './conversation-manager.js';
 import { ConcurrencyLimitError, NotFoundError, UnavailableError } from './errors.js';
 import type { ConversationBroadcaster } from './ports/broadcaster.port.js';
+import { SlotReservations } from './slot-reservations.js';
 import { storeUserAction } from './user-action.js';
 import { systemClock, type Clock } from './ports/clock.port.js';
 import type { AppendedEvent, ConversationStore } from './ports/conversation-store.port.js';
@@ -84,12 +86,6 @@ interface LiveConversation {
   resolveDone: () => void;
 }
 
-/** A slot reserved for a conversation not started yet, by `claims` writes being stored. */
-interface SlotReservation {
-  userKey: string;
-  claims: number;
-}
-
 export class StandaloneConversationManager implements ConversationManager {
   private readonly store: ConversationStore;
   private readonly broadcaster: ConversationBroadcaster;
@@ -99,10 +95,9 @@ export class StandaloneConversationManager implements ConversationManager {
   private readonly reportError: (message: string, error: unknown) => void;
 
   private readonly live = new Map<string, LiveConversation>();
-  private readonly reserved = new Map<string, SlotReservation>();
+  private readonly reservations = new SlotReservations();
   private readonly userLocks = new Map<string, Mutex>();
-  private readonly attachments = new Map<string, Attachment>();
-  private readonly connections = new Map<string, number>();
+  private readonly connections = new ConnectionCounts();
   private readonly statusWrites = new Map<string, Promise<void>>();
   private readonly cleanupTimer: { cancel(): void };
   private seq = 0;
@@ -124,20 +119,17 @@ export class StandaloneConversationManager implements ConversationManager {
   // ---------------------------------------------------------------- connections
 
   attach(attachment: Attachment): Promise<void> {
-    this.forgetConnection(attachment.connectionId);
-    this.attachments.set(attachment.connectionId, { ...attachment });
-    const id = attachment.conversationId;
-    this.connections.set(id, (this.connections.get(id) ?? 0) + 1);
+    this.connections.attach(attachment.connectionId, attachment.conversationId);
     return Promise.resolve();
   }
 
   detach(connectionId: string): Promise<void> {
-    this.forgetConnection(connectionId);
+    this.connections.detach(connectionId);
     return Promise.resolve();
   }
 
   connectionCount(conversationId: string): Promise<number> {
-    return Promise.resolve(this.connections.get(conversationId) ?? 0);
+    return Promise.resolve(this.connections.count(conversationId));
   }
 
   // ---------------------------------------------------------------- running
@@ -270,10 +262,10 @@ export class StandaloneConversationManager implements ConversationManager {
       const existing = this.live.get(ref.conversationId);
       if (existing) return { entry: existing.stopping ? null : existing, created: false };
       // A slot reserved for this start (`reserveSlot`) becomes the entry's.
-      if (!this.reserved.delete(ref.conversationId)) {
+      if (!this.reservations.takeOver(ref.conversationId)) {
         const limit = this.options.maxConcurrentConversations;
         const mine = this.liveOf(userKey);
-        const held = mine.length + this.reservedBy(userKey);
+        const held = mine.length + this.reservations.countFor(userKey);
         if (held >= limit) {
           if (this.options.concurrencyPolicy === 'reject') throw new ConcurrencyLimitError(limit);
           mine.sort((a, b) => this.activityOf(a) - this.activityOf(b) || a.seq - b.seq);
@@ -303,28 +295,18 @@ export class StandaloneConversationManager implements ConversationManager {
       this.assertOpen();
       const existing = this.live.get(id);
       if (existing && !existing.stopping) return HELD_SLOT;
-      let reservation = this.reserved.get(id);
-      if (reservation) {
-        reservation.claims += 1;
-      } else {
+      if (!this.reservations.has(id)) {
         const limit = this.options.maxConcurrentConversations;
-        if (this.liveOf(userKey).length + this.reservedBy(userKey) >= limit) {
+        if (this.liveOf(userKey).length + this.reservations.countFor(userKey) >= limit) {
           throw new ConcurrencyLimitError(limit);
         }
-        reservation = { userKey, claims: 1 };
-        this.reserved.set(id, reservation);
       }
-      const claimed = reservation;
-      let released = false;
+      // Once started, the reservation is the entry's: a release then gives nothing back.
+      const release = this.reservations.claim(id, userKey);
       return {
         taken: true,
         release: () => {
-          // Once started, the reservation is the entry's: nothing to give back.
-          if (!released && this.reserved.get(id) === claimed) {
-            claimed.claims -= 1;
-            if (claimed.claims === 0) this.reserved.delete(id);
-          }
-          released = true;
+          release();
           return Promise.resolve();
         },
       };
@@ -334,14 +316,6 @@ export class StandaloneConversationManager implements ConversationManager {
   /** The user's entries that hold a slot (starting or running, not being stopped). */
   private liveOf(userKey: string): LiveConversation[] {
     return [...this.live.values()].filter((e) => e.userKey === userKey && !e.stopping);
-  }
-
-  private reservedBy(userKey: string): number {
-    let count = 0;
-    for (const reservation of this.reserved.values()) {
-      if (reservation.userKey === userKey) count += 1;
-    }
-    return count;
   }
 
   private newEntry(ref: ConversationRef, userKey: string): LiveConversation {
@@ -465,7 +439,7 @@ export class StandaloneConversationManager implements ConversationManager {
     for (const entry of this.live.values()) {
       const session = entry.session;
       if (entry.stopping || entry.phase !== 'running' || !session) continue;
-      if ((this.connections.get(entry.ref.conversationId) ?? 0) > 0) continue;
+      if (this.connections.count(entry.ref.conversationId) > 0) continue;
       if (session.isMidTurn || !isIdleSince(session.lastActivity, now, this.options.idleTimeoutMs))
         continue;
       this.closeEntry(entry).catch((error: unknown) =>
@@ -506,16 +480,6 @@ export class StandaloneConversationManager implements ConversationManager {
       this.userLocks.set(key, mutex);
     }
     return mutex;
-  }
-
-  private forgetConnection(connectionId: string): void {
-    const previous = this.attachments.get(connectionId);
-    if (!previous) return;
-    this.attachments.delete(connectionId);
-    const id = previous.conversationId;
-    const count = (this.connections.get(id) ?? 1) - 1;
-    if (count > 0) this.connections.set(id, count);
-    else this.connections.delete(id);
   }
 
   private assertOpen(): void {
