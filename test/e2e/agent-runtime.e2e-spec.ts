@@ -274,6 +274,49 @@ describe('agent runtime (standalone)', () => {
     client.close();
   });
 
+  it('under reject, a message while calls await approval is taken, not AGENT_BUSY: it rejects them and is answered next', async () => {
+    const token = await userToken();
+    const id = await conversation(token, {
+      agent: 'tool_user',
+      agent_config: { tool: 'current_time', arguments: {} },
+      confirmation_mode: true,
+      multitask_strategy: 'reject',
+    });
+    const client = await ConversationClient.connect(app.url, token, { conversation_id: id });
+    const awaitingFor = (cause: number) =>
+      client.waitFor(
+        (events) =>
+          events.some(
+            (e) =>
+              'observation' in e &&
+              e.extras?.['agent_state'] === 'awaiting_user_confirmation' &&
+              e.cause === cause,
+          ),
+        10_000,
+        `awaiting confirmation for ${cause}`,
+      );
+    const first = ((await client.message('what time is it?')) as { event_id: number }).event_id;
+    await awaitingFor(first);
+    const reply = await api(app.url, 'POST', `/api/conversations/${id}/events`, {
+      token,
+      body: { action: 'message', args: { content: 'never mind' } },
+    });
+    expect(reply.status, JSON.stringify(reply.body)).toBe(201);
+    const second = reply.body['event_id'] as number;
+    await awaitingFor(second);
+    const results = client.stored.filter(
+      (e) => 'observation' in e && e.observation === 'tool_result',
+    );
+    expect(results).toHaveLength(1);
+    expect(results[0]).toMatchObject({ extras: { is_error: true } });
+    expect(
+      await client.send({ action: 'change_agent_state', args: { agent_state: 'user_confirmed' } }),
+    ).toMatchObject({ ok: true });
+    await client.waitForReply(second);
+    expect(agentMessages(client.events, second)[0]?.args['content']).toMatch(/tool said: \d{4}-/);
+    client.close();
+  });
+
   it('interrupt cuts the running step within 1 s and answers the new message; enqueue answers each once in order; reject refuses with AGENT_BUSY', async () => {
     const token = await userToken();
     const interrupting = await conversation(token, {

@@ -337,6 +337,10 @@ describe('cluster of gateways and workers', () => {
         const refused = await post(gateway, 'over the limit');
         expect(refused.status).toBe(429);
         expect(refused.body.error?.code).toBe('RATE_LIMITED');
+        // From the shared window: when its oldest action leaves it.
+        const retryAfter = Number(refused.headers.get('retry-after'));
+        expect(retryAfter).toBeGreaterThanOrEqual(1);
+        expect(retryAfter).toBeLessThanOrEqual(60);
       }
       // A repeat is still answered, since it stores nothing.
       const lateRepeat = await post(g1, 'first', 'key-first');

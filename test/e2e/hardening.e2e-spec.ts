@@ -185,6 +185,22 @@ describe('hardening: the standalone app', () => {
     expect(Date.now() - started).toBeLessThan(10_000);
   });
 
+  it('keeps a socket opened with a token just past its exp (within the 30 s tolerance) open, as REST accepts it', async () => {
+    const user = uniqueName('skewed');
+    const skewed = await sign(SECRET, { sub: user, tid: tenant }, -5);
+    const created = await api(app.url, 'POST', '/api/conversations', { token: skewed, body: {} });
+    expect(created.status).toBe(201);
+    const socket = await ConversationClient.connect(app.url, skewed, {
+      conversation_id: created.body.conversation_id as string,
+      start: 'false',
+    });
+    await new Promise((resolve) => setTimeout(resolve, 1_500));
+    // It lasts to the end of the tolerance (25 s from here), not a moment.
+    expect(socket.socket.connected).toBe(true);
+    expect(socket.events.some((e) => isStatus(e, 'STATUS$TOKEN_EXPIRED'))).toBe(false);
+    socket.close();
+  });
+
   it('refuses connections beyond MAX_CONNECTIONS_PER_USER, sockets and streams together', async () => {
     const token = await tokenOf(uniqueName('hoarder'));
     const id = (await api(app.url, 'POST', '/api/conversations', { token, body: {} })).body
@@ -323,6 +339,32 @@ describe('hardening: the standalone app', () => {
     // (the echo agent answers in id order, so they would have come first).
     expect(answers.map((e) => e.cause)).toEqual([newId]);
     socket.close();
+
+    // A replayed state change is history, not the new conversation's state:
+    // one that says `running` does not make the agent busy (under `reject`).
+    const running = await api(app.url, 'POST', '/api/conversations', {
+      token,
+      body: {
+        multitask_strategy: 'reject',
+        replay_json: JSON.stringify([
+          { source: 'user', action: 'message', args: { content: 'old question' }, message: '' },
+          {
+            source: 'environment',
+            observation: 'agent_state_changed',
+            content: '',
+            extras: { agent_state: 'running' },
+            message: '',
+          },
+        ]),
+      },
+    });
+    expect(running.status).toBe(201);
+    const replayed = running.body.conversation_id as string;
+    const next = await api(app.url, 'POST', `/api/conversations/${replayed}/events`, {
+      token,
+      body: { action: 'message', args: { content: 'a new question' } },
+    });
+    expect(next.status, JSON.stringify(next.body)).toBe(201);
   });
 
   it('stores a create and its first message together or not at all, and a retry converges', async () => {

@@ -822,8 +822,16 @@ describe('standalone service lifecycle', () => {
           headers: { 'idempotency-key': `k${n}` },
         });
         statuses.push(response.status);
-        if (response.status === 429)
+        if (response.status === 429) {
           expect(response.body).toMatchObject({ error: { code: 'RATE_LIMITED' } });
+          // Room comes when the first create leaves the 60 s window.
+          const retryAfter = Number(response.headers.get('retry-after'));
+          expect(retryAfter).toBeGreaterThanOrEqual(50);
+          expect(retryAfter).toBeLessThanOrEqual(60);
+          expect(response.body.error.message).toBe(
+            `too many user actions; retry in ${retryAfter} s`,
+          );
+        }
       }
       expect(statuses).toEqual([201, 201, 201, 429]);
       // An idempotent repeat does not count and still answers.

@@ -63,8 +63,8 @@ describe('reserve-action-1.lua', () => {
       expect(time).toBeGreaterThanOrEqual(before);
       expect(time).toBeLessThanOrEqual(after);
     }
-    expect(await reserve(3, 60_000, 'a4')).toBe(-1);
-    expect(await reserve(3, 60_000, 'a5')).toBe(-1);
+    expect(await reserve(3, 60_000, 'a4')).toBeLessThan(-1);
+    expect(await reserve(3, 60_000, 'a5')).toBeLessThan(-1);
     // A refused action is not logged: it does not count.
     expect((await logged()).sort()).toEqual(['a1', 'a2', 'a3']);
     // The log lives no longer than the window.
@@ -78,11 +78,14 @@ describe('reserve-action-1.lua', () => {
     expect(await reserve(2, windowMs, 'first')).toBeGreaterThan(0);
     await sleep(500);
     expect(await reserve(2, windowMs, 'second')).toBeGreaterThan(0);
-    expect(await reserve(2, windowMs, 'refused')).toBe(-1);
+    // Refused, with the time until the first leaves the window: -1 - that many ms.
+    const refused = await reserve(2, windowMs, 'refused');
+    expect(-1 - refused).toBeGreaterThan(0);
+    expect(-1 - refused).toBeLessThanOrEqual(500);
     // 1,100 ms on, the first has left the window, the second has not: room for one.
     await sleep(600);
     expect(await reserve(2, windowMs, 'third')).toBeGreaterThan(0);
-    expect(await reserve(2, windowMs, 'refused again')).toBe(-1);
+    expect(await reserve(2, windowMs, 'refused again')).toBeLessThan(-1);
     expect((await logged()).sort()).toEqual(['second', 'third']);
     // With nothing reserved for a whole window, the key itself is gone.
     await sleep(windowMs + 100);
@@ -93,17 +96,22 @@ describe('reserve-action-1.lua', () => {
     expect(await reserve(5, 60_000, 'batch', 3)).toBeGreaterThan(0);
     expect((await logged()).sort()).toEqual(['batch', 'batch#2', 'batch#3']);
     // Three more do not fit in the two left: none is taken.
-    expect(await reserve(5, 60_000, 'too many', 3)).toBe(-1);
+    // Room comes when the oldest leaves, a window after it came.
+    const tooMany = await reserve(5, 60_000, 'too many', 3);
+    expect(-1 - tooMany).toBeGreaterThan(59_000);
+    expect(-1 - tooMany).toBeLessThanOrEqual(60_000);
     expect(await logged()).toHaveLength(3);
+    // More than the limit never fits: -1.
+    expect(await reserve(5, 60_000, 'never', 6)).toBe(-1);
     expect(await reserve(5, 60_000, 'pair', 2)).toBeGreaterThan(0);
     expect(await logged()).toHaveLength(5);
-    expect(await reserve(5, 60_000, 'one more')).toBe(-1);
+    expect(await reserve(5, 60_000, 'one more')).toBeLessThan(-1);
   });
 
   it('keeps users apart', async () => {
     const other = keys.userActions(tenant, 'bob');
     expect(await reserve(1, 60_000, 'alice 1')).toBeGreaterThan(0);
-    expect(await reserve(1, 60_000, 'alice 2')).toBe(-1);
+    expect(await reserve(1, 60_000, 'alice 2')).toBeLessThan(-1);
     expect(
       await runScript(redis, 'reserve-action-1', [other], [1, 60_000, 'bob 1']),
     ).toBeGreaterThan(0);
@@ -114,22 +122,29 @@ describe('reserve-action-1.lua', () => {
       const limiter = new RedisUserActionRateLimiter(redis, keys, 4);
       const single = await limiter.reserve(tenant, user);
       const triple = await limiter.reserve(tenant, user, 3);
-      expect(single).not.toBeNull();
-      expect(triple).not.toBeNull();
-      expect(await limiter.reserve(tenant, user)).toBeNull();
-      await triple!.cancel();
+      if (!single.reserved || !triple.reserved) throw new Error('not reserved');
+      const refused = await limiter.reserve(tenant, user);
+      if (refused.reserved) throw new Error('reserved past the limit');
+      expect(refused.retryAfterMs).toBeGreaterThan(59_000);
+      expect(refused.retryAfterMs).toBeLessThanOrEqual(60_000);
+      await triple.cancel();
       expect(await logged()).toHaveLength(1);
       const again = await limiter.reserve(tenant, user, 3);
-      expect(again).not.toBeNull();
-      expect(await limiter.reserve(tenant, user)).toBeNull();
-      await single!.cancel();
-      expect(await limiter.reserve(tenant, user)).not.toBeNull();
+      expect(again.reserved).toBe(true);
+      expect(await limiter.reserve(tenant, user)).toMatchObject({ reserved: false });
+      await single.cancel();
+      expect(await limiter.reserve(tenant, user)).toMatchObject({ reserved: true });
+      expect(await limiter.reserve(tenant, user, 5)).toEqual({
+        reserved: false,
+        retryAfterMs: null,
+      });
       expect(await logged()).toHaveLength(4);
     });
 
     it('reserves without Redis when the limit is 0 (off)', async () => {
       const limiter = new RedisUserActionRateLimiter(redis, keys, 0);
-      for (let n = 0; n < 50; n += 1) expect(await limiter.reserve(tenant, user)).not.toBeNull();
+      for (let n = 0; n < 50; n += 1)
+        expect(await limiter.reserve(tenant, user)).toMatchObject({ reserved: true });
       expect(await redis.exists(keys.userActions(tenant, user))).toBe(0);
     });
   });

@@ -299,6 +299,25 @@ describe.each(backends)('PostgresConversationStore on $name', (backend) => {
       ).toHaveLength(5);
     });
 
+    it('with refuseIfBusy, takes one reply to tool calls awaiting approval and refuses a second', async () => {
+      const conversation = await created();
+      const refuse = { refuseIfBusy: true };
+      const { tenantId, id } = conversation;
+      await store.append(tenantId, id, [message('what time is it?')], refuse);
+      await store.append(tenantId, id, [
+        agentStateChanged('running', { cause: 0 }),
+        step(0, 0),
+        agentStateChanged('awaiting_user_confirmation', { cause: 0 }),
+      ]);
+      // The pending turn's message is unanswered, yet a reply is taken: it rejects the calls.
+      const [reply] = await store.append(tenantId, id, [message('never mind')], refuse);
+      expect(reply).toMatchObject({ duplicate: false, event: { id: 4 } });
+      await expect(
+        store.append(tenantId, id, [message('and another')], refuse),
+      ).rejects.toBeInstanceOf(AgentBusyError);
+      expect(await store.readEvents(tenantId, id, { limit: 100 })).toHaveLength(5);
+    });
+
     it('appends a batch with consecutive ids, one timestamp and summed metrics', async () => {
       const conversation = await created();
       await store.append(conversation.tenantId, conversation.id, [message('first')]);

@@ -1,27 +1,38 @@
 /**
- * When the agent is busy, for the `reject` strategy (PROTOCOL.md "Multitask
- * strategies"): a turn runs, tool calls await the user's confirmation, or a
- * user message stored after `answered_through` waits for its turn. A session
- * that is loading is not busy: a message then is answered once it is ready
- * (and a turn a new holder resumes has its message still unanswered). One
- * definition for the gateway's door and the stores' appends.
+ * When the agent is busy, for the `reject` strategy (PROTOCOL.md "A message
+ * sent while a turn runs"): a turn runs, or a user message stored after
+ * `answered_through` waits for its turn. A turn whose tool calls await the
+ * user's confirmation is not busy: a message then is the user's reply, it
+ * rejects the pending calls and is answered next ("Human approval"); only a
+ * second message, before the first is taken, finds the agent busy. A session
+ * that is loading is not busy either: a message then is answered once it is
+ * ready. One definition for the gateway's door and the stores' appends.
  */
 import type { AgentState } from '@cs/protocol';
 
-/** The agent states in which a turn is under way. */
+/** The agent states in which a turn is under way, whatever else is stored. */
 export function isBusyState(state: AgentState | null): boolean {
-  return state === 'running' || state === 'awaiting_user_confirmation';
+  return state === 'running';
 }
 
-export interface BusyFacts<Answer extends boolean | Promise<boolean>> {
+export interface BusyFacts<Count extends number | Promise<number>> {
   agentState: AgentState | null;
-  /** Whether a user message after `answered_through` is stored, not answered yet (asked only if it decides). */
-  hasUnansweredMessage: () => Answer;
+  /**
+   * How many user messages after `answered_through` are stored, not answered
+   * yet, counted up to 2 (asked only if it decides).
+   */
+  unansweredMessages: () => Count;
 }
 
-/** Busy or not; synchronous when `hasUnansweredMessage` is. */
-export function isAgentBusy<Answer extends boolean | Promise<boolean>>(
-  facts: BusyFacts<Answer>,
-): boolean | Answer {
-  return isBusyState(facts.agentState) || facts.hasUnansweredMessage();
+/** Busy or not; synchronous when `unansweredMessages` is. */
+export function isAgentBusy(facts: BusyFacts<number>): boolean;
+export function isAgentBusy(facts: BusyFacts<Promise<number>>): boolean | Promise<boolean>;
+export function isAgentBusy(
+  facts: BusyFacts<number | Promise<number>>,
+): boolean | Promise<boolean> {
+  if (isBusyState(facts.agentState)) return true;
+  // Awaiting confirmation, the pending turn's own message is unanswered.
+  const allowed = facts.agentState === 'awaiting_user_confirmation' ? 1 : 0;
+  const count = facts.unansweredMessages();
+  return typeof count === 'number' ? count > allowed : count.then((n) => n > allowed);
 }

@@ -47,8 +47,22 @@ export class ConcurrencyLimitError extends DomainError {
 }
 
 export class RateLimitedError extends DomainError {
-  constructor(message = 'too many user actions; slow down') {
+  /** Whole seconds until a retry can be taken (HTTP's `Retry-After`); null when unknown or never. */
+  readonly retryAfterSeconds: number | null;
+
+  constructor(message = 'too many user actions; slow down', retryAfterMs: number | null = null) {
     super('RATE_LIMITED', message);
+    this.retryAfterSeconds =
+      retryAfterMs === null ? null : Math.max(1, Math.ceil(retryAfterMs / 1000));
+  }
+
+  /** The user action limit's refusal, saying when a retry is taken. */
+  static forActions(retryAfterMs: number | null): RateLimitedError {
+    const when =
+      retryAfterMs === null
+        ? 'more actions than the limit allows at once'
+        : `retry in ${Math.max(1, Math.ceil(retryAfterMs / 1000))} s`;
+    return new RateLimitedError(`too many user actions; ${when}`, retryAfterMs);
   }
 }
 

@@ -7,6 +7,7 @@ export * from './errors.js';
 export * from './state.js';
 export * from './ports/broadcaster.port.js';
 export * from './ports/clock.port.js';
+export * from './ports/rate-limiter.port.js';
 export * from './ports/conversation-store.port.js';
 export * from './agent-session.js';
 export * from './session/agent-state-change.js';

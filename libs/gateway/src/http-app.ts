@@ -77,8 +77,8 @@ export async function createHttpApp(
   // Errors raised by Express middleware (body parsing) get the contract's body too.
   app.use((error: unknown, _request: Request, response: Response, next: NextFunction) => {
     if (response.headersSent) return next(error);
-    const { status, body } = mapError(error);
-    response.status(status).json(body);
+    const { status, body, headers } = mapError(error);
+    response.status(status).set(headers).json(body);
   });
   return app;
 }

@@ -356,8 +356,8 @@ export class PostgresConversationStore implements ConversationStore {
       writer.refuseIfBusy &&
       (await isAgentBusy({
         agentState: head.agentState,
-        hasUnansweredMessage: () =>
-          events.hasUserMessageAfter(conversationId, head.answeredThrough),
+        unansweredMessages: () =>
+          events.countUserMessagesAfter(conversationId, head.answeredThrough, 2),
       }));
     if (busy) throw new AgentBusyError();
     const folded = foldDeltas(plan.fresh.map((row) => row.prepared));

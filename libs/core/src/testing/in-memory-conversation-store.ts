@@ -284,14 +284,14 @@ export class InMemoryConversationStore implements ConversationStore {
       fresh.length > 0 &&
       isAgentBusy({
         agentState: record.agentState,
-        hasUnansweredMessage: () =>
-          entry.events.some(
+        unansweredMessages: () =>
+          entry.events.filter(
             ({ event }) =>
               event.id > record.answeredThrough &&
               event.source === 'user' &&
               isAction(event) &&
               event.action === 'message',
-          ),
+          ).length,
       });
     if (busy) throw new AgentBusyError();
 

@@ -6,7 +6,11 @@ export interface Principal {
   userId: string;
   roles: readonly string[];
   isAdmin: boolean;
-  /** When the token's access ends (its `exp`, ms since the epoch): connections close then. */
+  /**
+   * When the token's access ends (ms since the epoch): connections close then.
+   * Its `exp`; for a token already past it when verified (within the clock
+   * tolerance), the end of the tolerance.
+   */
   expiresAt: number;
 }
 

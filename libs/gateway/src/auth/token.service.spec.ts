@@ -56,9 +56,14 @@ describe(TokenService.name, () => {
 
     it('accepts a token expired less than 30 s ago and refuses one expired longer ago', async () => {
       const now = Math.floor(Date.now() / 1000);
+      // Taken past its exp, it lasts to the end of the tolerance, not a moment.
       await expect(
         tokens.verify(await token(secret, 'HS256', undefined, { exp: now - 10 })),
-      ).resolves.toMatchObject({ userId: 'user-1' });
+      ).resolves.toMatchObject({ userId: 'user-1', expiresAt: (now - 10 + 30) * 1000 });
+      // Before its exp, it lasts to its exp.
+      await expect(
+        tokens.verify(await token(secret, 'HS256', undefined, { exp: now + 60 })),
+      ).resolves.toMatchObject({ expiresAt: (now + 60) * 1000 });
       const error = await refusal(
         tokens,
         await token(secret, 'HS256', undefined, { exp: now - 60 }),

@@ -72,12 +72,15 @@ export class TokenService {
     const claims = TokenClaimsSchema.safeParse(payload);
     if (!claims.success) throw new UnauthorizedError('the token lacks a valid sub, tid or exp');
     const roles = claims.data.roles ?? [];
+    const exp = claims.data.exp * 1000;
     return {
       tenantId: claims.data.tid,
       userId: claims.data.sub,
       roles,
       isAdmin: roles.includes('admin'),
-      expiresAt: claims.data.exp * 1000,
+      // A token taken past its exp (within the tolerance) lasts to the tolerance's end,
+      // as it does for REST: a socket it opens is not closed the moment it opens.
+      expiresAt: exp > Date.now() ? exp : exp + CLOCK_TOLERANCE_S * 1000,
     };
   }
 

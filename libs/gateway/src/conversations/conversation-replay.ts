@@ -8,6 +8,7 @@ import { BadRequestError, agentStateChangeDraft, type EventDraft } from '@cs/cor
 import {
   ActionBodySchema,
   EventSourceSchema,
+  readAgentStateChange,
   MAX_JSON_DEPTH,
   ObservationBodySchema,
   findJsonTooDeep,
@@ -44,18 +45,32 @@ export function parseReplay(json: string): EventDraft[] {
 /**
  * A replayed history was answered already: each of its user events is
  * followed by a settled state change caused by it, so that no agent runs it
- * again. A new conversation's events are numbered from 0.
+ * again. Its own state changes are history, not the conversation's state: a
+ * replay whose last one leaves the agent anything but awaiting input
+ * (`running`, awaiting a confirmation, paused…) ends with one that does. A new
+ * conversation's events are numbered from 0.
  */
 export function withReplayedMarkers(replay: readonly EventDraft[]): EventDraft[] {
   const drafts: EventDraft[] = [];
+  let lastUser: number | undefined;
+  let unsettled = false;
   for (const draft of replay) {
     drafts.push(draft);
+    const change = readAgentStateChange(draft.body);
+    if (change) unsettled = change.agentState !== 'awaiting_user_input';
     if (draft.source === 'user') {
-      const cause = drafts.length - 1;
-      drafts.push(
-        agentStateChangeDraft('awaiting_user_input', { cause, answers: cause, reason: 'replayed' }),
-      );
+      lastUser = drafts.length - 1;
+      drafts.push(replayedMarker(lastUser));
+      unsettled = false;
     }
   }
+  if (unsettled) drafts.push(replayedMarker(lastUser));
   return drafts;
+}
+
+function replayedMarker(cause: number | undefined): EventDraft {
+  return agentStateChangeDraft(
+    'awaiting_user_input',
+    cause === undefined ? { reason: 'replayed' } : { cause, answers: cause, reason: 'replayed' },
+  );
 }

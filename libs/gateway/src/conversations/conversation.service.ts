@@ -19,6 +19,7 @@ import {
   type ConversationStore,
   type SendOptions,
   type SlotClaim,
+  type UserActionRateLimiter,
 } from '@cs/core';
 import {
   StatusId,
@@ -36,7 +37,6 @@ import {
 } from '@cs/protocol';
 import { randomUUID } from 'node:crypto';
 import { assertVisible, type Principal } from '../auth/principal.js';
-import type { UserActionRateLimiter } from '../rate-limit/user-action-rate-limiter.js';
 import {
   AGENT_FACTORY,
   APP_CONFIG,
@@ -122,10 +122,12 @@ export class ConversationService {
       principal.userId,
       actions,
     );
-    if (!reservation) {
+    if (!reservation.reserved) {
       // A repeat of the caller's own create stores nothing: it is not refused.
       const existing = await this.store.getConversation(principal.tenantId, id);
-      if (!existing || existing.userId !== principal.userId) throw new RateLimitedError();
+      if (!existing || existing.userId !== principal.userId) {
+        throw RateLimitedError.forActions(reservation.retryAfterMs);
+      }
       return this.created(existing, false, body);
     }
     let result: { conversation: ConversationRecord; created: boolean };
@@ -328,11 +330,11 @@ export class ConversationService {
     const ref = refOf(conversation);
     await checkAgentBusy(this.store, this.config.agent.multitaskStrategy, conversation, action);
     const reservation = await this.rateLimiter.reserve(principal.tenantId, principal.userId);
-    if (!reservation) {
+    if (!reservation.reserved) {
       // An idempotent repeat stores nothing, so it does not count against the limit.
       const repeat = await findRepeat(this.store, ref, action, idempotencyKey);
       if (repeat) return repeat;
-      throw new RateLimitedError();
+      throw RateLimitedError.forActions(reservation.retryAfterMs);
     }
     try {
       const appended = await this.manager.sendUserAction(ref, action, idempotencyKey, {

@@ -1,10 +1,12 @@
 import { HttpException } from '@nestjs/common';
-import { DomainError } from '@cs/core';
+import { DomainError, RateLimitedError } from '@cs/core';
 import { ERROR_HTTP_STATUS, type ErrorBody, type ErrorCode } from '@cs/protocol';
 
 export interface MappedError {
   status: number;
   body: ErrorBody;
+  /** Response headers the error asks for (`Retry-After` of a rate limit). */
+  headers: Record<string, string>;
 }
 
 /** Body-parser and Express errors carry a `type` and a `status`. */
@@ -31,16 +33,18 @@ const STATUS_CODES: Record<number, ErrorCode> = {
 export function mapError(error: unknown): MappedError {
   if (error instanceof DomainError) {
     const detail = { code: error.code, message: error.message };
+    const retryAfter = error instanceof RateLimitedError ? error.retryAfterSeconds : null;
     return {
       status: ERROR_HTTP_STATUS[error.code],
       body: { error: error.field === undefined ? detail : { ...detail, field: error.field } },
+      headers: retryAfter === null ? {} : { 'Retry-After': String(retryAfter) },
     };
   }
   if (error instanceof HttpException) {
     const status = error.getStatus();
     const code = STATUS_CODES[status] ?? (status >= 500 ? 'UNAVAILABLE' : 'BAD_REQUEST');
     const message = status === 404 ? 'not found' : httpMessage(error);
-    return { status, body: { error: { code, message } } };
+    return { status, body: { error: { code, message } }, headers: {} };
   }
   const transport = error as TransportError | null;
   if (transport && typeof transport === 'object') {
@@ -59,7 +63,7 @@ export function mapError(error: unknown): MappedError {
 }
 
 function body(status: number, code: ErrorCode, message: string): MappedError {
-  return { status, body: { error: { code, message } } };
+  return { status, body: { error: { code, message } }, headers: {} };
 }
 
 function httpMessage(error: HttpException): string {

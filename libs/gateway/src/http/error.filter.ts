@@ -10,12 +10,12 @@ export class HttpErrorFilter implements ExceptionFilter {
   catch(exception: unknown, host: ArgumentsHost): void {
     if (host.getType() !== 'http') return;
     const response = host.switchToHttp().getResponse<Response>();
-    const { status, body } = mapError(exception);
+    const { status, body, headers } = mapError(exception);
     if (status >= 500) this.logger.error(exception instanceof Error ? exception.stack : exception);
     if (response.headersSent) {
       response.end();
       return;
     }
-    response.status(status).json(body);
+    response.status(status).set(headers).json(body);
   }
 }

@@ -1,19 +1,10 @@
-/** A slot taken in the user's window; cancelled when the action was not stored. */
-export interface RateLimitReservation {
-  cancel(): Promise<void>;
-}
-
-/**
- * At most `RATE_LIMIT_PER_MINUTE` stored user actions per user in any 60 s
- * window. A caller reserves a slot before storing and cancels it when the
- * action turned out to be an idempotent repeat or was refused.
- */
-export interface UserActionRateLimiter {
-  /** Reserves `count` actions (default 1), all or none; null when the window has no room. */
-  reserve(tenantId: string, userId: string, count?: number): Promise<RateLimitReservation | null>;
-}
-
-export const RATE_LIMIT_WINDOW_MS = 60_000;
+import {
+  RATE_LIMIT_WINDOW_MS,
+  UNLIMITED,
+  type RateLimitRefusal,
+  type RateLimitReservation,
+  type UserActionRateLimiter,
+} from '@cs/core';
 
 /** The in-process limiter of the standalone mode: a sliding log per user. */
 export class InMemoryUserActionRateLimiter implements UserActionRateLimiter {
@@ -25,19 +16,27 @@ export class InMemoryUserActionRateLimiter implements UserActionRateLimiter {
     private readonly now: () => number = Date.now,
   ) {}
 
-  reserve(tenantId: string, userId: string, count = 1): Promise<RateLimitReservation | null> {
-    if (this.limitPerMinute === 0) return Promise.resolve({ cancel: () => Promise.resolve() });
+  reserve(
+    tenantId: string,
+    userId: string,
+    count = 1,
+  ): Promise<RateLimitReservation | RateLimitRefusal> {
+    if (this.limitPerMinute === 0) return Promise.resolve(UNLIMITED);
     const key = JSON.stringify([tenantId, userId]);
     const now = this.now();
     if (++this.reservations % SWEEP_EVERY === 0) this.sweep(now);
     const log = (this.windows.get(key) ?? []).filter((t) => t > now - RATE_LIMIT_WINDOW_MS);
     if (log.length + count > this.limitPerMinute) {
       this.windows.set(key, log);
-      return Promise.resolve(null);
+      return Promise.resolve({
+        reserved: false,
+        retryAfterMs: retryAfterMs(log, count, this.limitPerMinute, now),
+      });
     }
     for (let i = 0; i < count; i += 1) log.push(now);
     this.windows.set(key, log);
     return Promise.resolve({
+      reserved: true,
       cancel: () => {
         const current = this.windows.get(key);
         for (let i = 0; i < count; i += 1) {
@@ -63,3 +62,18 @@ export class InMemoryUserActionRateLimiter implements UserActionRateLimiter {
 }
 
 const SWEEP_EVERY = 1000;
+
+/**
+ * How long until `count` more actions fit a window of `limit` whose log
+ * (times in ms, oldest first) is `log`: until enough of its oldest have left.
+ */
+export function retryAfterMs(
+  log: readonly number[],
+  count: number,
+  limit: number,
+  now: number,
+): number | null {
+  if (count > limit) return null;
+  const leaving = log[log.length + count - limit - 1];
+  return leaving === undefined ? 0 : Math.max(0, leaving + RATE_LIMIT_WINDOW_MS - now);
+}

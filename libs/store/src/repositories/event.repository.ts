@@ -110,16 +110,22 @@ export class EventRepository {
   }
 
   /** True when a user message is stored after `afterId` (a turn still to come). */
-  async hasUserMessageAfter(conversationId: string, afterId: number): Promise<boolean> {
-    const { rows } = await this.db.query<{ found: boolean }>(
-      `SELECT EXISTS (
+  /** How many user messages come after `afterId`, counted up to `upTo`. */
+  async countUserMessagesAfter(
+    conversationId: string,
+    afterId: number,
+    upTo: number,
+  ): Promise<number> {
+    const { rows } = await this.db.query<{ count: number }>(
+      `SELECT count(*)::int AS count FROM (
          SELECT 1 FROM events
           WHERE conversation_id = $1 AND id > $2 AND source = 'user' AND type = 'message'
+          LIMIT $3
        ) AS found`,
-      [conversationId, afterId],
+      [conversationId, afterId, upTo],
       PREPARED,
     );
-    return rows[0]?.found === true;
+    return rows[0]?.count ?? 0;
   }
 
   /**
