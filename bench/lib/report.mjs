@@ -306,6 +306,31 @@ function newScenarioRows(s) {
       );
     }
   }
+  for (const level of [model?.floor?.one, model?.floor?.concurrent]) {
+    if (!level) continue;
+    const name = `${level.conversations} conversation${level.conversations === 1 ? '' : 's'}`;
+    const cpu =
+      `no service: bench/lib/model-floor.mjs; CPU: relays ${cpuOf(level.cpu, 'gateway')}%, readers` +
+      ` ${cpuOf(level.cpu, 'worker')}%, Postgres ${cpuOf(level.cpu, 'postgres')}%, Redis ${cpuOf(level.cpu, 'redis')}%`;
+    lines.push(
+      latencyRow(
+        'Model turn',
+        `floor: the same turns through the bare parts, first chunk → first delta at the client (${name})`,
+        level.first,
+        '–',
+        '–',
+        `n=${level.first.n}; ${cpu}`,
+      ),
+      latencyRow(
+        'Model turn',
+        `floor: last chunk → the answer, stored by one INSERT, at the client (${name})`,
+        level.final,
+        '–',
+        '–',
+        `n=${level.final.n}${level.missing > 0 ? `; ${level.missing} answers missing` : ''}`,
+      ),
+    );
+  }
   if (model?.sdk) {
     const sdk = model.sdk;
     lines.push(
@@ -527,25 +552,29 @@ function targetsTable(s, blocks) {
   }
   const model = s['model-turn'];
   if (model) {
-    for (const level of [model.one, model.concurrent]) {
+    for (const [level, floor] of [
+      [model.one, model.floor?.one],
+      [model.concurrent, model.floor?.concurrent],
+    ]) {
       if (!level) continue;
       const name = `${level.conversations} conversation${level.conversations === 1 ? '' : 's'}`;
+      const floorOf = (summary) => (summary ? `; the bare parts' floor here: ${ms(summary)}` : '');
       add(
         `model turn, first token added, p50 (${name})`,
         '≤ 3 ms',
-        ms(level.first.p50),
+        `${ms(level.first.p50)}${floorOf(floor?.first.p50)}`,
         level.first.p50 <= 3 && level.errors === 0,
       );
       add(
         `model turn, first token added, p99 (${name})`,
         '≤ 20 ms',
-        ms(level.first.p99),
+        `${ms(level.first.p99)}${floorOf(floor?.first.p99)}`,
         level.first.p99 <= 20 && level.errors === 0,
       );
       add(
         `model turn, final message added, p50 (${name})`,
         '≤ 5 ms',
-        ms(level.final.p50),
+        `${ms(level.final.p50)}${floorOf(floor?.final.p50)}`,
         level.final.p50 <= 5 && level.errors === 0,
       );
     }
@@ -959,7 +988,12 @@ export function renderMarkdown(data, chart) {
       ' answer, and the conversations are out of phase as independent users are: each starts' +
       " at a random moment within one turn's length, and again after the warm-up): the first" +
       ' token is written with the role chunk, the' +
-      ' last with the finish reason, the usage chunk and `[DONE]`. Long histories are written' +
+      ' last with the finish reason, the usage chunk and `[DONE]`. Its floor runs the one' +
+      ' conversation and the 100 again, with the service idle, through the bare parts alone' +
+      ' (bench/lib/model-floor.mjs): two reader processes stream each answer from the fake model' +
+      ' with the openai SDK and PUBLISH each text chunk (auto-pipelined), then store the answer' +
+      " with one durable INSERT and PUBLISH it; two relays emit both on the clients' sockets." +
+      ' Long histories are written' +
       " straight into the database through the service's store (`store.append`, 500 events a" +
       ' batch), then restored one at a time on fresh workers by a client that connects with' +
       " `latest_event_id` at the last event (no replay), and left hosted; memory is the workers'" +

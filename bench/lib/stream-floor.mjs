@@ -18,7 +18,7 @@ import { io } from 'socket.io-client';
 const redisOptions = { maxRetriesPerRequest: null, protocol: 2 };
 const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
 
-/** Subscribes to the channel a client names and emits what arrives on it to that client. */
+/** Subscribes to the channel a client names and emits what arrives on it (deltas, events) to that client. */
 async function relay(redisUrl) {
   const subscriber = new Redis(redisUrl, redisOptions);
   const sockets = new Map();
@@ -27,6 +27,8 @@ async function relay(redisUrl) {
     if (!socket) return;
     const message = JSON.parse(raw);
     if (message.type === 'stream') socket.emit('oh_event', message.delta);
+    else if (message.type === 'events')
+      for (const event of message.events) socket.emit('oh_event', event);
   });
   const http = createServer();
   const server = new Server(http, { transports: ['websocket'], serveClient: false });
@@ -74,11 +76,39 @@ async function publisher(redisUrl) {
   process.send({ ready: true });
 }
 
-function firstMessage(child) {
+export function firstMessage(child) {
   return new Promise((resolve, reject) => {
     child.once('message', resolve);
     child.once('exit', (code) => reject(new Error(`stream floor child exited (${code})`)));
   });
+}
+
+/** A relay (`node stream-floor.mjs relay`): `{ child, hello: { port } }`. */
+export async function startRelay(redisUrl) {
+  const child = fork(fileURLToPath(import.meta.url), ['relay', redisUrl], {
+    stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
+  });
+  try {
+    return { child, hello: await firstMessage(child) };
+  } catch (error) {
+    child.kill();
+    throw error;
+  }
+}
+
+/** A Socket.IO client of a relay on `channel`, once the relay has subscribed to it. */
+export async function connectToRelay(port, channel) {
+  const socket = io(`http://127.0.0.1:${port}`, {
+    transports: ['websocket'],
+    forceNew: true,
+    reconnection: false,
+    query: { channel },
+  });
+  await new Promise((resolve, reject) => {
+    socket.once('ready', resolve);
+    socket.once('connect_error', reject);
+  });
+  return socket;
 }
 
 /**
@@ -105,16 +135,7 @@ export async function startStreamFloor({ redisUrl, keyPrefix, pairs, streams }) 
     const channels = Array.from({ length: streams }, (_, i) => `${keyPrefix}:floor:${i}`);
     const clients = await Promise.all(
       channels.map(async (channel, i) => {
-        const socket = io(`http://127.0.0.1:${relays[i % pairs].hello.port}`, {
-          transports: ['websocket'],
-          forceNew: true,
-          reconnection: false,
-          query: { channel },
-        });
-        await new Promise((resolve, reject) => {
-          socket.once('ready', resolve);
-          socket.once('connect_error', reject);
-        });
+        const socket = await connectToRelay(relays[i % pairs].hello.port, channel);
         return { socket };
       }),
     );

@@ -18,6 +18,7 @@ import { sleep } from '../lib/cluster.mjs';
 import { formatCpu, startCpuMeter } from '../lib/proc.mjs';
 import { formatEventLoop, serviceSnapshot } from '../lib/metrics.mjs';
 import { formatSummary, round, summarize } from '../lib/stats.mjs';
+import { startModelFloor } from '../lib/model-floor.mjs';
 
 const USERS = 10;
 const READY_TIMEOUT_MS = 60_000;
@@ -337,6 +338,7 @@ export async function runModelTurn(ctx) {
   log(`    model's last chunk → end of the stream       ${formatSummary(sdk.end)}`);
   log(`    CPU per request ${sdk.cpuMsPerRequest} ms`);
   const open = [];
+  let result;
   try {
     const [single] = await openConversations(ctx, 1);
     open.push(single);
@@ -371,7 +373,7 @@ export async function runModelTurn(ctx) {
     log(`  ${formatEventLoop(concurrent.eventLoop)}`);
     delete one.traces;
     delete concurrent.traces;
-    return {
+    result = {
       model: model.settings,
       sdk,
       one,
@@ -386,6 +388,65 @@ export async function runModelTurn(ctx) {
         () => undefined,
       ),
     );
+  }
+  // With the service idle: the same turns through the bare parts alone.
+  result.floor = await measureFloor(ctx, result.one.turns, result.concurrent);
+  return result;
+}
+
+/**
+ * The same two levels (one conversation; all of them) through the bare parts
+ * alone (bench/lib/model-floor.mjs): the openai SDK reading the fake model,
+ * PUBLISH of each chunk, one durable INSERT of the answer and its PUBLISH, a
+ * Socket.IO relay. The least this machine takes to carry a model's chunk to a
+ * client, and its answer once stored.
+ */
+async function measureFloor(ctx, turns, concurrent) {
+  const { cluster, model, log, options } = ctx;
+  const { ttftMs, tokenMs, tokens } = model.settings;
+  const floor = await startModelFloor({
+    redisUrl: cluster.redisUrl,
+    databaseUrl: cluster.databaseUrl,
+    modelUrl: model.url,
+    keyPrefix: cluster.keyPrefix,
+    pairs: Math.min(cluster.gateways.length, cluster.workers.length),
+    conversations: concurrent.conversations,
+  });
+  const level = async (count, levelTurns, warmup) => {
+    const meter = startCpuMeter(() => [
+      ...floor.meterTargets(),
+      ...cluster.meterTargets().filter((t) => t.name === 'redis' || t.name === 'postgres'),
+    ]);
+    const run = await floor.run(count, levelTurns, warmup, ttftMs + tokens * tokenMs);
+    return {
+      conversations: count,
+      turns: levelTurns,
+      first: summarize(run.first),
+      final: summarize(run.final),
+      missing: run.expected - run.final.length,
+      cpu: meter.stop(),
+    };
+  };
+  try {
+    const one = await level(1, turns, options.quick ? 1 : 2);
+    const concurrentFloor = await level(concurrent.conversations, concurrent.turns, 1);
+    for (const [name, level] of [
+      ['1 conversation', one],
+      [`${concurrent.conversations} conversations`, concurrentFloor],
+    ]) {
+      log(
+        `  floor (bare parts), ${name}: model's first chunk → client's first delta  ${formatSummary(level.first)}`,
+      );
+      log(
+        `  floor (bare parts), ${name}: model's last chunk → client's final message ${formatSummary(level.final)}`,
+      );
+      log(
+        `    ${formatCpu(level.cpu)}${level.missing > 0 ? `; ${level.missing} answers missing` : ''}`,
+      );
+    }
+    return { one, concurrent: concurrentFloor };
+  } finally {
+    floor.close();
   }
 }
 
