@@ -20,66 +20,29 @@ import type {
   EventRange,
   NewConversation,
 } from '@cs/core';
-import {
-  AgentBusyError,
-  BadRequestError,
-  ConflictError,
-  LeaseLostError,
-  NotFoundError,
-  isAgentBusy,
-  mergeScopes,
-} from '@cs/core';
+import { BadRequestError, ConflictError, NotFoundError, mergeScopes } from '@cs/core';
 import type { ConversationStatus, StoredEvent } from '@cs/protocol';
 import { CONVERSATION_STATUSES } from '@cs/protocol';
 import { AppendBatcher, type AppendBatcherLimits } from './append-batcher.js';
 import { decodeCursor, encodeCursor, isUuid } from './conversation-page.cursor.js';
-import type { SqlDatabase, SqlQueryable } from './database/sql-database.js';
+import type { SqlDatabase } from './database/sql-database.js';
 import { UNIQUE_VIOLATION, sqlErrorCode } from './database/sql-database.js';
-import type { AppendPlan, FoldedDeltas, PreparedDraft } from './event-append.plan.js';
-import { eventRowsJson, foldDeltas, planAppend, prepareDraft } from './event-append.plan.js';
+import type { PreparedDraft } from './event-append.plan.js';
+import { foldDeltas, planAppend, prepareDraft } from './event-append.plan.js';
+import {
+  ANY_WRITER,
+  NOTHING_STORED,
+  appendLocked,
+  plainAppend,
+  type Writer,
+} from './locked-append.js';
+import { guardData } from './refused-text.js';
 import { ConversationRepository } from './repositories/conversation.repository.js';
-import type { AppendedHead, PlainAppend, StoredEventRow } from './repositories/event.repository.js';
+import type { AppendedHead } from './repositories/event.repository.js';
 import { EventRepository, toStoredEvent } from './repositories/event.repository.js';
-import { ScopedStateRepository } from './repositories/scoped-state.repository.js';
-
-/** A plain append of planned events (ids as offsets) with their folded deltas. */
-function plainAppend(
-  tenantId: string,
-  conversationId: string,
-  fresh: AppendPlan['fresh'],
-  folded: FoldedDeltas,
-  writer: Writer,
-): PlainAppend {
-  return {
-    tenantId,
-    conversationId,
-    rowsJson: eventRowsJson(fresh),
-    count: fresh.length,
-    clientEventIds: fresh.flatMap((row) => row.client_event_id ?? []),
-    leaseEpoch: writer.leaseEpoch,
-    incarnation: writer.incarnation,
-    agentState: folded.agentState,
-    answeredThrough: folded.answeredThrough,
-    stateSet: folded.conversation.set,
-    stateDeleted: folded.conversation.deleted,
-    metrics: folded.metrics,
-    turnCost: folded.turnCost,
-  };
-}
-
-/** Who writes an append: its lease epoch and the incarnation it knows (null: none). */
-interface Writer {
-  leaseEpoch: number | null;
-  incarnation: string | null;
-  /** `AppendOptions.refuseIfBusy`. */
-  refuseIfBusy: boolean;
-}
-
-const ANY_WRITER: Writer = { leaseEpoch: null, incarnation: null, refuseIfBusy: false };
 
 /** A few connections of the pool stay free for reads while appends queue. */
 const DEFAULT_BATCHING: AppendBatcherLimits = { maxInFlight: 4, maxBatch: 100 };
-const NOTHING_STORED: ReadonlyMap<string, StoredEventRow> = new Map();
 
 export class PostgresConversationStore implements ConversationStore {
   private readonly conversations: ConversationRepository;
@@ -135,7 +98,7 @@ export class PostgresConversationStore implements ConversationStore {
       const conversations = new ConversationRepository(tx);
       const inserted = await conversations.insertIfAbsent(input);
       if (!inserted) return null;
-      await this.appendWithin(tx, input.tenantId, input.id, prepared, ANY_WRITER);
+      await appendLocked(tx, input.tenantId, input.id, prepared, ANY_WRITER);
       return conversations.find(input.tenantId, input.id);
     });
   }
@@ -299,12 +262,7 @@ export class PostgresConversationStore implements ConversationStore {
     }));
   }
 
-  /**
-   * Lock the row, check the lease, tell repeats from new events, then write
-   * the conversation row, the events and the scoped states. Rows are always
-   * locked in the order conversation, user state, app state, so appends
-   * cannot deadlock.
-   */
+  /** `appendLocked` in a transaction of its own. */
   private appendInTransaction(
     tenantId: string,
     conversationId: string,
@@ -313,80 +271,9 @@ export class PostgresConversationStore implements ConversationStore {
   ): Promise<AppendedEvent[]> {
     return guardData(() =>
       this.database.transaction((tx) =>
-        this.appendWithin(tx, tenantId, conversationId, prepared, writer),
+        appendLocked(tx, tenantId, conversationId, prepared, writer),
       ),
     );
-  }
-
-  /** `appendInTransaction`'s work, in a transaction the caller holds. */
-  private async appendWithin(
-    tx: SqlQueryable,
-    tenantId: string,
-    conversationId: string,
-    prepared: readonly PreparedDraft[],
-    writer: Writer,
-  ): Promise<AppendedEvent[]> {
-    const clientEventIds = [...new Set(prepared.flatMap((draft) => draft.clientEventId ?? []))];
-    const conversations = new ConversationRepository(tx);
-    const events = new EventRepository(tx);
-
-    const head = await conversations.lockForAppend(tenantId, conversationId);
-    // Another conversation under the same id is not the one the writer knows.
-    if (!head || (writer.incarnation !== null && writer.incarnation !== head.incarnation)) {
-      throw new NotFoundError();
-    }
-    if (writer.leaseEpoch !== null && writer.leaseEpoch !== head.leaseEpoch) {
-      throw new LeaseLostError(conversationId, writer.leaseEpoch, head.leaseEpoch);
-    }
-    // Read under the lock: a concurrent append of the same key has committed by now.
-    const stored =
-      clientEventIds.length === 0
-        ? NOTHING_STORED
-        : await events.findByClientEventIds(tenantId, conversationId, clientEventIds);
-    // Ids are offsets here: the one-row statement assigns them from last_event_id.
-    const plan = planAppend(prepared, stored, 0);
-    if (plan.fresh.length === 0) {
-      return plan.outcomes.map((outcome) => {
-        if (outcome.kind !== 'stored') throw new Error('a new event without a row');
-        return { event: outcome.event, duplicate: true };
-      });
-    }
-
-    const busy =
-      writer.refuseIfBusy &&
-      (await isAgentBusy({
-        agentState: head.agentState,
-        unansweredMessages: () =>
-          events.countUserMessagesAfter(conversationId, head.answeredThrough, 2),
-      }));
-    if (busy) throw new AgentBusyError();
-    const folded = foldDeltas(plan.fresh.map((row) => row.prepared));
-    const appended = await events.appendToLog(
-      plainAppend(tenantId, conversationId, plan.fresh, folded, writer),
-    );
-    // The row is locked by this transaction, its lease checked: it cannot have gone.
-    if (!appended) throw new Error(`conversation ${conversationId} vanished during an append`);
-    const states = new ScopedStateRepository(tx);
-    if (!folded.user.empty) {
-      await states.mergeUserState(
-        tenantId,
-        head.appName,
-        head.userId,
-        folded.user.set,
-        folded.user.deleted,
-      );
-    }
-    if (!folded.app.empty) {
-      await states.mergeAppState(tenantId, head.appName, folded.app.set, folded.app.deleted);
-    }
-
-    const written: StoredEvent[] = plan.fresh.map((row) =>
-      toStoredEvent({ ...row, id: appended.firstId + row.id, created_at: appended.at }),
-    );
-    return plan.outcomes.map((outcome): AppendedEvent => {
-      if (outcome.kind === 'stored') return { event: outcome.event, duplicate: true };
-      return { event: written[outcome.index]!, duplicate: outcome.duplicate };
-    });
   }
 
   lastEventIds(refs: readonly ConversationKey[]): Promise<Map<string, number>> {
@@ -440,20 +327,5 @@ export class PostgresConversationStore implements ConversationStore {
       range.reverse ?? false,
       range.limit,
     );
-  }
-}
-
-// Postgres refuses some text a JS string can hold: NUL characters, lone
-// surrogates in JSON. That is the caller's input, not a server fault.
-const REFUSED_TEXT = new Set(['22P05', '22021', '22P02']);
-
-async function guardData<T>(write: () => Promise<T>): Promise<T> {
-  try {
-    return await write();
-  } catch (error) {
-    if (REFUSED_TEXT.has(sqlErrorCode(error) ?? '')) {
-      throw new BadRequestError('text contains characters that cannot be stored');
-    }
-    throw error;
   }
 }
