@@ -19,6 +19,13 @@ import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 
 const stamp = () => `${(process.hrtime.bigint() / 1000n).toString(36)} `;
+
+/** The write times (ns, the monotonic clock) in a text of this server's stamps. */
+export const stampsOf = (text) =>
+  text
+    .split(' ')
+    .filter((piece) => piece !== '')
+    .map((piece) => parseInt(piece, 36) * 1000);
 const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
 
 function chunk(delta, finishReason = null) {

@@ -14,6 +14,7 @@ import { fileURLToPath } from 'node:url';
 import OpenAI from 'openai';
 import pg from 'pg';
 import { Redis } from 'ioredis';
+import { stampsOf } from './fake-model.mjs';
 import { connectToRelay, firstMessage, startRelay } from './stream-floor.mjs';
 
 const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
@@ -67,13 +68,6 @@ async function reader(redisUrl, databaseUrl, modelUrl) {
   await Promise.all([redis.ping(), database.query('SELECT 1')]);
   process.send({ ready: true });
 }
-
-/** The model's write times (ns) in a text of stamps (bench/lib/fake-model.mjs). */
-const stamps = (text) =>
-  text
-    .split(' ')
-    .filter((piece) => piece !== '')
-    .map((piece) => parseInt(piece, 36) * 1000);
 
 /**
  * Starts `pairs` relays and readers, a scratch table, and one Socket.IO
@@ -130,8 +124,8 @@ export async function startModelFloor({
             turn = {};
             seen.set(event.cause, turn);
           }
-          if (event.stream === true) turn.first ??= (at - stamps(event.delta)[0]) / 1e6;
-          else turn.final = (at - stamps(event.args.content).at(-1)) / 1e6;
+          if (event.stream === true) turn.first ??= (at - stampsOf(event.delta)[0]) / 1e6;
+          else turn.final = (at - stampsOf(event.args.content).at(-1)) / 1e6;
         });
         return socket;
       }),

@@ -19,18 +19,13 @@ import { formatCpu, startCpuMeter } from '../lib/proc.mjs';
 import { formatEventLoop, serviceSnapshot } from '../lib/metrics.mjs';
 import { formatSummary, round, summarize } from '../lib/stats.mjs';
 import { startModelFloor } from '../lib/model-floor.mjs';
+import { stampsOf } from '../lib/fake-model.mjs';
 
 const USERS = 10;
 const READY_TIMEOUT_MS = 60_000;
 const TURN_TIMEOUT_MS = 30_000;
 
 const nowNs = () => Number(process.hrtime.bigint());
-/** The model's write times (ns) in a text of stamps. */
-const stamps = (text) =>
-  text
-    .split(' ')
-    .filter((piece) => piece !== '')
-    .map((piece) => parseInt(piece, 36) * 1000);
 
 /** A conversation with the `llm` agent whose client records when each turn's deltas and answer arrived. */
 class ModelConversation {
@@ -45,7 +40,7 @@ class ModelConversation {
         turn = { firstDeltaAt: at, firstDelta: event.delta, deltas: [] };
         this.turns.set(event.cause, turn);
       }
-      for (const written of stamps(event.delta)) turn.deltas.push((at - written) / 1e6);
+      for (const written of stampsOf(event.delta)) turn.deltas.push((at - written) / 1e6);
     });
   }
 
@@ -73,10 +68,10 @@ class ModelConversation {
       throw new Error(`answer to ${event.cause}, not ${ack.event_id}`);
     const turn = this.turns.get(ack.event_id);
     this.turns.delete(ack.event_id);
-    const written = stamps(event.args?.content ?? '');
+    const written = stampsOf(event.args?.content ?? '');
     if (!turn || written.length === 0) throw new Error('an answer without deltas or stamps');
     return {
-      first: (turn.firstDeltaAt - stamps(turn.firstDelta)[0]) / 1e6,
+      first: (turn.firstDeltaAt - stampsOf(turn.firstDelta)[0]) / 1e6,
       final: (at - written[written.length - 1]) / 1e6,
       deltas: turn.deltas,
       trace: {
@@ -116,7 +111,7 @@ async function sdkAlone(model, requests, warmup) {
     for await (const chunk of stream) {
       const choice = chunk.choices[0];
       if (choice?.delta?.content) {
-        first ??= nowNs() - stamps(choice.delta.content)[0];
+        first ??= nowNs() - stampsOf(choice.delta.content)[0];
         text += choice.delta.content;
       }
       if (choice?.finish_reason) finish = nowNs();
@@ -124,7 +119,7 @@ async function sdkAlone(model, requests, warmup) {
     const end = nowNs();
     const cpu = process.cpuUsage(cpuBefore);
     if (i < warmup) continue;
-    const last = stamps(text).at(-1);
+    const last = stampsOf(text).at(-1);
     firsts.push(first / 1e6);
     if (finish !== null) finishes.push((finish - last) / 1e6);
     ends.push((end - last) / 1e6);
@@ -306,7 +301,7 @@ async function roomTap(cluster, conversationId) {
     }
     const delta = message?.type === 'stream' ? message.delta : null;
     if (!delta || typeof delta.delta !== 'string' || first.has(delta.cause)) return;
-    const [stamp] = stamps(delta.delta);
+    const [stamp] = stampsOf(delta.delta);
     if (stamp !== undefined) first.set(delta.cause, { at, stamp });
   });
   await redis.psubscribe(`${cluster.keyPrefix}:room:{${conversationId}*`);

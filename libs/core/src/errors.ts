@@ -46,22 +46,24 @@ export class ConcurrencyLimitError extends DomainError {
   }
 }
 
+/** Whole seconds, at least 1, of a wait in ms (HTTP's `Retry-After`). */
+const wholeSeconds = (ms: number | null): number | null =>
+  ms === null ? null : Math.max(1, Math.ceil(ms / 1000));
+
 export class RateLimitedError extends DomainError {
-  /** Whole seconds until a retry can be taken (HTTP's `Retry-After`); null when unknown or never. */
+  /** Whole seconds until a retry can be taken; null when unknown or never. */
   readonly retryAfterSeconds: number | null;
 
   constructor(message = 'too many user actions; slow down', retryAfterMs: number | null = null) {
     super('RATE_LIMITED', message);
-    this.retryAfterSeconds =
-      retryAfterMs === null ? null : Math.max(1, Math.ceil(retryAfterMs / 1000));
+    this.retryAfterSeconds = wholeSeconds(retryAfterMs);
   }
 
   /** The user action limit's refusal, saying when a retry is taken. */
   static forActions(retryAfterMs: number | null): RateLimitedError {
+    const seconds = wholeSeconds(retryAfterMs);
     const when =
-      retryAfterMs === null
-        ? 'more actions than the limit allows at once'
-        : `retry in ${Math.max(1, Math.ceil(retryAfterMs / 1000))} s`;
+      seconds === null ? 'more actions than the limit allows at once' : `retry in ${seconds} s`;
     return new RateLimitedError(`too many user actions; ${when}`, retryAfterMs);
   }
 }

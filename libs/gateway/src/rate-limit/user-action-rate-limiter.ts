@@ -67,7 +67,7 @@ const SWEEP_EVERY = 1000;
  * How long until `count` more actions fit a window of `limit` whose log
  * (times in ms, oldest first) is `log`: until enough of its oldest have left.
  */
-export function retryAfterMs(
+function retryAfterMs(
   log: readonly number[],
   count: number,
   limit: number,
