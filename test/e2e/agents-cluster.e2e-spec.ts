@@ -244,12 +244,23 @@ describe('the llm agent on two gateways and two workers', () => {
     );
 
     const spans = receiver.spans;
-    // A model request in a trace the gateway began (the message's: stored there, then woken here).
+    // The model request of this message's turn, in a trace the gateway began (the message's:
+    // stored there, then woken here). Other tests' turns are in the receiver too, some of them
+    // of two steps: only the turn of this conversation's message counts.
+    const ownTurn = (traceId: string) =>
+      spans.some(
+        (s) =>
+          s.traceId === traceId &&
+          s.name === 'agent turn' &&
+          s.attributes['cs.conversation_id'] === id &&
+          s.attributes['cs.event_id'] === sent.body.event_id,
+      );
     const requestSpan = () =>
       spans.find(
         (span) =>
           span.name === 'model request' &&
           span.role === 'worker' &&
+          ownTurn(span.traceId) &&
           spans.some((s) => s.traceId === span.traceId && s.role === 'gateway') &&
           spans.some(
             (s) => s.traceId === span.traceId && s.name === 'agent step' && s.role === 'worker',

@@ -357,12 +357,32 @@ describe('cluster of gateways and workers', () => {
     }
   });
 
-  it('stores nothing it refuses with CONCURRENCY_LIMIT_REACHED, counts none of it, and stores it once a slot frees', async () => {
+  it("stores nothing it refuses with CONCURRENCY_LIMIT_REACHED, counts none of it, and stores it once a slot frees; a create naming another user's running conversation leaves the slot free", async () => {
     const c = await cluster_({ gateways: 2, workers: 2, env: { ...REFUSAL_ENV } });
-    await refusalStoresNothing(
-      c.gateways.map((g) => g.url),
-      await c.token('full'),
-    );
+    const [g1, g2] = c.gateways.map((g) => g.url) as [string, string];
+    await refusalStoresNothing([g1, g2], await c.token('full'));
+
+    // Bob names Alice's running conversation in a create: 409, and his one slot stays his.
+    const alice = await c.token('alice');
+    const running = await api<{ conversation_id: string }>(g1, 'POST', '/api/conversations', {
+      token: alice,
+      body: { initial_user_msg: 'hello' },
+    });
+    expect(running.status).toBe(201);
+    const taken = running.body.conversation_id;
+    await waitForAnswers(g1, alice, taken);
+    const bob = await c.token('bob');
+    const named = await api<{ error?: { code: string } }>(g2, 'POST', '/api/conversations', {
+      token: bob,
+      body: { conversation_id: taken, initial_user_msg: 'mine' },
+    });
+    expect([named.status, named.body.error?.code]).toEqual([409, 'CONFLICT']);
+    const own = await api<{ conversation_id: string }>(g1, 'POST', '/api/conversations', {
+      token: bob,
+      body: { initial_user_msg: 'mine' },
+    });
+    expect(own.status, JSON.stringify(own.body)).toBe(201);
+    await waitForAnswers(g1, bob, own.body.conversation_id);
   });
 
   it.each(['evict_oldest', 'reject'] as const)(

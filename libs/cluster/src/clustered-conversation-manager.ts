@@ -192,8 +192,10 @@ export class ClusteredConversationManager implements ConversationManager {
 
   /**
    * Takes the owner's slot before a write that will start the conversation
-   * is stored. Given back (`release`) only while the conversation has no job:
-   * another request may have started it with this slot meanwhile.
+   * is stored. Given back (`release`) unless the owner's conversation has a
+   * job: another request of theirs may have started it with this slot
+   * meanwhile. A job of someone else's conversation of that id (a create
+   * naming it, refused) keeps nothing.
    */
   private async takeSlot(owner: SlotOwner): Promise<SlotClaim> {
     const { jobs, limiter } = this.deps;
@@ -208,11 +210,15 @@ export class ClusteredConversationManager implements ConversationManager {
       release: async () => {
         if (released) return;
         released = true;
-        if ((await jobs.state(conversationId)) === null) {
-          await limiter.release(tenantId, userId, conversationId);
-        }
+        if ((await jobs.state(conversationId)) !== null && (await this.owns(owner))) return;
+        await limiter.release(tenantId, userId, conversationId);
       },
     };
+  }
+
+  private async owns({ tenantId, userId, conversationId }: SlotOwner): Promise<boolean> {
+    const record = await this.deps.store.getConversation(tenantId, conversationId);
+    return record?.userId === userId;
   }
 
   /**

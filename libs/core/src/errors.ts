@@ -42,7 +42,10 @@ export class AgentBusyError extends DomainError {
 
 export class ConcurrencyLimitError extends DomainError {
   constructor(limit: number) {
-    super('CONCURRENCY_LIMIT_REACHED', `at most ${limit} conversations may run at once per user`);
+    super(
+      'CONCURRENCY_LIMIT_REACHED',
+      `at most ${limit} ${limit === 1 ? 'conversation' : 'conversations'} may run at once per user`,
+    );
   }
 }
 

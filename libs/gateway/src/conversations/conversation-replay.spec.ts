@@ -46,3 +46,43 @@ describe('withReplayedMarkers', () => {
     expect(states([user, agent, change('running'), change('awaiting_user_input')])).toHaveLength(5);
   });
 });
+
+describe('parseReplay', () => {
+  const refusal = (events: unknown) => {
+    try {
+      parseReplay(JSON.stringify(events));
+    } catch (error) {
+      return { message: (error as Error).message, field: (error as { field?: string }).field };
+    }
+    throw new Error('accepted');
+  };
+
+  it('names the event that is neither an action nor an observation', () => {
+    expect(refusal([user, { source: 'user' }])).toEqual({
+      message: 'replay_json.1: an event has an "action" or an "observation"',
+      field: 'replay_json.1',
+    });
+    expect(refusal([42]).field).toBe('replay_json.0');
+  });
+
+  it("names the field that is wrong by the event's own shape", () => {
+    const bad = refusal([agent, { action: 'message', args: { content: 'hi' }, message: 7 }]);
+    expect(bad.field).toBe('replay_json.1.message');
+    expect(bad.message).toMatch(/^replay_json\.1\.message: /);
+    expect(bad.message).toContain('expected string, received number');
+    const observation = refusal([{ ...change('running'), content: 3 }]);
+    expect(observation.field).toBe('replay_json.0.content');
+  });
+
+  it('refuses what is not a list, and more than 1,000 events, as replay_json', () => {
+    expect(refusal({ action: 'message' }).field).toBe('replay_json');
+    expect(refusal(Array.from({ length: 1001 }, () => agent)).field).toBe('replay_json');
+  });
+
+  it('keeps the default sources of actions and observations', () => {
+    expect(parseReplay(JSON.stringify([agent, change('running')])).map((d) => d.source)).toEqual([
+      'agent',
+      'environment',
+    ]);
+  });
+});

@@ -17,10 +17,22 @@ import {
 /** PROTOCOL.md: `replay_json` holds at most this many events. */
 const MAX_REPLAY_EVENTS = 1_000;
 
-const ReplayEventSchema = z.union([
-  ActionBodySchema.extend({ source: EventSourceSchema.default('agent') }),
-  ObservationBodySchema.extend({ source: EventSourceSchema.default('environment') }),
-]);
+const ReplayActionSchema = ActionBodySchema.extend({ source: EventSourceSchema.default('agent') });
+const ReplayObservationSchema = ObservationBodySchema.extend({
+  source: EventSourceSchema.default('environment'),
+});
+
+/**
+ * The schema of one replayed event: an action or an observation, told apart
+ * by which of the two fields it has, so that its errors are that shape's
+ * (not a union's "Invalid input"); null when it has neither.
+ */
+function shapeOf(event: unknown) {
+  if (typeof event !== 'object' || event === null || Array.isArray(event)) return null;
+  if ('action' in event) return ReplayActionSchema;
+  if ('observation' in event) return ReplayObservationSchema;
+  return null;
+}
 
 /** The events of `replay_json`; `BAD_REQUEST` naming the first field that is wrong. */
 export function parseReplay(json: string): EventDraft[] {
@@ -33,13 +45,28 @@ export function parseReplay(json: string): EventDraft[] {
   if (findJsonTooDeep(parsed) !== undefined) {
     throw new BadRequestError(`replay_json is nested deeper than ${MAX_JSON_DEPTH}`, 'replay_json');
   }
-  const result = z.array(ReplayEventSchema).max(MAX_REPLAY_EVENTS).safeParse(parsed);
-  if (!result.success) {
-    const issue = result.error.issues[0];
-    const path = ['replay_json', ...(issue?.path ?? []).map(String)].join('.');
-    throw new BadRequestError(`${path}: ${issue?.message ?? 'invalid'}`, path);
+  const list = z.array(z.unknown()).max(MAX_REPLAY_EVENTS).safeParse(parsed);
+  if (!list.success) {
+    const issue = list.error.issues[0];
+    throw new BadRequestError(`replay_json: ${issue?.message ?? 'invalid'}`, 'replay_json');
   }
-  return result.data.map(({ source, ...body }) => ({ source, body }));
+  const events = list.data.map((event, index) => {
+    const shape = shapeOf(event);
+    if (!shape) {
+      throw new BadRequestError(
+        `replay_json.${index}: an event has an "action" or an "observation"`,
+        `replay_json.${index}`,
+      );
+    }
+    const result = shape.safeParse(event);
+    if (!result.success) {
+      const issue = result.error.issues[0];
+      const path = ['replay_json', index, ...(issue?.path ?? [])].map(String).join('.');
+      throw new BadRequestError(`${path}: ${issue?.message ?? 'invalid'}`, path);
+    }
+    return result.data;
+  });
+  return events.map(({ source, ...body }) => ({ source, body }));
 }
 
 /**
