@@ -177,11 +177,11 @@ describe('agent runtime (cluster)', () => {
     });
   }
 
-  it('keeps a pending approval across kill -9 of its worker: the new holder waits, then runs the call once confirmed', async () => {
+  it('keeps a pending approval across kill -9 of its worker: the new holder waits, then runs the call once confirmed (not idempotent: it never started)', async () => {
     const token = await cluster.token(uniqueName('approver'));
     const id = await conversation(token, {
       agent: 'tool_user',
-      agent_config: { tool: 'current_time', arguments: {} },
+      agent_config: { tool: 'slow_once', arguments: { ms: 0 } },
       confirmation_mode: true,
       initial_user_msg: 'what time is it?',
     });
@@ -221,10 +221,16 @@ describe('agent runtime (cluster)', () => {
       20_000,
     );
     const events = await eventsOf(token, id);
-    expect(events.filter((e) => 'action' in e && e.action === 'tool_call')).toHaveLength(1);
-    expect(
-      events.filter((e) => 'observation' in e && e.observation === 'tool_result'),
-    ).toHaveLength(1);
+    const calls = events.filter((e) => 'action' in e && e.action === 'tool_call');
+    expect(calls).toHaveLength(1);
+    const results = events.filter((e) => 'observation' in e && e.observation === 'tool_result');
+    expect(results).toHaveLength(1);
+    expect(results[0]).toMatchObject({ cause: calls[0]!.id, extras: { is_error: false } });
+    const callId = 'action' in calls[0]! ? String(calls[0].args['tool_call_id']) : '';
+    const runs = readFileSync(toolLog, 'utf8')
+      .split('\n')
+      .filter((line) => line === `slow_once end ${callId}`);
+    expect(runs).toHaveLength(1);
     client.close();
   });
 });

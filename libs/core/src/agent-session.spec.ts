@@ -880,6 +880,91 @@ describe(AgentSession.name, () => {
       ).toHaveLength(1);
       await second.close();
     });
+    describe('a tool not declared idempotent', () => {
+      /** `charge`, not idempotent, counting its runs; an agent that calls it, then answers. */
+      function charging() {
+        const runs: string[] = [];
+        const tools = new ToolRegistry(30_000);
+        tools.add('charge', {
+          description: 'charges a card',
+          parameters: { type: 'object' },
+          idempotent: false,
+          run: (_args, { idempotency_key }) => {
+            runs.push(idempotency_key);
+            return 'charged';
+          },
+        });
+        const agent = new ScriptedAgent(async function* (turn) {
+          const recent = await turn.history.recent(20);
+          const result = recent.find(
+            (e) => isObservation(e) && e.observation === 'tool_result' && e.id > turn.trigger.id,
+          );
+          if (!result || !isObservation(result)) {
+            yield { type: 'tool_call', tool: 'charge', arguments: {} };
+            return;
+          }
+          yield say(`result: ${result.content}`);
+        });
+        return { runs, agent, options: { tools } };
+      }
+
+      it('runs once confirmed, also for a message stored before the session started', async () => {
+        const f = await confirmationFixture();
+        const charge = charging();
+        // Stored while nobody held the conversation: the message that starts it.
+        const ask = await f.userSays('pay');
+        const session = await f.newSession(charge.agent, 10, CATCH_UP_MS, 0, charge.options);
+        await session.start();
+        await vi.waitFor(() => expect(session.agentState).toBe('awaiting_user_confirmation'));
+        expect(charge.runs).toEqual([]);
+        await f.userRequests('user_confirmed', session);
+        await vi.waitFor(() => expect(f.answers().at(-1)).toEqual(['result: charged', ask]));
+        expect(charge.runs).toHaveLength(1);
+        await session.close();
+      });
+
+      it('runs once confirmed on a new holder: a call that awaited a confirmation never started', async () => {
+        const f = await confirmationFixture();
+        const charge = charging();
+        const first = await f.newSession(charge.agent, 10, CATCH_UP_MS, 0, charge.options);
+        await first.start();
+        const ask = await f.userSays('pay', first);
+        await vi.waitFor(() => expect(first.agentState).toBe('awaiting_user_confirmation'));
+        await first.close();
+
+        const second = await f.newSession(charge.agent, 10, CATCH_UP_MS, 0, charge.options);
+        await second.start();
+        await vi.waitFor(() => expect(second.agentState).toBe('awaiting_user_confirmation'));
+        await f.userRequests('user_confirmed', second);
+        await vi.waitFor(() => expect(f.answers().at(-1)).toEqual(['result: charged', ask]));
+        expect(charge.runs).toHaveLength(1);
+        await second.close();
+      });
+
+      it('is in doubt on a new holder when the confirmation was applied before the failover', async () => {
+        const f = await confirmationFixture();
+        const charge = charging();
+        const first = await f.newSession(charge.agent, 10, CATCH_UP_MS, 0, charge.options);
+        await first.start();
+        const ask = await f.userSays('pay', first);
+        await vi.waitFor(() => expect(first.agentState).toBe('awaiting_user_confirmation'));
+        await first.close();
+        // The holder applied the confirmation (its state change is stored), then died: the
+        // call may have run.
+        const confirm = await f.userRequests('user_confirmed');
+        await f.store.append(f.ref.tenantId, f.ref.conversationId, [
+          agentStateChangeDraft('user_confirmed', { cause: confirm }),
+        ]);
+
+        const second = await f.newSession(charge.agent, 10, CATCH_UP_MS, 0, charge.options);
+        await second.start();
+        await vi.waitFor(() => expect(f.answers().at(-1)?.[1]).toBe(ask));
+        expect(charge.runs).toEqual([]);
+        const result = f.events().find((e) => isObservation(e) && e.observation === 'tool_result');
+        expect(result).toMatchObject({ extras: { is_error: true, in_doubt: true } });
+        await second.close();
+      });
+    });
   });
 
   describe('a turn ended while its tool calls have no result', () => {

@@ -152,7 +152,7 @@ export class TurnDriver {
       'agent turn',
       async () => {
         const progress = resumed ? await this.storedProgress(trigger, attempts) : emptyProgress();
-        await this.drive(this.newRunner(trigger, progress, !resumed));
+        await this.drive(this.newRunner(trigger, progress));
       },
       { 'cs.conversation_id': this.deps.ref.conversationId, 'cs.event_id': trigger.id },
     );
@@ -246,7 +246,7 @@ export class TurnDriver {
     }
   }
 
-  private newRunner(trigger: StoredEvent, progress: TurnProgress, own: boolean): TurnRunner {
+  private newRunner(trigger: StoredEvent, progress: TurnProgress): TurnRunner {
     const { deps } = this;
     const runner: TurnRunner = new TurnRunner(
       {
@@ -269,7 +269,6 @@ export class TurnDriver {
       },
       trigger,
       progress,
-      own,
     );
     return runner;
   }

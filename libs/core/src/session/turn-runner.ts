@@ -65,13 +65,23 @@ export type TurnOutcome =
   | { kind: 'interrupted'; partialText: string };
 
 export class TurnRunner {
+  /**
+   * The calls an earlier holder may have begun running: those it stored
+   * without a result and did not leave awaiting a confirmation (a call
+   * awaiting one never started, wherever it is confirmed). A call that may
+   * have run is not run again unless its tool is idempotent: it is in doubt.
+   */
+  private readonly mayHaveRun: ReadonlySet<number>;
+
   constructor(
     private readonly deps: TurnDeps,
     readonly trigger: StoredEvent,
     readonly progress: TurnProgress,
-    /** False when the turn's stored calls were made by an earlier holder. */
-    private readonly ownCalls: boolean,
-  ) {}
+  ) {
+    this.mayHaveRun = new Set(
+      progress.confirmation === 'awaiting' ? [] : progress.unresolved.map((call) => call.id),
+    );
+  }
 
   /** The call that was running when the turn was cut, if one was. */
   private cutMidCall: number | null = null;
@@ -81,12 +91,12 @@ export class TurnRunner {
     const { progress } = this;
     if (progress.unresolved.length > 0) {
       if (progress.confirmation === 'awaiting') return { kind: 'awaiting_confirmation' };
-      if (progress.confirmation === 'rejected') {
-        await this.resolve(progress.unresolved, 'rejected', signal);
-      } else {
-        // Confirmed, or a failover in the middle of running them.
-        await this.resolve(progress.unresolved, this.ownCalls ? 'run' : 'resume', signal);
-      }
+      // Confirmed, rejected, or a failover in the middle of running them.
+      await this.resolve(
+        progress.unresolved,
+        progress.confirmation === 'rejected' ? 'rejected' : 'run',
+        signal,
+      );
       if (signal.aborted) return { kind: 'interrupted', partialText: '' };
     }
     for (;;) {
@@ -253,7 +263,7 @@ export class TurnRunner {
   /** Runs (or resolves otherwise) tool calls, each result stored as it comes. */
   private async resolve(
     calls: readonly StoredEvent[],
-    how: 'run' | 'resume' | 'rejected',
+    how: 'run' | 'rejected',
     signal: AbortSignal,
   ): Promise<void> {
     const { tools, metrics } = this.deps;
@@ -271,7 +281,7 @@ export class TurnRunner {
           is_error: true,
           rejected: true,
         });
-      } else if (how === 'resume' && !tools.isIdempotent(tool)) {
+      } else if (this.mayHaveRun.has(call.id) && !tools.isIdempotent(tool)) {
         metrics.toolCalled(tools.labelOf(tool), 'in_doubt');
         draft = resultDraft(
           call,
