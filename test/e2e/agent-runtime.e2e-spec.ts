@@ -317,7 +317,7 @@ describe('agent runtime (standalone)', () => {
     client.close();
   });
 
-  it('interrupt cuts the running step within 1 s and answers the new message; enqueue answers each once in order; reject refuses with AGENT_BUSY', async () => {
+  it('interrupt cuts the running step within 1 s and answers the new message; enqueue answers each once in order; reject refuses with AGENT_BUSY, yet acknowledges a repeat of the message it answers', async () => {
     const token = await userToken();
     const interrupting = await conversation(token, {
       agent: 'waiter',
@@ -359,11 +359,27 @@ describe('agent runtime (standalone)', () => {
 
     const rejecting = await conversation(token, { agent: 'waiter', multitask_strategy: 'reject' });
     const busy = await ConversationClient.connect(app.url, token, { conversation_id: rejecting });
-    const running = ((await busy.message('take your time')) as { event_id: number }).event_id;
+    const running = ((await busy.message('take your time', 'key-running')) as { event_id: number })
+      .event_id;
     await busy.waitFor((events) => deltasOf(events, running).length >= 1);
     expect(await busy.message('me too')).toMatchObject({
       ok: false,
       error: { code: 'AGENT_BUSY' },
+    });
+    // The message being answered, sent again (its first ack lost): acknowledged, not refused.
+    expect(await busy.message('take your time', 'key-running')).toEqual({
+      ok: true,
+      event_id: running,
+    });
+    const repeated = await api(app.url, 'POST', `/api/conversations/${rejecting}/events`, {
+      token,
+      body: { action: 'message', args: { content: 'take your time' } },
+      headers: { 'idempotency-key': 'key-running' },
+    });
+    expect([repeated.status, repeated.body.event_id]).toEqual([200, running]);
+    expect(await busy.message('other words', 'key-running')).toMatchObject({
+      ok: false,
+      error: { code: 'CONFLICT' },
     });
     const rest = await api(app.url, 'POST', `/api/conversations/${rejecting}/events`, {
       token,

@@ -1,6 +1,7 @@
 import { Inject, Injectable, Optional } from '@nestjs/common';
 import type { AppConfig } from '@cs/config';
 import {
+  AgentBusyError,
   BadRequestError,
   ConcurrencyLimitError,
   ConflictError,
@@ -328,7 +329,16 @@ export class ConversationService {
     read: Pick<SendOptions, 'status'>,
   ): Promise<AppendedEvent> {
     const ref = refOf(conversation);
-    await checkAgentBusy(this.store, this.config.agent.multitaskStrategy, conversation, action);
+    try {
+      await checkAgentBusy(this.store, this.config.agent.multitaskStrategy, conversation, action);
+    } catch (error) {
+      // A repeat of a message stored already (its first ack lost) is acknowledged again,
+      // busy or not: it is the message being answered, or one already answered.
+      if (!(error instanceof AgentBusyError)) throw error;
+      const repeat = await findRepeat(this.store, ref, action, idempotencyKey);
+      if (repeat) return repeat;
+      throw error;
+    }
     const reservation = await this.rateLimiter.reserve(principal.tenantId, principal.userId);
     if (!reservation.reserved) {
       // An idempotent repeat stores nothing, so it does not count against the limit.
