@@ -248,6 +248,45 @@ describe('the llm agent in the standalone app', () => {
     }
   });
 
+  it('retries a stream cut after part of the answer: STATUS$LLM_RETRY, then the text afresh from offset 0, and only the retry is stored', async () => {
+    let tries = 0;
+    model.when((b) => streaming(b) && lastUser(b).includes('tag-cut-retry') && tries++ < 1, {
+      kind: 'stream',
+      events: openAiStream({ text: ['the first try'], finish: false }),
+      cut: true,
+    });
+    scriptTagged(model, 'tag-cut-retry', {
+      kind: 'stream',
+      events: openAiStream({ text: ['the second ', 'try'] }),
+    });
+    const { id, client } = await openConversation(app.url, token, { agent: 'llm', title: 'fixed' });
+    try {
+      const cause = await say(client, 'tag-cut-retry: go');
+      await client.waitForReply(cause, 20_000);
+      const retry = client.events.findIndex(
+        (e) => (e as { id?: unknown }).id === 'STATUS$LLM_RETRY',
+      );
+      expect(retry).toBeGreaterThan(0);
+      const deltas = (from: number, to: number) =>
+        client.events
+          .slice(from, to)
+          .filter(isDelta)
+          .filter((d) => d.cause === cause);
+      expect(deltas(0, retry).map((d) => [d.offset, d.delta])).toEqual([[0, 'the first try']]);
+      const after = deltas(retry, client.events.length);
+      expect(after[0]?.offset).toBe(0);
+      expect(after.map((d) => d.delta).join('')).toBe('the second try');
+      const answers = (await storedEvents(app.url, token, id)).filter((e) =>
+        isAgentReply(e, cause),
+      );
+      expect(answers).toHaveLength(1);
+      expect(answers[0]).toMatchObject({ args: { content: 'the second try' } });
+      expect(answers[0]).not.toMatchObject({ args: { interrupted: true } });
+    } finally {
+      client.close();
+    }
+  });
+
   it('ends the turn in llm_error with a safe message when the 500s outlast the retries', async () => {
     scriptTagged(model, 'tag-500', {
       kind: 'json',

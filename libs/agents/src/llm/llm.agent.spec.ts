@@ -307,20 +307,44 @@ describe(`${LlmAgent.name} on an OpenAI-compatible server`, () => {
     expect(server.requests).toHaveLength(1);
   });
 
-  it('never yields a stream cut after some text as a final message, and does not glue a retry to it', async () => {
-    server.reply({
+  it('retries a stream cut after some text: the retry starts the text afresh, and only its answer is the message', async () => {
+    server.reply(
+      {
+        kind: 'stream',
+        events: openAiStream({ text: ['The answer is'], finish: false }),
+        cut: true,
+      },
+      { kind: 'stream', events: openAiStream({ text: ['The whole ', 'answer'] }) },
+    );
+    const context = contextOf([events.user('hi')]);
+    const { outputs, error } = await settle(agent().step(context));
+    expect(error).toBeUndefined();
+    expect(outputs).toEqual([
+      { type: 'delta', delta: 'The answer is' },
+      { type: 'delta', delta: 'The whole ' },
+      { type: 'delta', delta: 'answer' },
+      { type: 'message', content: 'The whole answer' },
+    ]);
+    // The runtime restarts the step's text at the status (the next delta has offset 0).
+    expect(context.statuses.map((s) => s.id)).toEqual([LLM_RETRY_STATUS]);
+    expect(server.requests).toHaveLength(2);
+  });
+
+  it('never yields a stream cut after some text on every try as a final message', async () => {
+    server.always({
       kind: 'stream',
       events: openAiStream({ text: ['The answer is'], finish: false }),
       cut: true,
     });
-    server.always({ kind: 'stream', events: openAiStream({ text: ['never sent'] }) });
-    const { outputs, error } = await settle(agent().step(contextOf([events.user('hi')])));
-    expect(outputs).toEqual([{ type: 'delta', delta: 'The answer is' }]);
+    const context = contextOf([events.user('hi')]);
+    const { outputs, error } = await settle(agent({ maxRetries: 1 }).step(context));
+    expect(outputs.filter((o) => o.type === 'message')).toEqual([]);
     expect(error).toMatchObject({
       reason: 'llm_error',
-      safeMessage: "the model's answer was cut short after part of the answer was sent",
+      safeMessage: "the model's answer was cut short (after 1 retry)",
     });
-    expect(server.requests).toHaveLength(1);
+    expect(server.requests).toHaveLength(2);
+    expect(context.statuses).toHaveLength(1);
   });
 
   it('treats a stream that ends without a finish reason as cut short', async () => {
@@ -580,7 +604,9 @@ describe(`${LlmAgent.name} on an Anthropic Messages server`, () => {
       events: anthropicStream({ text: ['partial'], finish: false }),
     });
     const { outputs, error } = await settle(anthropic().step(contextOf([events.user('hi')])));
-    expect(outputs).toEqual([{ type: 'delta', delta: 'partial' }]);
+    // Each try streams its part, then is cut: never a message.
+    expect(outputs.length).toBeGreaterThan(0);
+    expect(outputs.every((o) => o.type === 'delta' && o.delta === 'partial')).toBe(true);
     expect(error).toMatchObject({ reason: 'llm_error' });
   });
 });

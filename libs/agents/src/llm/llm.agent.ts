@@ -8,13 +8,12 @@
  *
  * Retries (`LLM_MAX_RETRIES`): on 429, 5xx, connection errors, timeouts and
  * streams cut short, with exponential backoff or the server's `retry-after`,
- * each announced with `STATUS$LLM_RETRY`. A request is retried only while
- * nothing of it reached the runtime: tool calls are held until the stream
- * ends well, but text is streamed at once, and the runtime takes a step's
- * text as the concatenation of its deltas, so a fresh answer after a retry
- * would be glued to the partial one. A stream cut after some text therefore
- * ends the turn in `llm_error` (the runtime stores the partial text as
- * interrupted) instead of being retried.
+ * each announced with `STATUS$LLM_RETRY`, also after part of the answer was
+ * streamed: the runtime then starts the step's text afresh (its next delta
+ * has `offset` 0), so a retry's answer is never glued to the cut one. Tool
+ * calls are held until the stream ends well. When the retries are spent, the
+ * turn ends in `llm_error` (the runtime stores the partial text as
+ * interrupted).
  *
  * Each model request (each attempt, and the title request) is a
  * `model request` span, a child of the agent step's span in the message's
@@ -99,7 +98,6 @@ export class LlmAgent implements Agent {
       const own = new AbortController();
       const timeout = AbortSignal.timeout(this.settings.llm.timeoutMs);
       const signal = AbortSignal.any([context.signal, timeout, own.signal]);
-      let streamed = false;
       let text = '';
       let finishReason: FinishReason | undefined;
       let usage: ModelUsage | undefined;
@@ -121,7 +119,6 @@ export class LlmAgent implements Agent {
           switch (part.type) {
             case 'text':
               text += part.text;
-              streamed = true;
               yield { type: 'delta', delta: part.text };
               break;
             case 'tool-call':
@@ -143,13 +140,11 @@ export class LlmAgent implements Agent {
           secrets: [this.settings.llm.apiKey],
         });
         const spent = attempt >= maxRetries;
-        if (!failure.retryable || spent || streamed) {
+        if (!failure.retryable || spent) {
           const why =
-            streamed && failure.retryable && !spent
-              ? `${failure.safeMessage} after part of the answer was sent`
-              : failure.retryable && spent && maxRetries > 0
-                ? `${failure.safeMessage} (after ${maxRetries} ${maxRetries === 1 ? 'retry' : 'retries'})`
-                : failure.safeMessage;
+            failure.retryable && maxRetries > 0
+              ? `${failure.safeMessage} (after ${maxRetries} ${maxRetries === 1 ? 'retry' : 'retries'})`
+              : failure.safeMessage;
           throw new AgentTurnError('llm_error', why, { cause: failure.detail });
         }
         outcome.retried = true;
