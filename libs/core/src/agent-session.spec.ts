@@ -869,10 +869,18 @@ describe(AgentSession.name, () => {
       await first.close();
       const steps = agent.turns.length;
 
+      const statesBefore = f.states().length;
       const second = await f.newSession(agent);
       await second.start();
       await vi.waitFor(() => expect(second.agentState).toBe('awaiting_user_confirmation'));
       expect(agent.turns.length).toBe(steps);
+      // Never "awaiting input" in between: a client would hide the approval meanwhile.
+      expect(
+        f
+          .states()
+          .slice(statesBefore)
+          .map(([state]) => state),
+      ).toEqual(['loading', 'awaiting_user_confirmation']);
       await f.userRequests('user_confirmed', second);
       await vi.waitFor(() => expect(f.answers().at(-1)?.[1]).toBe(ask));
       expect(

@@ -301,9 +301,7 @@ export class AgentSession {
       const [loading] = await this.write([agentStateChangeDraft('loading')]);
       this.loadingEventId = loading?.id ?? -1;
       await this.reader.sync();
-      await this.write([
-        agentStateChangeDraft(previous === 'paused' ? 'paused' : 'awaiting_user_input'),
-      ]);
+      await this.write([agentStateChangeDraft(settledStateAfter(previous))]);
     } catch (error) {
       if (error instanceof LeaseLostError) lifecycle.loseLease();
       if (!lifecycle.shutdownRequested) {
@@ -453,6 +451,16 @@ export class AgentSession {
       // Clients fill gaps from the store on reconnect.
     }
   }
+}
+
+/**
+ * The state a start settles at: paused stays paused, and tool calls awaiting
+ * the user's confirmation still await it (the pending turn is taken up next);
+ * otherwise the agent awaits input.
+ */
+function settledStateAfter(previous: AgentState | null): AgentState {
+  if (previous === 'paused' || previous === 'awaiting_user_confirmation') return previous;
+  return 'awaiting_user_input';
 }
 
 function defaultTools(): ToolRegistry {
