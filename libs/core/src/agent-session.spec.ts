@@ -674,6 +674,19 @@ describe(AgentSession.name, () => {
       expect(record?.metrics).toMatchObject({ iterations: 4, cost_usd: expect.closeTo(1.2, 10) });
     });
 
+    it('ends the turn once its cost reaches the budget: no step starts that could only pass it', async () => {
+      const f = await fixture();
+      const agent = spender();
+      const session = await f.newSession(agent, 10, CATCH_UP_MS, 0.6);
+      await session.start();
+      const ask = await f.userSays('spend', session);
+      await vi.waitFor(() =>
+        expect(f.states().at(-1)).toEqual(['error', ask, 'max_budget_exceeded']),
+      );
+      expect(agent.turns).toHaveLength(2);
+      await session.close();
+    });
+
     it('counts what an attempt that failed to store its tool result stored, when it runs the turn again', async () => {
       // 0.6 stored; the second holder stores a step (0.9), then fails storing its result.
       const { record, secondSteps } = await resumedAfter(2, 1, 2);

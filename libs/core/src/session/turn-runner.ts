@@ -105,7 +105,8 @@ export class TurnRunner {
         await this.settleInError('max_iterations', MAX_ITERATIONS_MESSAGE, '');
         return { kind: 'settled', answered: false };
       }
-      if (settings.maxBudgetUsd > 0 && progress.costUsd > settings.maxBudgetUsd) {
+      // Reached: the next step could only pass it.
+      if (settings.maxBudgetUsd > 0 && progress.costUsd >= settings.maxBudgetUsd) {
         await this.settleInError('max_budget_exceeded', BUDGET_MESSAGE, '');
         return { kind: 'settled', answered: false };
       }
