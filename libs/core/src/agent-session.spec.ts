@@ -944,7 +944,8 @@ describe(AgentSession.name, () => {
         await session.close();
       });
 
-      it('runs once confirmed on a new holder: a call that awaited a confirmation never started', async () => {
+      /** A first holder stores the call and closes while it awaits confirmation. */
+      async function pendingOnClose() {
         const f = await confirmationFixture();
         const charge = charging();
         const first = await f.newSession(charge.agent, 10, CATCH_UP_MS, 0, charge.options);
@@ -952,8 +953,13 @@ describe(AgentSession.name, () => {
         const ask = await f.userSays('pay', first);
         await vi.waitFor(() => expect(first.agentState).toBe('awaiting_user_confirmation'));
         await first.close();
+        const next = () => f.newSession(charge.agent, 10, CATCH_UP_MS, 0, charge.options);
+        return { f, charge, ask, next };
+      }
 
-        const second = await f.newSession(charge.agent, 10, CATCH_UP_MS, 0, charge.options);
+      it('runs once confirmed on a new holder: a call that awaited a confirmation never started', async () => {
+        const { f, charge, ask, next } = await pendingOnClose();
+        const second = await next();
         await second.start();
         await vi.waitFor(() => expect(second.agentState).toBe('awaiting_user_confirmation'));
         await f.userRequests('user_confirmed', second);
@@ -963,21 +969,14 @@ describe(AgentSession.name, () => {
       });
 
       it('is in doubt on a new holder when the confirmation was applied before the failover', async () => {
-        const f = await confirmationFixture();
-        const charge = charging();
-        const first = await f.newSession(charge.agent, 10, CATCH_UP_MS, 0, charge.options);
-        await first.start();
-        const ask = await f.userSays('pay', first);
-        await vi.waitFor(() => expect(first.agentState).toBe('awaiting_user_confirmation'));
-        await first.close();
+        const { f, charge, ask, next } = await pendingOnClose();
         // The holder applied the confirmation (its state change is stored), then died: the
         // call may have run.
         const confirm = await f.userRequests('user_confirmed');
         await f.store.append(f.ref.tenantId, f.ref.conversationId, [
           agentStateChangeDraft('user_confirmed', { cause: confirm }),
         ]);
-
-        const second = await f.newSession(charge.agent, 10, CATCH_UP_MS, 0, charge.options);
+        const second = await next();
         await second.start();
         await vi.waitFor(() => expect(f.answers().at(-1)?.[1]).toBe(ask));
         expect(charge.runs).toEqual([]);
