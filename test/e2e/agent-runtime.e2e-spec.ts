@@ -122,6 +122,63 @@ describe('agent runtime (standalone)', () => {
     late.close();
   });
 
+  it('gives the text so far to the first client that joins mid-step: the only client reconnecting, or an SSE stream of a message sent over REST', async () => {
+    const token = await userToken();
+    const text = 'A reconnecting client sees the whole answer being written, from its start.';
+    const id = await conversation(token, {
+      agent: 'streamer',
+      agent_config: { text, chunks: 20, delay_ms: 60 },
+    });
+    const only = await ConversationClient.connect(app.url, token, { conversation_id: id });
+    const cause = ((await only.message('go')) as { event_id: number }).event_id;
+    await only.waitFor((events) => deltasOf(events, cause).length >= 3);
+    only.close();
+    // Nobody is connected while more of the step streams.
+    await new Promise((resolve) => setTimeout(resolve, 250));
+    const back = await ConversationClient.connect(app.url, token, { conversation_id: id });
+    await back.waitForReply(cause);
+    const deltas = deltasOf(back.events, cause);
+    expect(deltas[0]?.offset).toBe(0);
+    expect(deltas[0]!.delta.length).toBeGreaterThan(0);
+    expect(assemble(deltas)).toBe(text);
+    back.close();
+
+    // A message sent over REST, nobody connected; an SSE stream opens mid-step.
+    const sent = await api<{ event_id: number }>(
+      app.url,
+      'POST',
+      `/api/conversations/${id}/events`,
+      { token, body: { action: 'message', args: { content: 'again' } } },
+    );
+    expect(sent.status).toBe(201);
+    await new Promise((resolve) => setTimeout(resolve, 250));
+    const controller = new AbortController();
+    const sse = await fetch(`${app.url}/api/conversations/${id}/stream`, {
+      headers: { authorization: `Bearer ${token}`, 'last-event-id': String(sent.body.event_id) },
+      signal: controller.signal,
+    });
+    let sseText = '';
+    const reading = (async () => {
+      const decoder = new TextDecoder();
+      try {
+        for await (const chunk of sse.body!) sseText += decoder.decode(chunk as Uint8Array);
+      } catch {
+        // aborted
+      }
+    })();
+    await until(async () => sseText.includes('"action":"message"'), 'the SSE answer');
+    controller.abort();
+    await reading;
+    const sseDeltas = sseText
+      .split('\n')
+      .filter((line) => line.startsWith('data: ') && line.includes('"stream":true'))
+      .map((line) => JSON.parse(line.slice(6)) as StreamDelta)
+      .filter((delta) => delta.cause === sent.body.event_id);
+    expect(sseDeltas[0]?.offset).toBe(0);
+    expect(sseDeltas[0]!.delta.length).toBeGreaterThan(0);
+    expect(assemble(sseDeltas)).toBe(text);
+  });
+
   it('stores a tool call and its result linked by cause; set_state with a user: key reaches the other conversations of the user', async () => {
     const token = await userToken();
     const id = await conversation(token, {

@@ -110,4 +110,48 @@ describe(ConversationRoomHub.name, () => {
     hub.publishEvents('c', [event(2)]);
     expect(local.received).toHaveLength(1);
   });
+
+  describe("a step's text so far, for late joiners", () => {
+    const delta = (offset: number, text: string) => ({
+      stream: true as const,
+      cause: 4,
+      delta: text,
+      offset,
+    });
+    const answer: StoredEvent = {
+      id: 5,
+      timestamp: '2026-11-30T00:00:00.000Z',
+      source: 'agent',
+      action: 'message',
+      args: { content: 'Hello world' },
+      message: 'Hello world',
+      cause: 4,
+    };
+
+    it('without a source, is kept for a room nobody has joined: the first client mid-step gets it', () => {
+      const hub = new ConversationRoomHub();
+      hub.publishStream('c', delta(0, 'Hello'));
+      hub.publishStream('c', delta(5, ' wor'));
+      expect(hub.streamOf('c')).toEqual(delta(0, 'Hello wor'));
+      // Leaving does not forget it: the step still runs, and a reconnect needs it.
+      hub.join('c', subscriber()).leave();
+      expect(hub.streamOf('c')).toEqual(delta(0, 'Hello wor'));
+      hub.publishEvents('c', [answer]);
+      expect(hub.streamOf('c')).toBeNull();
+    });
+
+    it('with a source, is kept for open rooms only (a room opens with the text Redis kept)', async () => {
+      const source = new ManualSource();
+      const hub = new ConversationRoomHub(source);
+      hub.publishStream('c', delta(0, 'Hello'));
+      expect(hub.streamOf('c')).toBeNull();
+      const membership = hub.join('c', subscriber());
+      source.sinks.get('c')!.publishStream('c', delta(0, 'Hello wor'));
+      source.confirm('c');
+      await membership.ready;
+      expect(hub.streamOf('c')).toEqual(delta(0, 'Hello wor'));
+      membership.leave();
+      expect(hub.streamOf('c')).toBeNull();
+    });
+  });
 });

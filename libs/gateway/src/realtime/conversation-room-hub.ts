@@ -38,9 +38,10 @@ export interface RoomMembership {
 interface Room {
   subscribers: Set<ConversationSubscriber>;
   ready: Promise<void>;
-  /** The text the current step has streamed so far, for late joiners. */
-  stream: StreamText | null;
 }
+
+/** Rooms streaming at once whose text the hub keeps; past it the oldest are dropped. */
+const MAX_TRACKED_STREAMS = 10_000;
 
 /**
  * The conversations' rooms as seen by this process: which local subscribers
@@ -51,6 +52,14 @@ interface Room {
 @Injectable()
 export class ConversationRoomHub implements ConversationBroadcaster {
   private readonly rooms = new Map<string, Room>();
+  /**
+   * The text each room's current step has streamed so far, for late joiners.
+   * Standalone, the hub is the broadcaster: it keeps every room's, with
+   * subscribers or not (the first client to join mid-step needs it). A
+   * cluster gateway keeps those of its open rooms only, seeded from Redis
+   * when a room opens (its traffic source).
+   */
+  private readonly streams = new Map<string, StreamText>();
 
   constructor(
     @Optional()
@@ -68,7 +77,7 @@ export class ConversationRoomHub implements ConversationBroadcaster {
     if (!joined) {
       const ready = this.source?.open(room, this) ?? Promise.resolve();
       ready.catch(() => undefined); // each member awaits it and handles a failure
-      joined = { subscribers: new Set(), ready, stream: null };
+      joined = { subscribers: new Set(), ready };
       this.rooms.set(room, joined);
     }
     const member = joined;
@@ -79,7 +88,10 @@ export class ConversationRoomHub implements ConversationBroadcaster {
         member.subscribers.delete(subscriber);
         if (member.subscribers.size > 0 || this.rooms.get(room) !== member) return;
         this.rooms.delete(room);
-        this.source?.close(room);
+        if (this.source) {
+          this.streams.delete(room);
+          this.source.close(room);
+        }
       },
     };
   }
@@ -102,11 +114,9 @@ export class ConversationRoomHub implements ConversationBroadcaster {
   }
 
   publishEvents(room: string, events: readonly StoredEvent[]): void {
-    const joined = this.rooms.get(room);
     // The step's stored message ends its stream: late joiners replay the message.
-    if (joined?.stream && events.some((e) => endsStream(e, joined.stream!.cause))) {
-      joined.stream = null;
-    }
+    const stream = this.streams.get(room);
+    if (stream && events.some((e) => endsStream(e, stream.cause))) this.streams.delete(room);
     for (const subscriber of this.members(room)) subscriber.offerEvents(events);
   }
 
@@ -115,7 +125,7 @@ export class ConversationRoomHub implements ConversationBroadcaster {
    * from offset 0 (the catch-up a late joiner gets), or null.
    */
   streamOf(room: string): StreamDelta | null {
-    const stream = this.rooms.get(room)?.stream;
+    const stream = this.streams.get(room);
     if (!stream || stream.content === '') return null;
     return { stream: true, cause: stream.cause, delta: stream.content, offset: 0 };
   }
@@ -125,9 +135,19 @@ export class ConversationRoomHub implements ConversationBroadcaster {
   }
 
   publishStream(room: string, delta: StreamDelta): void {
-    const joined = this.rooms.get(room);
-    if (joined) joined.stream = nextStreamText(joined.stream, delta);
+    if (this.source === null || this.rooms.has(room)) this.keepStream(room, delta);
     for (const subscriber of this.members(room)) subscriber.sendStream(delta);
+  }
+
+  private keepStream(room: string, delta: StreamDelta): void {
+    const next = nextStreamText(this.streams.get(room) ?? null, delta);
+    // Most recently streamed last: the oldest go first past the bound.
+    this.streams.delete(room);
+    if (!next) return;
+    this.streams.set(room, next);
+    if (this.streams.size > MAX_TRACKED_STREAMS) {
+      this.streams.delete(this.streams.keys().next().value as string);
+    }
   }
 
   /** A copy: a subscriber may leave while it is being sent to. */
