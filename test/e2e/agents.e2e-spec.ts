@@ -220,6 +220,46 @@ describe('the llm agent in the standalone app', () => {
     }
   });
 
+  it('runs no tool outside agent_config.tools that the model calls anyway, MCP tools included', async () => {
+    scriptTagged(
+      model,
+      'tag-allowed',
+      {
+        kind: 'stream',
+        events: openAiStream({
+          toolCalls: [
+            { id: 'call_mcp', name: 'files__echo', argumentPieces: ['{"text":"leak"}'] },
+            { id: 'call_ok', name: 'current_time', argumentPieces: ['{}'] },
+          ],
+        }),
+      },
+      { kind: 'stream', events: openAiStream({ text: ['Only the allowed one ran.'] }) },
+    );
+    const mcpCalls = mcp.metas.length;
+    const { id, client } = await openConversation(app.url, token, {
+      agent: 'llm',
+      title: 'fixed',
+      agent_config: { tools: ['current_time'] },
+    });
+    try {
+      const cause = await say(client, 'tag-allowed: try them');
+      await client.waitForReply(cause, 20_000);
+      const request = model.streamed.find((r) => lastUser(r.body).includes('tag-allowed'))!;
+      const offered = (request.body['tools'] as { function: { name: string } }[]).map(
+        (t) => t.function.name,
+      );
+      expect(offered).toEqual(['current_time']);
+      const stored = await storedEvents(app.url, token, id);
+      expect(toolResultsOf(stored, 'call_mcp')).toMatchObject([
+        { content: 'unknown tool: files__echo', extras: { is_error: true } },
+      ]);
+      expect(toolResultsOf(stored, 'call_ok')).toMatchObject([{ extras: { is_error: false } }]);
+      expect(mcp.metas.length).toBe(mcpCalls);
+    } finally {
+      client.close();
+    }
+  });
+
   it('announces each retry with STATUS$LLM_RETRY, then answers', async () => {
     let tries = 0;
     model.when((b) => streaming(b) && lastUser(b).includes('tag-retry') && tries++ < 1, {

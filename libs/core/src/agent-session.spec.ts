@@ -58,7 +58,7 @@ async function ids(history: ConversationHistory): Promise<number[]> {
 
 const hasAgentEvent = (drafts: readonly EventDraft[]) => drafts.some((d) => d.source === 'agent');
 
-async function fixture(title = 'test') {
+async function fixture(title = 'test', agentConfig: Record<string, unknown> = {}) {
   const clock = new ManualClock();
   const store = new InMemoryConversationStore({ clock });
   const broadcaster = new RecordingBroadcaster();
@@ -69,7 +69,7 @@ async function fixture(title = 'test') {
     appName: 'app',
     title,
     metadata: {},
-    agent: { name: 'test', config: {} },
+    agent: { name: 'test', config: agentConfig },
     instructions: 'be brief',
   });
   const ref: ConversationRef = refOf(created);
@@ -985,6 +985,33 @@ describe(AgentSession.name, () => {
         await second.close();
       });
     });
+  });
+
+  it('runs no tool outside agent_config.tools, even when the agent calls one: it is answered as unknown', async () => {
+    const f = await fixture('test', { tools: ['current_time'] });
+    const offered: string[][] = [];
+    const agent = new ScriptedAgent(async function* (turn) {
+      offered.push(turn.tools.map((t) => t.name));
+      const recent = await turn.history.recent(20);
+      if (!recent.some((e) => isObservation(e) && e.observation === 'tool_result')) {
+        yield { type: 'tool_call', tool: 'set_state', arguments: { key: 'user:x', value: 1 } };
+        yield { type: 'tool_call', tool: 'current_time', arguments: {} };
+        return;
+      }
+      yield say('done');
+    });
+    const session = await f.newSession(agent);
+    await session.start();
+    const ask = await f.userSays('go', session);
+    await vi.waitFor(() => expect(f.answers().at(-1)).toEqual(['done', ask]));
+    expect(offered[0]).toEqual(['current_time']);
+    const results = f.events().filter((e) => isObservation(e) && e.observation === 'tool_result');
+    expect(results).toMatchObject([
+      { content: 'unknown tool: set_state', extras: { tool: 'set_state', is_error: true } },
+      { extras: { tool: 'current_time', is_error: false } },
+    ]);
+    expect(session.sessionState).toEqual({});
+    await session.close();
   });
 
   describe('a turn ended while its tool calls have no result', () => {

@@ -301,6 +301,7 @@ export class TurnRunner {
               ? (toolArgs as Record<string, unknown>)
               : {},
             { signal, idempotency_key: callId, conversation_id: this.deps.ref.conversationId },
+            this.deps.settings.allowedTools,
           ),
         );
         if (signal.aborted) {

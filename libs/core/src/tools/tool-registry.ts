@@ -81,13 +81,18 @@ export class ToolRegistry {
       }));
   }
 
-  /** Runs one call under the timeout; never throws. */
+  /**
+   * Runs one call under the timeout; never throws. A tool outside `allowed`
+   * (the conversation's `agent_config.tools`) is not run: the agent was not
+   * offered it, and it is answered as a name no tool has.
+   */
   async run(
     name: string,
     args: Record<string, unknown>,
     context: ToolRunContext,
+    allowed?: readonly string[],
   ): Promise<ToolOutcome> {
-    const tool = this.tools.get(name);
+    const tool = allowed === undefined || allowed.includes(name) ? this.tools.get(name) : undefined;
     if (!tool) return failure(`unknown tool: ${name}`);
     if (!tool.validate(args)) {
       const issue = tool.validate.errors?.[0];
