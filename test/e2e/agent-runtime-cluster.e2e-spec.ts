@@ -137,10 +137,15 @@ describe('agent runtime (cluster)', () => {
         agent_config: { tool, arguments: { ms: 2_500 }, tool_call_id: callId },
         initial_user_msg: 'use the tool',
       });
+      // The key of the stored call: `<conversation_id>:<its event id>`.
       await until(
-        async () => readFileSync(toolLog, 'utf8').includes(`${tool} start ${callId}`),
+        async () => readFileSync(toolLog, 'utf8').includes(`${tool} start ${id}:`),
         'the tool started',
       );
+      const call = (await eventsOf(token, id)).find(
+        (e) => 'action' in e && e.action === 'tool_call' && e.args['tool_call_id'] === callId,
+      );
+      const key = `${id}:${call!.id}`;
       const holder = await holderOf(cluster.workers, id);
       holder.signal('SIGKILL');
       await holder.exited;
@@ -163,7 +168,7 @@ describe('agent runtime (cluster)', () => {
         expect(answers).toHaveLength(1);
         const starts = readFileSync(toolLog, 'utf8')
           .split('\n')
-          .filter((line) => line === `${tool} start ${callId}`);
+          .filter((line) => line === `${tool} start ${key}`);
         if (idempotent) {
           expect(starts).toHaveLength(2); // run again with the same idempotency key
           expect(results[0]).toMatchObject({ extras: { is_error: false } });
@@ -226,10 +231,9 @@ describe('agent runtime (cluster)', () => {
     const results = events.filter((e) => 'observation' in e && e.observation === 'tool_result');
     expect(results).toHaveLength(1);
     expect(results[0]).toMatchObject({ cause: calls[0]!.id, extras: { is_error: false } });
-    const callId = 'action' in calls[0]! ? String(calls[0].args['tool_call_id']) : '';
     const runs = readFileSync(toolLog, 'utf8')
       .split('\n')
-      .filter((line) => line === `slow_once end ${callId}`);
+      .filter((line) => line === `slow_once end ${id}:${calls[0]!.id}`);
     expect(runs).toHaveLength(1);
     client.close();
   });

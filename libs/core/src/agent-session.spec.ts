@@ -929,6 +929,31 @@ describe(AgentSession.name, () => {
         return { runs, agent, options: { tools } };
       }
 
+      it('gets a key of its own for each call, though the agent repeats its tool_call_id', async () => {
+        const f = await fixture();
+        const charge = charging();
+        const agent = new ScriptedAgent(async function* (turn) {
+          const recent = await turn.history.recent(20);
+          const answered = recent.some(
+            (e) => isObservation(e) && e.observation === 'tool_result' && e.id > turn.trigger.id,
+          );
+          if (!answered) {
+            yield { type: 'tool_call', tool: 'charge', arguments: {}, tool_call_id: 'call_0' };
+            return;
+          }
+          yield say('charged');
+        });
+        const session = await f.newSession(agent, 10, CATCH_UP_MS, 0, charge.options);
+        await session.start();
+        for (const text of ['pay', 'pay again']) {
+          const ask = await f.userSays(text, session);
+          await vi.waitFor(() => expect(f.answers().at(-1)).toEqual(['charged', ask]));
+        }
+        expect(charge.runs).toHaveLength(2);
+        expect(new Set(charge.runs).size).toBe(2);
+        await session.close();
+      });
+
       it('runs once confirmed, also for a message stored before the session started', async () => {
         const f = await confirmationFixture();
         const charge = charging();
@@ -1282,12 +1307,14 @@ describe(AgentSession.name, () => {
         const { calls, after } = afterCalls(f, ask);
         const results = after.filter(isResult);
         expect(results.map((r) => r.cause)).toEqual(calls.map((c) => c.id));
-        return { slow, results };
+        return { f, slow, results };
       }
 
       it('runs an idempotent call again, with the same key', async () => {
-        const { slow, results } = await cutByFailover(true);
+        const { f, slow, results } = await cutByFailover(true);
         expect(slow.runs).toHaveLength(2);
+        // `<conversation_id>:<id of the stored call>`: the same on the new holder.
+        expect(slow.runs[0]).toBe(`${f.ref.conversationId}:${results[0]!.cause}`);
         expect(slow.runs[1]).toBe(slow.runs[0]);
         expect(results[0]).toMatchObject({ content: 'done', extras: { is_error: false } });
         expect(slow.counted).toEqual([

@@ -91,7 +91,11 @@ export interface AgentFactory {
 /** What a tool's `run` gets besides its arguments. */
 export interface ToolRunContext {
   signal: AbortSignal;
-  /** The tool call's id: the same when a call is run again after a failover. */
+  /**
+   * `<conversation_id>:<id of the stored tool call>`: unique across calls and
+   * conversations (an agent's `tool_call_id`s may repeat), and the same when
+   * a call is run again after a failover.
+   */
   idempotency_key: string;
   conversation_id: string;
 }

@@ -273,8 +273,8 @@ export class TurnRunner {
       const call = pending.shift()!;
       const args = isAction(call) ? call.args : {};
       const tool = toolOf(call);
-      const callId =
-        typeof args['tool_call_id'] === 'string' ? args['tool_call_id'] : String(call.id);
+      // Unique (conversations' tool_call_ids may repeat: `call_0`), and the same after a failover.
+      const idempotencyKey = `${this.deps.ref.conversationId}:${call.id}`;
       let draft: EventDraft;
       if (how === 'rejected') {
         metrics.toolCalled(tools.labelOf(tool), 'rejected');
@@ -300,7 +300,11 @@ export class TurnRunner {
             typeof toolArgs === 'object' && toolArgs !== null && !Array.isArray(toolArgs)
               ? (toolArgs as Record<string, unknown>)
               : {},
-            { signal, idempotency_key: callId, conversation_id: this.deps.ref.conversationId },
+            {
+              signal,
+              idempotency_key: idempotencyKey,
+              conversation_id: this.deps.ref.conversationId,
+            },
             this.deps.settings.allowedTools,
           ),
         );
