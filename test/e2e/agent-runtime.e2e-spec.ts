@@ -549,6 +549,35 @@ describe('agent runtime (standalone)', () => {
     client.close();
   });
 
+  it('ends a step that streams more than a message may hold in agent_error, and stores what fits as interrupted', async () => {
+    const token = await userToken();
+    // 3 bytes a character in UTF-8: a megabyte of characters would not fit one stored event.
+    const id = await conversation(token, {
+      agent: 'streamer',
+      agent_config: { text: '中', repeat: 1_100_000, chunks: 68, delay_ms: 0 },
+    });
+    const client = await ConversationClient.connect(app.url, token, { conversation_id: id });
+    const cause = ((await client.message('write a lot')) as { event_id: number }).event_id;
+    await client.waitFor(
+      (events) =>
+        events.some(
+          (e) => 'observation' in e && e.extras?.['agent_state'] === 'error' && e.cause === cause,
+        ),
+      30_000,
+      'the error',
+    );
+    const failure = client.stored.find(
+      (e) => 'observation' in e && e.extras?.['agent_state'] === 'error' && e.cause === cause,
+    );
+    expect(failure).toMatchObject({ extras: { reason: 'agent_error' } });
+    const [partial] = agentMessages(client.stored, cause);
+    expect(partial?.args).toMatchObject({ interrupted: true });
+    expect(String(partial?.args['content'])).toBe('中'.repeat(262_144));
+    const state = await api(app.url, 'GET', `/api/conversations/${id}/state`, { token });
+    expect(state.body.metrics.iterations).toBe(1);
+    client.close();
+  });
+
   it('ends a turn at max_iterations and at the budget with their reasons, and answers the next message', async () => {
     const token = await userToken();
     for (const [body, reason] of [

@@ -4,7 +4,13 @@
  * its text to the room as it comes, and sums up what the step produced. It
  * stores nothing: the turn runner stores a step's outcome in one batch.
  */
-import { AgentOutputSchema, cutText, type AgentOutput, type EventBody } from '@cs/protocol';
+import {
+  AgentOutputSchema,
+  MAX_MESSAGE_CONTENT_CHARS,
+  cutText,
+  type AgentOutput,
+  type EventBody,
+} from '@cs/protocol';
 import type { Agent, AgentContext } from '../agent.js';
 import type { StateDelta } from '../conversation.js';
 import type { DeltaStream } from './delta-stream.js';
@@ -54,11 +60,14 @@ const ABORTED: unique symbol = Symbol('aborted');
 /** An agent that never ends its step (a loop of outputs) is cut off here. */
 export const MAX_OUTPUTS_PER_STEP = 10_000;
 /**
- * The most text one step may stream: past it the step fails (an agent, a
- * model server or a remote agent that never stops must not fill the worker's
- * memory). Above any model's longest answer, and storable as one event.
+ * The most text one step may stream: past it the step fails, and what fits
+ * is stored as interrupted (an agent, a model server or a remote agent that
+ * never stops must not fill the worker's memory). As long as a user message
+ * may be, above any model's longest answer: stored twice in its event
+ * (`args.content` and `message`), in any script it fits the 2 MiB an event
+ * may take (1 MiB did not: such a step's text could not be stored at all).
  */
-export const MAX_STEP_TEXT_CHARS = 1024 * 1024;
+export const MAX_STEP_TEXT_CHARS = MAX_MESSAGE_CONTENT_CHARS;
 /** Every so many outputs the step lets timers and I/O run (a stop, a timeout must get through). */
 const YIELD_EVERY = 64;
 
