@@ -58,6 +58,36 @@ describe('agent runtime (standalone)', () => {
 
   const userToken = () => signFor(SECRET, uniqueName('user'), tenant);
 
+  /** An SSE stream of the conversation from `lastEventId`, read as it comes. */
+  async function watchSse(id: string, token: string, lastEventId: number) {
+    const controller = new AbortController();
+    const response = await fetch(`${app.url}/api/conversations/${id}/stream`, {
+      headers: { authorization: `Bearer ${token}`, 'last-event-id': String(lastEventId) },
+      signal: controller.signal,
+    });
+    let text = '';
+    const reading = (async () => {
+      const decoder = new TextDecoder();
+      try {
+        for await (const chunk of response.body!) text += decoder.decode(chunk as Uint8Array);
+      } catch {
+        // aborted
+      }
+    })();
+    return {
+      /** Waits for an answer on the stream, closes it, and gives the deltas it carried. */
+      async deltasUntilAnswer(): Promise<StreamDelta[]> {
+        await until(async () => text.includes('"action":"message"'), 'the SSE answer');
+        controller.abort();
+        await reading;
+        return text
+          .split('\n')
+          .filter((line) => line.startsWith('data: ') && line.includes('"stream":true'))
+          .map((line) => JSON.parse(line.slice(6)) as StreamDelta);
+      },
+    };
+  }
+
   it('streams deltas in order with offsets; the stored message is their text; a late joiner gets the text so far first', async () => {
     const token = await userToken();
     const text = 'Streaming is the art of saying a long thing one small piece at a time.';
@@ -71,25 +101,10 @@ describe('agent runtime (standalone)', () => {
     // Join mid-step, by socket and by SSE.
     await early.waitFor((events) => deltasOf(events, cause).length >= 5);
     const late = await ConversationClient.connect(app.url, token, { conversation_id: id });
-    const controller = new AbortController();
-    const sse = await fetch(`${app.url}/api/conversations/${id}/stream`, {
-      headers: { authorization: `Bearer ${token}`, 'last-event-id': String(cause) },
-      signal: controller.signal,
-    });
-    let sseText = '';
-    const reading = (async () => {
-      const decoder = new TextDecoder();
-      try {
-        for await (const chunk of sse.body!) sseText += decoder.decode(chunk as Uint8Array);
-      } catch {
-        // aborted
-      }
-    })();
+    const sse = await watchSse(id, token, cause);
     await early.waitForReply(cause);
     await late.waitForReply(cause);
-    await until(async () => sseText.includes('"action":"message"'), 'the SSE answer');
-    controller.abort();
-    await reading;
+    const sseDeltas = await sse.deltasUntilAnswer();
 
     const deltas = deltasOf(early.events, cause);
     expect(deltas.length).toBeGreaterThan(5);
@@ -112,10 +127,6 @@ describe('agent runtime (standalone)', () => {
     expect(lateDeltas[0]!.delta.length).toBeGreaterThan(0);
     expect(lateDeltas[1]?.offset).toBe(lateDeltas[0]!.delta.length);
     expect(assemble(lateDeltas)).toBe(text);
-    const sseDeltas = sseText
-      .split('\n')
-      .filter((line) => line.startsWith('data: ') && line.includes('"stream":true'))
-      .map((line) => JSON.parse(line.slice(6)) as StreamDelta);
     expect(sseDeltas[0]?.offset).toBe(0);
     expect(assemble(sseDeltas)).toBe(text);
     early.close();
@@ -152,28 +163,10 @@ describe('agent runtime (standalone)', () => {
     );
     expect(sent.status).toBe(201);
     await new Promise((resolve) => setTimeout(resolve, 250));
-    const controller = new AbortController();
-    const sse = await fetch(`${app.url}/api/conversations/${id}/stream`, {
-      headers: { authorization: `Bearer ${token}`, 'last-event-id': String(sent.body.event_id) },
-      signal: controller.signal,
-    });
-    let sseText = '';
-    const reading = (async () => {
-      const decoder = new TextDecoder();
-      try {
-        for await (const chunk of sse.body!) sseText += decoder.decode(chunk as Uint8Array);
-      } catch {
-        // aborted
-      }
-    })();
-    await until(async () => sseText.includes('"action":"message"'), 'the SSE answer');
-    controller.abort();
-    await reading;
-    const sseDeltas = sseText
-      .split('\n')
-      .filter((line) => line.startsWith('data: ') && line.includes('"stream":true'))
-      .map((line) => JSON.parse(line.slice(6)) as StreamDelta)
-      .filter((delta) => delta.cause === sent.body.event_id);
+    const sse = await watchSse(id, token, sent.body.event_id);
+    const sseDeltas = (await sse.deltasUntilAnswer()).filter(
+      (delta) => delta.cause === sent.body.event_id,
+    );
     expect(sseDeltas[0]?.offset).toBe(0);
     expect(sseDeltas[0]!.delta.length).toBeGreaterThan(0);
     expect(assemble(sseDeltas)).toBe(text);
