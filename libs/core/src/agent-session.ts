@@ -36,7 +36,11 @@ import type { ConversationBroadcaster } from './ports/broadcaster.port.js';
 import { systemClock, type Clock } from './ports/clock.port.js';
 import type { ConversationStore } from './ports/conversation-store.port.js';
 import { NO_TRACING, type Tracing } from './ports/tracing.port.js';
-import { agentStateChangeDraft, readAgentStateChange } from './session/agent-state-change.js';
+import {
+  agentStateChangeDraft,
+  readAgentStateChange,
+  settledStateAfter,
+} from './session/agent-state-change.js';
 import { EventReader } from './session/event-reader.js';
 import { SessionLifecycle, type SessionEndReason } from './session/session-lifecycle.js';
 import type { AgentSessionInit, AgentSessionOptions } from './session/session-options.js';
@@ -451,16 +455,6 @@ export class AgentSession {
       // Clients fill gaps from the store on reconnect.
     }
   }
-}
-
-/**
- * The state a start settles at: paused stays paused, and tool calls awaiting
- * the user's confirmation still await it (the pending turn is taken up next);
- * otherwise the agent awaits input.
- */
-function settledStateAfter(previous: AgentState | null): AgentState {
-  if (previous === 'paused' || previous === 'awaiting_user_confirmation') return previous;
-  return 'awaiting_user_input';
 }
 
 function defaultTools(): ToolRegistry {

@@ -1,9 +1,4 @@
-import {
-  endsStream,
-  nextStreamText,
-  type ConversationBroadcaster,
-  type StreamText,
-} from '@cs/core';
+import { RoomStreams, type ConversationBroadcaster, type StreamText } from '@cs/core';
 import type { RoomMessage, StatusUpdate, StoredEvent, StreamDelta } from '@cs/protocol';
 import type { Redis } from 'ioredis';
 import type { ClusterKeys } from '../redis/cluster-keys.js';
@@ -17,18 +12,12 @@ import { encodeStreamText } from './stream-text-snapshot.js';
  */
 /** How long a step's text so far stays in Redis after its last delta. */
 export const STREAM_TEXT_TTL_MS = 60_000;
-/** Rooms streaming at once whose text this process tracks; past it the oldest are dropped. */
-const MAX_TRACKED_STREAMS = 10_000;
-
-/** A room's step text as this process knows it, and when its Redis copy's TTL was last set. */
-interface TrackedStream {
-  text: StreamText;
-  ttlSetAt: number;
-}
 
 export class RedisRoomBroadcaster implements ConversationBroadcaster {
-  /** The text each room's current step streamed so far, by room. */
-  private readonly streams = new Map<string, TrackedStream>();
+  /** The text each room's current step streamed so far. */
+  private readonly streams = new RoomStreams();
+  /** When the Redis copy of each step's text last had its TTL set. */
+  private readonly ttlSetAt = new WeakMap<StreamText, number>();
 
   /** @param publisher a connection for PUBLISH (see `openPublisher`) */
   constructor(
@@ -39,9 +28,7 @@ export class RedisRoomBroadcaster implements ConversationBroadcaster {
   publishEvents(room: string, events: readonly StoredEvent[]): void {
     if (events.length === 0) return;
     this.publish(room, { type: 'events', events: [...events] });
-    const stream = this.streams.get(room)?.text;
-    if (stream && events.some((event) => endsStream(event, stream.cause))) {
-      this.streams.delete(room);
+    if (this.streams.endWith(room, events)) {
       this.publisher.del(this.keys.roomStream(room)).catch(() => undefined);
     }
   }
@@ -59,21 +46,19 @@ export class RedisRoomBroadcaster implements ConversationBroadcaster {
    */
   publishStream(room: string, delta: StreamDelta): void {
     const tracked = this.streams.get(room);
-    const knownLength = tracked?.text.cause === delta.cause ? tracked.text.content.length : -1;
-    const stream = nextStreamText(tracked?.text ?? null, delta);
-    this.streams.delete(room);
+    const knownLength = tracked?.cause === delta.cause ? tracked.content.length : -1;
+    const stream = this.streams.apply(room, delta);
     const key = this.keys.roomStream(room);
     if (!stream) {
       if (tracked) this.publisher.del(key).catch(() => undefined);
     } else {
       const now = Date.now();
-      let ttlSetAt = tracked?.ttlSetAt ?? 0;
       if (delta.offset > 0 && delta.offset === knownLength) {
         this.publisher.append(key, delta.delta).catch(() => undefined);
         // APPEND keeps the TTL: it is set again only when half of it has passed.
-        if (now - ttlSetAt > STREAM_TEXT_TTL_MS / 2) {
+        if (now - (this.ttlSetAt.get(stream) ?? 0) > STREAM_TEXT_TTL_MS / 2) {
           this.publisher.pexpire(key, STREAM_TEXT_TTL_MS).catch(() => undefined);
-          ttlSetAt = now;
+          this.ttlSetAt.set(stream, now);
         }
       } else {
         this.publisher
@@ -84,11 +69,7 @@ export class RedisRoomBroadcaster implements ConversationBroadcaster {
             STREAM_TEXT_TTL_MS,
           )
           .catch(() => undefined);
-        ttlSetAt = now;
-      }
-      this.streams.set(room, { text: stream, ttlSetAt });
-      if (this.streams.size > MAX_TRACKED_STREAMS) {
-        this.streams.delete(this.streams.keys().next().value as string);
+        this.ttlSetAt.set(stream, now);
       }
     }
     this.publish(room, { type: 'stream', delta });

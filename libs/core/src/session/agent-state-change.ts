@@ -43,3 +43,13 @@ export function agentStateChangeDraft(
     ...(answers === undefined ? {} : { answers }),
   };
 }
+
+/**
+ * The state a start settles at, after `previous` (the state before it):
+ * paused stays paused, and tool calls awaiting the user's confirmation still
+ * await it (the pending turn is taken up next); otherwise the agent awaits input.
+ */
+export function settledStateAfter(previous: AgentState | null): AgentState {
+  if (previous === 'paused' || previous === 'awaiting_user_confirmation') return previous;
+  return 'awaiting_user_input';
+}

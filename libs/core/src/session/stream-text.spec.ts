@@ -1,6 +1,12 @@
 import type { StoredEvent } from '@cs/protocol';
 import { describe, expect, it } from 'vitest';
-import { StreamText, endsStream, nextStreamText } from './stream-text.js';
+import {
+  MAX_TRACKED_STREAMS,
+  RoomStreams,
+  StreamText,
+  endsStream,
+  nextStreamText,
+} from './stream-text.js';
 
 const delta = (cause: number, text: string, offset: number) => ({
   stream: true as const,
@@ -53,5 +59,38 @@ describe('endsStream', () => {
     expect(endsStream(stateChange('running'), 3)).toBe(false);
     expect(endsStream(stateChange('loading'), 3)).toBe(false);
     expect(endsStream(stateChange('dancing'), 3)).toBe(false);
+  });
+});
+
+describe(RoomStreams.name, () => {
+  it("keeps each room's text, forgets it after a gap and when a stored event ends it", () => {
+    const streams = new RoomStreams();
+    expect(streams.apply('a', delta(1, 'Hel', 0))?.content).toBe('Hel');
+    expect(streams.apply('a', delta(1, 'lo', 3))?.content).toBe('Hello');
+    expect(streams.apply('b', delta(2, 'gap', 4))).toBeNull();
+    expect(streams.get('b')).toBeUndefined();
+    const other = {
+      id: 9,
+      timestamp: '',
+      source: 'agent',
+      cause: 7,
+      action: 'message',
+      args: {},
+      message: '',
+    };
+    expect(streams.endWith('a', [other as StoredEvent])).toBe(false);
+    expect(streams.endWith('a', [{ ...other, cause: 1 } as StoredEvent])).toBe(true);
+    expect(streams.get('a')).toBeUndefined();
+  });
+
+  it('keeps at most MAX_TRACKED_STREAMS rooms, dropping the least recently streamed', () => {
+    const streams = new RoomStreams();
+    for (let room = 0; room < MAX_TRACKED_STREAMS; room += 1)
+      streams.apply(`r${room}`, delta(1, 'x', 0));
+    streams.apply('r0', delta(1, 'y', 1)); // streamed again: now the most recent
+    streams.apply('new', delta(1, 'z', 0));
+    expect(streams.get('r0')?.content).toBe('xy');
+    expect(streams.get('r1')).toBeUndefined();
+    expect(streams.get('new')?.content).toBe('z');
   });
 });

@@ -46,3 +46,45 @@ export function nextStreamText(current: StreamText | null, delta: StreamDelta): 
   }
   return current.apply(delta) ? current : null;
 }
+
+/** Rooms streaming at once whose text one process keeps; past it the least recently streamed go. */
+export const MAX_TRACKED_STREAMS = 10_000;
+
+/**
+ * The text each room's current step has streamed so far, as one process
+ * knows it from the deltas it passes on: for a bounded number of rooms, the
+ * least recently streamed dropped first. Each room's text is dropped after a
+ * gap and once a stored event ends its stream.
+ */
+export class RoomStreams {
+  private readonly texts = new Map<string, StreamText>();
+
+  get(room: string): StreamText | undefined {
+    return this.texts.get(room);
+  }
+
+  /** The room's text after `delta`; null, and forgotten, when it is unknown after a gap. */
+  apply(room: string, delta: StreamDelta): StreamText | null {
+    const next = nextStreamText(this.texts.get(room) ?? null, delta);
+    // Most recently streamed last.
+    this.texts.delete(room);
+    if (!next) return null;
+    this.texts.set(room, next);
+    if (this.texts.size > MAX_TRACKED_STREAMS) {
+      this.texts.delete(this.texts.keys().next().value as string);
+    }
+    return next;
+  }
+
+  /** Forgets the room's text when one of `events` ends its stream; true when one did. */
+  endWith(room: string, events: readonly StoredEvent[]): boolean {
+    const text = this.texts.get(room);
+    if (!text || !events.some((event) => endsStream(event, text.cause))) return false;
+    this.texts.delete(room);
+    return true;
+  }
+
+  delete(room: string): void {
+    this.texts.delete(room);
+  }
+}

@@ -50,7 +50,7 @@ export function parseReplay(json: string): EventDraft[] {
     const issue = list.error.issues[0];
     throw new BadRequestError(`replay_json: ${issue?.message ?? 'invalid'}`, 'replay_json');
   }
-  const events = list.data.map((event, index) => {
+  return list.data.map((event, index): EventDraft => {
     const shape = shapeOf(event);
     if (!shape) {
       throw new BadRequestError(
@@ -64,9 +64,9 @@ export function parseReplay(json: string): EventDraft[] {
       const path = ['replay_json', index, ...(issue?.path ?? [])].map(String).join('.');
       throw new BadRequestError(`${path}: ${issue?.message ?? 'invalid'}`, path);
     }
-    return result.data;
+    const { source, ...body } = result.data;
+    return { source, body };
   });
-  return events.map(({ source, ...body }) => ({ source, body }));
 }
 
 /**

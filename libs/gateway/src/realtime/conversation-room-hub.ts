@@ -1,10 +1,5 @@
 import { Inject, Injectable, Optional } from '@nestjs/common';
-import {
-  endsStream,
-  nextStreamText,
-  type ConversationBroadcaster,
-  type StreamText,
-} from '@cs/core';
+import { RoomStreams, type ConversationBroadcaster } from '@cs/core';
 import type { StatusUpdate, StoredEvent, StreamDelta } from '@cs/protocol';
 import { ROOM_TRAFFIC_SOURCE } from '../tokens.js';
 
@@ -40,9 +35,6 @@ interface Room {
   ready: Promise<void>;
 }
 
-/** Rooms streaming at once whose text the hub keeps; past it the oldest are dropped. */
-const MAX_TRACKED_STREAMS = 10_000;
-
 /**
  * The conversations' rooms as seen by this process: which local subscribers
  * listen to which conversation. In the standalone process it is the
@@ -59,7 +51,7 @@ export class ConversationRoomHub implements ConversationBroadcaster {
    * cluster gateway keeps those of its open rooms only, seeded from Redis
    * when a room opens (its traffic source).
    */
-  private readonly streams = new Map<string, StreamText>();
+  private readonly streams = new RoomStreams();
 
   constructor(
     @Optional()
@@ -115,8 +107,7 @@ export class ConversationRoomHub implements ConversationBroadcaster {
 
   publishEvents(room: string, events: readonly StoredEvent[]): void {
     // The step's stored message ends its stream: late joiners replay the message.
-    const stream = this.streams.get(room);
-    if (stream && events.some((e) => endsStream(e, stream.cause))) this.streams.delete(room);
+    this.streams.endWith(room, events);
     for (const subscriber of this.members(room)) subscriber.offerEvents(events);
   }
 
@@ -135,19 +126,8 @@ export class ConversationRoomHub implements ConversationBroadcaster {
   }
 
   publishStream(room: string, delta: StreamDelta): void {
-    if (this.source === null || this.rooms.has(room)) this.keepStream(room, delta);
+    if (this.source === null || this.rooms.has(room)) this.streams.apply(room, delta);
     for (const subscriber of this.members(room)) subscriber.sendStream(delta);
-  }
-
-  private keepStream(room: string, delta: StreamDelta): void {
-    const next = nextStreamText(this.streams.get(room) ?? null, delta);
-    // Most recently streamed last: the oldest go first past the bound.
-    this.streams.delete(room);
-    if (!next) return;
-    this.streams.set(room, next);
-    if (this.streams.size > MAX_TRACKED_STREAMS) {
-      this.streams.delete(this.streams.keys().next().value as string);
-    }
   }
 
   /** A copy: a subscriber may leave while it is being sent to. */
