@@ -258,7 +258,10 @@ function newScenarioRows(s) {
           `${level.deliveredPerSecond} deltas/s`,
           '–',
           `no service: bench/lib/stream-floor.mjs; CPU: relays ${cpuOf(level.cpu, 'gateway')}%, publishers` +
-            ` ${cpuOf(level.cpu, 'worker')}%, Redis ${cpuOf(level.cpu, 'redis')}%; load generator ${level.cpu?.bench ?? '?'}%`,
+            ` ${cpuOf(level.cpu, 'worker')}%, Redis ${cpuOf(level.cpu, 'redis')}%; load generator ${level.cpu?.bench ?? '?'}%` +
+            (level.toRedis
+              ? `; publish → a Redis subscriber p50 ${ms(level.toRedis.p50)}, p99 ${ms(level.toRedis.p99)}`
+              : ''),
         ),
       );
     }
@@ -977,7 +980,11 @@ export function renderMarkdown(data, chart) {
       ' streams at 50 deltas/s each, then steps the pace of every stream: below it (5, 10, 25' +
       ' deltas/s) and, when 50 deltas/s is within 50 ms at p99, above it (100, 200, 400,' +
       ' 800 deltas/s) until p99 passes 50 ms; turns are 250 deltas (a few hundred tokens) one' +
-      ' after the other; the first second of each level is not counted. The floor runs the one' +
+      " after the other, and the streams are out of phase: each starts within one delta's" +
+      ' interval and its first turn is of a random length, so that turns end at their own' +
+      ' moments; the first second of each level is not counted. At 200 streams × 50 deltas/s a' +
+      ' subscriber of the bench on 10 of the rooms in Redis tells the first half of the path' +
+      ' (emit → Redis) from the second. The floor runs the one' +
       ' stream and the 200 streams again, with the service idle, through the bare parts alone' +
       ' (bench/lib/stream-floor.mjs): two publisher processes PUBLISH each delta with an' +
       ' auto-pipelined ioredis connection, as the workers do, and two relays subscribed to the' +

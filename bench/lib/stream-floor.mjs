@@ -141,6 +141,7 @@ export async function startStreamFloor({ redisUrl, keyPrefix, pairs, streams }) 
     );
     return {
       clients,
+      channels,
       meterTargets: () =>
         children.map(({ role, index, child }) => ({
           name: `${role === 'relay' ? 'gateway' : 'worker'}-floor-${index + 1}`,

@@ -37,6 +37,9 @@ export const STEP_P99_MS = 50;
  */
 export const DELTAS_PER_TURN = 250;
 
+/** Streams of the concurrent level whose first half (emit → Redis) is measured. */
+const TAPPED_STREAMS = 10;
+
 const nowNs = () => Number(process.hrtime.bigint());
 
 /**
@@ -97,12 +100,15 @@ class DeltaRecorder {
   }
 }
 
+/** The Redis channels of a conversation's room, as a pattern. */
+const roomChannels = (cluster, conversationId) => `${cluster.keyPrefix}:room:{${conversationId}*`;
+
 /**
- * A subscriber of its own on a conversation's room channel in Redis: when
- * the worker's publish of each delta reaches a Redis client, the first half
- * of the path (agent → runtime → Redis), apart from the gateway and Socket.IO.
+ * A subscriber of its own on channels of Redis (`patterns`): when the
+ * worker's publish of each delta reaches a Redis client, the first half of
+ * the path (agent → runtime → Redis), apart from the gateway and Socket.IO.
  */
-async function redisTap(cluster, conversationId) {
+async function redisTap(cluster, patterns) {
   const redis = new Redis(cluster.redisUrl, { maxRetriesPerRequest: null, protocol: 2 });
   const latencies = [];
   redis.on('pmessage', (_pattern, _channel, raw) => {
@@ -118,7 +124,7 @@ async function redisTap(cluster, conversationId) {
       if (piece !== '') latencies.push((at - parseInt(piece, 36) * 1000) / 1e6);
     }
   });
-  await redis.psubscribe(`${cluster.keyPrefix}:room:{${conversationId}*`);
+  for (const pattern of patterns) await redis.psubscribe(pattern);
   return {
     reset: () => latencies.splice(0),
     summary: () => summarize(latencies),
@@ -189,10 +195,13 @@ async function openStreams(ctx, count) {
 
 /**
  * Every client asks for turns of `DELTAS_PER_TURN` deltas at `rate` deltas/s,
- * one after the other, for `seconds`; the streams start spread over one delta
- * interval so that they are out of phase. Latency counts the deltas emitted
- * after the warm-up and before the end (however late they arrive);
- * throughput, those that arrived in that window.
+ * one after the other, for `seconds`. The streams are out of phase, as
+ * independent users are: each starts at its own moment within one delta
+ * interval, and its first turn is of a random length, so that turns end and
+ * begin at their own moments too (all at once, every stream's turn would
+ * end and the next begin together, a burst no set of users makes). Latency
+ * counts the deltas emitted after the warm-up and before the end (however
+ * late they arrive); throughput, those that arrived in that window.
  */
 async function streamLevel(ctx, clients, recorder, rate, seconds) {
   const { cluster } = ctx;
@@ -208,9 +217,11 @@ async function streamLevel(ctx, clients, recorder, rate, seconds) {
   await Promise.all(
     clients.map(async (client) => {
       await sleep(Math.random() * (1000 / rate));
+      let turnLength = Math.ceil(Math.random() * DELTAS_PER_TURN);
       while (performance.now() < endsAt) {
         const left = (endsAt - performance.now()) / 1000;
-        const count = Math.max(1, Math.min(DELTAS_PER_TURN, Math.ceil(left * rate)));
+        const count = Math.max(1, Math.min(turnLength, Math.ceil(left * rate)));
+        turnLength = DELTAS_PER_TURN;
         expected += count;
         try {
           await client.roundTrip(JSON.stringify({ rate, count }), (count / rate) * 1000 + 30_000);
@@ -267,9 +278,10 @@ async function measureFloor(ctx, streams, seconds) {
   });
   const recorder = new DeltaRecorder();
   for (const client of floor.clients) recorder.attach(client);
-  const level = async (count, rate, levelSeconds) => {
+  const level = async (count, rate, levelSeconds, tap = null) => {
     await floor.run(rate, 1, count); // unmeasured: warms the path
     recorder.reset();
+    tap?.reset();
     const started = nowNs();
     const redis = cluster.meterTargets().filter((t) => t.name === 'redis');
     const meter = startCpuMeter(() => [...floor.meterTargets(), ...redis]);
@@ -289,8 +301,21 @@ async function measureFloor(ctx, streams, seconds) {
     const one = await level(1, 50, seconds);
     log(`  floor (bare parts), one stream: ${describe({ ...one, errors: 0 })}`);
     log(`    ${formatCpu(one.cpu)}`);
-    const concurrent = await level(streams, 50, seconds);
+    const sampleTap = await redisTap(
+      cluster,
+      Array.from({ length: Math.min(TAPPED_STREAMS, streams) }, (_, i) => floor.channels[i]),
+    );
+    let concurrent;
+    try {
+      concurrent = await level(streams, 50, seconds, sampleTap);
+      concurrent.toRedis = sampleTap.summary();
+    } finally {
+      sampleTap.close();
+    }
     log(`  floor (bare parts), concurrent: ${describe({ ...concurrent, errors: 0 })}`);
+    log(
+      `    of which publish → a Redis subscriber (bench), ${TAPPED_STREAMS} of the streams: ${formatSummary(concurrent.toRedis)}`,
+    );
     log(`    ${formatCpu(concurrent.cpu)}`);
     return { one, concurrent };
   } finally {
@@ -308,7 +333,7 @@ export async function runStreaming(ctx) {
     const [single] = await openStreams(ctx, 1);
     clients.push(single);
     recorder.attach(single);
-    const tap = await redisTap(ctx.cluster, single.conversationId);
+    const tap = await redisTap(ctx.cluster, [roomChannels(ctx.cluster, single.conversationId)]);
     let one;
     try {
       await streamLevel(ctx, [single], recorder, 200, quick ? 0.5 : 2);
@@ -331,14 +356,24 @@ export async function runStreaming(ctx) {
       recorder.attach(client);
     }
     await streamLevel(ctx, clients, recorder, 50, quick ? 0.5 : 2);
-    const concurrent = await streamLevel(
-      ctx,
-      clients,
-      recorder,
-      50,
-      quick ? 3 : options.streamSeconds,
+    // The first half of the path for a sample of the streams.
+    const sampleTap = await redisTap(
+      ctx.cluster,
+      clients
+        .slice(0, TAPPED_STREAMS)
+        .map((client) => roomChannels(ctx.cluster, client.conversationId)),
     );
+    let concurrent;
+    try {
+      concurrent = await streamLevel(ctx, clients, recorder, 50, quick ? 3 : options.streamSeconds);
+      concurrent.toRedis = sampleTap.summary();
+    } finally {
+      sampleTap.close();
+    }
     log(`  concurrent: ${describe(concurrent)}`);
+    log(
+      `    of which emit → a Redis subscriber (bench), ${TAPPED_STREAMS} of the streams: ${formatSummary(concurrent.toRedis)}`,
+    );
     log(`  ${formatCpu(concurrent.cpu)}`);
     log(`  ${formatEventLoop(concurrent.eventLoop)}`);
 
