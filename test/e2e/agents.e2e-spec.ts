@@ -8,7 +8,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { createInterface } from 'node:readline';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import type { ServerEvent, StoredEvent } from '@cs/protocol';
+import type { ActionEvent, ServerEvent, StoredEvent } from '@cs/protocol';
 import {
   FakeModelServer,
   openAiCompletion,
@@ -100,6 +100,12 @@ afterAll(async () => {
   await model?.close();
   if (dataDir) rmSync(dataDir, { recursive: true, force: true });
 });
+
+/** The last `count` messages of a Chat Completions request, as `{ role, content }`. */
+const lastMessages = (body: Record<string, unknown>, count: number) =>
+  ((body['messages'] ?? []) as { role: string; content: unknown }[])
+    .slice(-count)
+    .map(({ role, content }) => ({ role, content }));
 
 const turnError = (events: ServerEvent[]) =>
   events.find(
@@ -458,6 +464,51 @@ describe('the llm agent in the standalone app', () => {
       const next = await say(client, 'tag-next: instead');
       expect((await request.closed) - sentAt).toBeLessThan(1000);
       await client.waitForReply(next, 20_000);
+      // The interrupted text, stored after the message, comes before it in the next prompt.
+      const nextRequest = model.streamed.find((r) => lastUser(r.body).includes('tag-next'))!;
+      expect(lastMessages(nextRequest.body, 3)).toEqual([
+        { role: 'user', content: 'tag-interrupt: write' },
+        { role: 'assistant', content: 'a long answer' },
+        { role: 'user', content: 'tag-next: instead' },
+      ]);
+    } finally {
+      client.close();
+    }
+  });
+
+  it("answers a message queued behind a turn with that turn's answer before it in the prompt, which ends with the message", async () => {
+    scriptTagged(model, 'tag-first', {
+      kind: 'stream',
+      events: openAiStream({ text: ['the first ', 'answer'] }),
+      delayMs: 150,
+    });
+    scriptTagged(model, 'tag-queued', {
+      kind: 'stream',
+      events: openAiStream({ text: ['the queued answer'] }),
+    });
+    const { client } = await openConversation(app.url, token, {
+      agent: 'llm',
+      title: 'fixed',
+      multitask_strategy: 'enqueue',
+    });
+    try {
+      const first = await say(client, 'tag-first: go');
+      await client.waitFor((events) => events.some(isDelta), 20_000, 'first delta');
+      const queued = await say(client, 'tag-queued: and then');
+      await client.waitForReply(queued, 20_000);
+      const answerTo = (cause: number) =>
+        client.events.find((e): e is ActionEvent => isAgentReply(e, cause))?.args['content'];
+      expect([answerTo(first), answerTo(queued)]).toEqual([
+        'the first answer',
+        'the queued answer',
+      ]);
+      // The first answer was stored after the queued message: the prompt puts it in its turn.
+      const request = model.streamed.find((r) => lastUser(r.body).includes('tag-queued'))!;
+      expect(lastMessages(request.body, 3)).toEqual([
+        { role: 'user', content: 'tag-first: go' },
+        { role: 'assistant', content: 'the first answer' },
+        { role: 'user', content: 'tag-queued: and then' },
+      ]);
     } finally {
       client.close();
     }

@@ -129,6 +129,64 @@ describe('buildLlmPrompt', () => {
     ]);
   });
 
+  it('places an answer stored after a message queued behind its turn before that message, so that the prompt ends with the trigger', async () => {
+    const first = events.user('first question');
+    const second = events.user('second question'); // enqueued while the first was answered
+    const third = events.user('third question');
+    const history = [
+      first,
+      second,
+      third,
+      { ...events.agent('first answer'), cause: first.id },
+      { ...events.agent('second answer'), cause: second.id },
+    ];
+    const prompt = await buildLlmPrompt(contextOf(history), [], 5000);
+    expect(prompt.messages).toEqual([
+      { role: 'user', content: 'first question' },
+      { role: 'assistant', content: 'first answer' },
+      { role: 'user', content: 'second question' },
+      { role: 'assistant', content: 'second answer' },
+      { role: 'user', content: 'third question' },
+    ]);
+  });
+
+  it('keeps an interrupted turn (its tool calls, then its partial text) before the message that interrupted it', async () => {
+    const question = events.user('what time is it?');
+    const call = { ...events.toolCall('current_time', {}, 'call_1'), cause: question.id };
+    const result = {
+      ...events.toolResult('current_time', '2026-01-01T00:00:00Z', 'call_1'),
+      cause: call.id,
+    };
+    const interruption = events.user('never mind, tell me a joke');
+    const partial = {
+      ...events.agent('It is midnight, and'),
+      args: { content: 'It is midnight, and', interrupted: true },
+      cause: question.id,
+    };
+    const prompt = await buildLlmPrompt(
+      contextOf([question, call, result, interruption, partial]),
+      [],
+      5000,
+    );
+    expect(prompt.messages).toEqual([
+      { role: 'user', content: 'what time is it?' },
+      {
+        role: 'tool_calls',
+        calls: [
+          {
+            id: 'call_1',
+            tool: 'current_time',
+            input: {},
+            result: '2026-01-01T00:00:00Z',
+            isError: false,
+          },
+        ],
+      },
+      { role: 'assistant', content: 'It is midnight, and' },
+      { role: 'user', content: 'never mind, tell me a joke' },
+    ]);
+  });
+
   it('cuts one huge event to fit instead of dropping everything before it', async () => {
     const history = [
       events.user('read the file'),

@@ -42,11 +42,12 @@ export class PromptTooLargeError extends Error {
   }
 }
 
-/** One event as the prompt holds it. */
-type Entry =
-  | { kind: 'user' | 'assistant'; id: number; text: string }
-  | { kind: 'call'; id: number; callId: string; tool: string; input: unknown }
-  | { kind: 'result'; id: number; callId: string; tool: string; text: string; isError: boolean };
+/** One event as the prompt holds it (`cause` as stored). */
+type Entry = { id: number; cause: number | undefined } & (
+  | { kind: 'user' | 'assistant'; text: string }
+  | { kind: 'call'; callId: string; tool: string; input: unknown }
+  | { kind: 'result'; callId: string; tool: string; text: string; isError: boolean }
+);
 
 /** The note that replaces what was left out. */
 export function leftOutNote(count: number): string {
@@ -133,12 +134,13 @@ export async function buildLlmPrompt(
     pageStart = start;
   }
   window.reverse();
+  const ordered = inTurnOrder(window);
 
   // Ids are consecutive within a conversation (the store assigns them from 0),
   // so what lies between the first message and the window is a difference.
   const leftOut = full ? Math.max(0, oldestKept - (first ? first.id + 1 : 0)) : 0;
 
-  const messages = toMessages(firstEntry ? [firstEntry] : [], window, leftOut);
+  const messages = toMessages(firstEntry ? [firstEntry] : [], ordered, leftOut);
   const tokens = fixed + (initialBudget - budget) + (leftOut > 0 ? noteTokens : 0);
   return { system, messages, leftOut, tokens };
 }
@@ -154,18 +156,41 @@ async function firstUserMessage(
   return undefined;
 }
 
+/**
+ * The window in the order of its turns: each event right after the user
+ * message its turn answers (followed through `cause`: an answer or a tool
+ * call to its message, a tool result to its call). An answer stored after a
+ * later message (one queued behind its turn, or one that interrupted it)
+ * then comes before that message, and the prompt ends with the trigger and
+ * what this turn's own steps stored (PROTOCOL.md "Turns and steps"), never
+ * with an earlier turn's answer: a provider would take a last assistant
+ * message for the start of the answer to continue (Anthropic's prefill).
+ * Without such late events this is the order of the ids.
+ */
+function inTurnOrder(window: readonly Entry[]): Entry[] {
+  const turnOf = new Map<number, number>();
+  for (const entry of window) {
+    const cause = entry.kind === 'user' ? undefined : entry.cause;
+    turnOf.set(entry.id, cause === undefined ? entry.id : (turnOf.get(cause) ?? cause));
+  }
+  // Array.prototype.sort is stable: within a turn, the order of the ids.
+  return [...window].sort((a, b) => turnOf.get(a.id)! - turnOf.get(b.id)!);
+}
+
 function toEntry(event: StoredEvent): Entry | undefined {
+  const id = event.id;
+  const cause = event.cause;
   if (isAction(event)) {
     const args = event.args;
     if (event.action === 'message' && (event.source === 'user' || event.source === 'agent')) {
       const text = typeof args['content'] === 'string' ? args['content'] : '';
-      return { kind: event.source === 'user' ? 'user' : 'assistant', id: event.id, text };
+      return { kind: event.source === 'user' ? 'user' : 'assistant', id, cause, text };
     }
     if (event.action === 'tool_call' && event.source === 'agent') {
       const callId = args['tool_call_id'];
       const tool = args['tool'];
       if (typeof callId !== 'string' || typeof tool !== 'string') return undefined;
-      return { kind: 'call', id: event.id, callId, tool, input: args['arguments'] ?? {} };
+      return { kind: 'call', id, cause, callId, tool, input: args['arguments'] ?? {} };
     }
     return undefined;
   }
@@ -174,7 +199,8 @@ function toEntry(event: StoredEvent): Entry | undefined {
     if (typeof callId !== 'string') return undefined;
     return {
       kind: 'result',
-      id: event.id,
+      id,
+      cause,
       callId,
       tool: typeof tool === 'string' ? tool : 'unknown',
       text: event.content,
