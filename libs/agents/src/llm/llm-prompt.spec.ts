@@ -199,6 +199,39 @@ describe('buildLlmPrompt', () => {
     expect(JSON.stringify(prompt.messages.at(-1))).toContain('cut to fit the context');
   });
 
+  it("keeps the turn's own user message when the turn's tool results alone would fill the context", async () => {
+    const first = events.user('hello');
+    const history: StoredEvent[] = [
+      first,
+      { ...events.agent('hi, how can I help?'), cause: first.id },
+    ];
+    const question = events.user('QUESTION: compare a.txt and b.txt');
+    history.push(question);
+    for (const [n, file] of ['a.txt', 'b.txt'].entries()) {
+      const call = {
+        ...events.toolCall('files__read', { path: file }, `call_${n}`),
+        cause: question.id,
+      };
+      history.push(call, {
+        ...events.toolResult('files__read', `a line of ${file}\n`.repeat(5000), `call_${n}`),
+        cause: call.id,
+      });
+    }
+    const prompt = await buildLlmPrompt(contextOf(history), [], 1000);
+    expect(prompt.tokens).toBeLessThanOrEqual(1000);
+    expect(recount(prompt.system, prompt.messages)).toBeLessThanOrEqual(1000);
+    // The answer, the first call and its result did not fit; the question is kept before the second call.
+    expect(prompt.leftOut).toBe(3);
+    expect(prompt.messages.slice(0, 3)).toEqual([
+      { role: 'user', content: 'hello' },
+      { role: 'user', content: leftOutNote(3) },
+      { role: 'user', content: 'QUESTION: compare a.txt and b.txt' },
+    ]);
+    expect(
+      prompt.messages.slice(3).map((m) => (m.role === 'tool_calls' ? m.calls[0]?.id : m.role)),
+    ).toEqual(['call_1']);
+  });
+
   it('reads the first user message once per conversation when given a memory', async () => {
     const history = longConversation(60);
     const memory = {};

@@ -1,8 +1,8 @@
 /**
  * The `llm` agent's prompt (PROTOCOL.md "Context"): the instructions, the
- * conversation's first user message, and as many of the latest events as fit
- * under `LLM_CONTEXT_TOKENS`, with one line saying how many events were left
- * out. The history is read from the newest event backwards, a page at a time,
+ * conversation's first user message, the turn's own message, and as many of
+ * the latest events as fit under `LLM_CONTEXT_TOKENS`, with one line saying
+ * how many events were left out. The history is read from the newest event backwards, a page at a time,
  * and reading stops once the budget is spent: a long conversation is never
  * read whole.
  *
@@ -64,7 +64,7 @@ export interface PromptMemory {
 }
 
 export async function buildLlmPrompt(
-  context: Pick<AgentContext, 'history' | 'instructions'>,
+  context: Pick<AgentContext, 'history' | 'instructions' | 'trigger'>,
   tools: readonly ToolDescription[],
   maxTokens: number,
   memory: PromptMemory = {},
@@ -91,6 +91,11 @@ export async function buildLlmPrompt(
     firstEntry = toEntry(first);
     if (firstEntry) budget -= fitEntry(firstEntry, Math.floor(budget / 4));
   }
+  // The turn's own message is always in the prompt, even when its steps' tool
+  // results alone would fill it: its cost is set aside before the window's.
+  const triggerEntry = context.trigger.id === first?.id ? undefined : toEntry(context.trigger);
+  if (triggerEntry) budget -= fitEntry(triggerEntry, Math.min(budget, perEvent));
+  let triggerKept = false;
 
   // Newest first, then reversed.
   const window: Entry[] = [];
@@ -106,6 +111,12 @@ export async function buildLlmPrompt(
       if (first && event.id <= first.id) {
         reachedFirst = true;
         break;
+      }
+      if (event.id === triggerEntry?.id) {
+        window.push(triggerEntry);
+        triggerKept = true;
+        oldestKept = event.id;
+        continue;
       }
       const entry = toEntry(event);
       if (entry) {
@@ -133,12 +144,16 @@ export async function buildLlmPrompt(
     if (page.length === 0) break;
     pageStart = start;
   }
+  // The window filled before the trigger: it goes before the window's events.
+  const triggerApart = triggerEntry !== undefined && !triggerKept;
+  if (triggerApart) window.push(triggerEntry);
   window.reverse();
   const ordered = inTurnOrder(window);
 
   // Ids are consecutive within a conversation (the store assigns them from 0),
   // so what lies between the first message and the window is a difference.
-  const leftOut = full ? Math.max(0, oldestKept - (first ? first.id + 1 : 0)) : 0;
+  const between = oldestKept - (first ? first.id + 1 : 0) - (triggerApart ? 1 : 0);
+  const leftOut = full ? Math.max(0, between) : 0;
 
   const messages = toMessages(firstEntry ? [firstEntry] : [], ordered, leftOut);
   const tokens = fixed + (initialBudget - budget) + (leftOut > 0 ? noteTokens : 0);
