@@ -599,6 +599,12 @@ describe(AgentSession.name, () => {
     expect(steps).toBe(3);
     const results = f.events().filter((e) => 'observation' in e && e.observation === 'tool_result');
     expect(results).toHaveLength(3);
+    // Ids the runtime made (the agent gave none): distinct, and what providers take back.
+    const ids = f
+      .events()
+      .flatMap((e) => ('action' in e && e.action === 'tool_call' ? [e.args['tool_call_id']] : []));
+    expect(new Set(ids).size).toBe(3);
+    for (const id of ids) expect(id).toMatch(/^call_[0-9a-f]{24}$/);
 
     const nextId = await f.userSays('next', session);
     await vi.waitFor(() => expect(f.answers().at(-1)).toEqual(['ok', nextId]));

@@ -154,19 +154,19 @@ function anthropicMessages(request: ModelRequest): MessageParam[] {
   };
   for (const message of request.messages) {
     if (message.role !== 'tool_calls') {
-      // Empty text blocks are refused.
-      add(message.role, message.content ? [{ type: 'text', text: message.content }] : []);
+      // Blank text blocks are refused (the prompt holds none; this keeps it so).
+      add(message.role, message.content.trim() ? [{ type: 'text', text: message.content }] : []);
       continue;
     }
-    add(
-      'assistant',
-      message.calls.map((c) => ({
-        type: 'tool_use',
+    add('assistant', [
+      ...(message.text ? [{ type: 'text' as const, text: message.text }] : []),
+      ...message.calls.map((c) => ({
+        type: 'tool_use' as const,
         id: c.id,
         name: c.tool,
         input: isObject(c.input) ? c.input : {},
       })),
-    );
+    ]);
     add(
       'user',
       message.calls.map((c) => ({

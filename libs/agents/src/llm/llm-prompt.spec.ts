@@ -187,6 +187,33 @@ describe('buildLlmPrompt', () => {
     ]);
   });
 
+  it("sends each step's calls as one message with the text written before them, once, and leaves out a blank answer", async () => {
+    const question = events.user('compare a and b');
+    const call = (callId: string, path: string, text: string) => ({
+      ...events.toolCall('files__read', { path }, callId),
+      message: text,
+      cause: question.id,
+    });
+    const result = (of: StoredEvent, content: string) => ({
+      ...events.toolResult('files__read', content, `call_${content.toLowerCase()}`),
+      cause: of.id,
+    });
+    const a = call('call_a', 'a', 'I will read both.');
+    const b = call('call_b', 'b', 'I will read both.');
+    const history: StoredEvent[] = [question, a, b, result(a, 'A'), result(b, 'B')];
+    const c = call('call_c', 'c', '');
+    history.push(c, result(c, 'C'), { ...events.agent('\n'), cause: question.id });
+    const prompt = await buildLlmPrompt(contextOf(history), [], 5000);
+    const shape = prompt.messages.map((m) =>
+      m.role === 'tool_calls' ? { text: m.text, calls: m.calls.map((x) => x.result) } : m,
+    );
+    expect(shape).toEqual([
+      { role: 'user', content: 'compare a and b' },
+      { text: 'I will read both.', calls: ['A', 'B'] },
+      { text: undefined, calls: ['C'] },
+    ]);
+  });
+
   it('cuts one huge event to fit instead of dropping everything before it', async () => {
     const history = [
       events.user('read the file'),

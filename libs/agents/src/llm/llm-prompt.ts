@@ -2,21 +2,16 @@
  * The `llm` agent's prompt (PROTOCOL.md "Context"): the instructions, the
  * conversation's first user message, the turn's own message, and as many of
  * the latest events as fit under `LLM_CONTEXT_TOKENS`, with one line saying
- * how many events were left out. The history is read from the newest event backwards, a page at a time,
- * and reading stops once the budget is spent: a long conversation is never
- * read whole.
- *
- * Stored events become model messages: user and agent `message`s are user and
- * assistant turns, agent `tool_call`s assistant tool calls, `tool_result`
- * observations tool results; everything else is skipped. Each tool result is
- * placed right after its call, and a call without its result (or a result
- * without its call, when the window cuts between them) is left out, so that
- * the prompt is always one that model APIs accept. Image and file URLs of
- * user messages are never passed on (no user URL reaches the network).
+ * how many events were left out. The history is read from the newest event
+ * backwards, a page at a time, and reading stops once the budget is spent: a
+ * long conversation is never read whole. What the kept events become as
+ * model messages is `prompt-messages.ts`; image and file URLs of user
+ * messages are never passed on (no user URL reaches the network).
  */
 import type { AgentContext } from '@cs/core';
 import { isAction, type StoredEvent, type ToolDescription } from '@cs/protocol';
-import type { PromptMessage, PromptToolCall } from './model-client.js';
+import type { PromptMessage } from './model-client.js';
+import { inTurnOrder, toEntry, toMessages, type Entry } from './prompt-messages.js';
 import { MESSAGE_OVERHEAD_TOKENS, tokenCounter, type TokenCounter } from './token-counter.js';
 
 /** Events read by the first page (`history.recent`), then by each older page (`history.range`). */
@@ -41,13 +36,6 @@ export class PromptTooLargeError extends Error {
     this.name = 'PromptTooLargeError';
   }
 }
-
-/** One event as the prompt holds it (`cause` as stored). */
-type Entry = { id: number; cause: number | undefined } & (
-  | { kind: 'user' | 'assistant'; text: string }
-  | { kind: 'call'; callId: string; tool: string; input: unknown }
-  | { kind: 'result'; callId: string; tool: string; text: string; isError: boolean }
-);
 
 /** The note that replaces what was left out. */
 export function leftOutNote(count: number): string {
@@ -130,6 +118,14 @@ export async function buildLlmPrompt(
           }
           cost = fitEntry(entry, budget);
         }
+        const newer = window.at(-1);
+        if (entry.kind === 'call' && newer?.kind === 'call' && newer.id === entry.id + 1) {
+          // A step's calls each carry its text: the prompt sends it once, with the first.
+          if (newer.text !== '' && newer.text === entry.text) {
+            budget += countTextTokens(newer.text);
+            newer.text = '';
+          }
+        }
         budget -= cost;
         window.push(entry);
       }
@@ -155,7 +151,8 @@ export async function buildLlmPrompt(
   const between = oldestKept - (first ? first.id + 1 : 0) - (triggerApart ? 1 : 0);
   const leftOut = full ? Math.max(0, between) : 0;
 
-  const messages = toMessages(firstEntry ? [firstEntry] : [], ordered, leftOut);
+  const note = leftOut > 0 ? leftOutNote(leftOut) : null;
+  const messages = toMessages(firstEntry ? [firstEntry] : [], ordered, note);
   const tokens = fixed + (initialBudget - budget) + (leftOut > 0 ? noteTokens : 0);
   return { system, messages, leftOut, tokens };
 }
@@ -171,65 +168,12 @@ async function firstUserMessage(
   return undefined;
 }
 
-/**
- * The window in the order of its turns: each event right after the user
- * message its turn answers (followed through `cause`: an answer or a tool
- * call to its message, a tool result to its call). An answer stored after a
- * later message (one queued behind its turn, or one that interrupted it)
- * then comes before that message, and the prompt ends with the trigger and
- * what this turn's own steps stored (PROTOCOL.md "Turns and steps"), never
- * with an earlier turn's answer: a provider would take a last assistant
- * message for the start of the answer to continue (Anthropic's prefill).
- * Without such late events this is the order of the ids.
- */
-function inTurnOrder(window: readonly Entry[]): Entry[] {
-  const turnOf = new Map<number, number>();
-  for (const entry of window) {
-    const cause = entry.kind === 'user' ? undefined : entry.cause;
-    turnOf.set(entry.id, cause === undefined ? entry.id : (turnOf.get(cause) ?? cause));
-  }
-  // Array.prototype.sort is stable: within a turn, the order of the ids.
-  return [...window].sort((a, b) => turnOf.get(a.id)! - turnOf.get(b.id)!);
-}
-
-function toEntry(event: StoredEvent): Entry | undefined {
-  const id = event.id;
-  const cause = event.cause;
-  if (isAction(event)) {
-    const args = event.args;
-    if (event.action === 'message' && (event.source === 'user' || event.source === 'agent')) {
-      const text = typeof args['content'] === 'string' ? args['content'] : '';
-      return { kind: event.source === 'user' ? 'user' : 'assistant', id, cause, text };
-    }
-    if (event.action === 'tool_call' && event.source === 'agent') {
-      const callId = args['tool_call_id'];
-      const tool = args['tool'];
-      if (typeof callId !== 'string' || typeof tool !== 'string') return undefined;
-      return { kind: 'call', id, cause, callId, tool, input: args['arguments'] ?? {} };
-    }
-    return undefined;
-  }
-  if (event.observation === 'tool_result') {
-    const { tool_call_id: callId, tool, is_error: isError } = event.extras;
-    if (typeof callId !== 'string') return undefined;
-    return {
-      kind: 'result',
-      id,
-      cause,
-      callId,
-      tool: typeof tool === 'string' ? tool : 'unknown',
-      text: event.content,
-      isError: isError === true,
-    };
-  }
-  return undefined;
-}
-
 function tokensOf(entry: Entry, counter: TokenCounter): number {
   const countTextTokens = (text: string) => counter.count(text);
   switch (entry.kind) {
     case 'call':
       return (
+        countTextTokens(entry.text) +
         countTextTokens(entry.tool) +
         countTextTokens(JSON.stringify(entry.input)) +
         countTextTokens(entry.callId) +
@@ -245,56 +189,9 @@ function tokensOf(entry: Entry, counter: TokenCounter): number {
 /** Cuts the entry's text so that it costs at most `maxTokens`; returns what it costs then. */
 function fit(entry: Entry, maxTokens: number, counter: TokenCounter): number {
   const cost = tokensOf(entry, counter);
-  if (cost <= maxTokens || entry.kind === 'call') return cost;
+  if (cost <= maxTokens || entry.text === '') return cost;
   const marker = ' […cut to fit the context]';
   const room = maxTokens - (cost - counter.count(entry.text)) - counter.count(marker);
   entry.text = counter.truncate(entry.text, Math.max(0, room)) + marker;
   return tokensOf(entry, counter);
-}
-
-function toMessages(head: Entry[], window: Entry[], leftOut: number): PromptMessage[] {
-  const messages: PromptMessage[] = [];
-  for (const entry of head) pushEntry(messages, entry, new Map());
-  if (leftOut > 0) messages.push({ role: 'user', content: leftOutNote(leftOut) });
-  const results = new Map<string, Extract<Entry, { kind: 'result' }>>();
-  const calls = new Set<string>();
-  for (const entry of window) {
-    if (entry.kind === 'result') results.set(entry.callId, entry);
-    if (entry.kind === 'call') calls.add(entry.callId);
-  }
-  for (const entry of window) {
-    if (entry.kind === 'result') continue; // placed after its call
-    if (entry.kind === 'call' && !results.has(entry.callId)) continue;
-    pushEntry(messages, entry, results);
-  }
-  return messages;
-}
-
-/** Appends one entry, merging a tool call into the tool calls message before it. */
-function pushEntry(
-  messages: PromptMessage[],
-  entry: Entry,
-  results: Map<string, Extract<Entry, { kind: 'result' }>>,
-): void {
-  if (entry.kind === 'user') {
-    messages.push({ role: 'user', content: entry.text });
-    return;
-  }
-  if (entry.kind === 'assistant') {
-    messages.push({ role: 'assistant', content: entry.text });
-    return;
-  }
-  if (entry.kind !== 'call') return;
-  const result = results.get(entry.callId)!;
-  const call: PromptToolCall = {
-    id: entry.callId,
-    tool: entry.tool,
-    input: entry.input,
-    result: result.text,
-    isError: result.isError,
-  };
-  // Calls of one step share one message.
-  const last = messages.at(-1);
-  if (last?.role === 'tool_calls') last.calls.push(call);
-  else messages.push({ role: 'tool_calls', calls: [call] });
 }

@@ -17,6 +17,7 @@ import {
   openAiStream,
 } from '../testing/fake-model-server.js';
 import { LLM_RETRY_STATUS, LlmAgent, cleanTitle } from './llm.agent.js';
+import { EMPTY_RESULT, EMPTY_USER_MESSAGE } from './prompt-messages.js';
 
 const API_KEY = 'sk-test-THE-KEY-0123456789';
 
@@ -578,6 +579,44 @@ describe(`${LlmAgent.name} on an Anthropic Messages server`, () => {
     ]);
     expect(messages[2]!.content).toEqual([
       expect.objectContaining({ type: 'tool_result', tool_use_id: 'toolu_01', content: '12:00' }),
+    ]);
+  });
+
+  it('sends Anthropic a history it accepts: the text written before the calls, each step its own turn, each result with its own call, no blank text', async () => {
+    server.reply({ kind: 'stream', events: anthropicStream({ text: ['Done.'] }) });
+    const question = events.user('   '); // only an attachment, whose URL is never passed on
+    const step = (id: string, result: string, text: string) => {
+      const call = {
+        ...events.toolCall('current_time', {}, id),
+        message: text,
+        cause: question.id,
+      };
+      return [call, { ...events.toolResult('current_time', result, id), cause: call.id }];
+    };
+    const history = [
+      question,
+      // A provider that counts ids afresh each response gives both steps' calls `call_0`.
+      ...step('call_0', 'MIDNIGHT', 'Let me look.'),
+      ...step('call_0', '', 'Once more.'),
+    ];
+    await settle(anthropic().step(contextOf(history, { tools: [CURRENT_TIME_TOOL] })));
+    const messages = server.requests[0]!.body['messages'] as {
+      role: string;
+      content: Record<string, unknown>[];
+    }[];
+    expect(messages.map((m) => m.role)).toEqual(['user', 'assistant', 'user', 'assistant', 'user']);
+    expect(messages[0]!.content).toEqual([{ type: 'text', text: EMPTY_USER_MESSAGE }]);
+    expect(messages[1]!.content.map((b) => b['text'] ?? b['id'])).toEqual([
+      'Let me look.',
+      'call_0',
+    ]);
+    expect(messages[2]!.content).toEqual([
+      expect.objectContaining({ tool_use_id: 'call_0', content: 'MIDNIGHT' }),
+    ]);
+    const secondId = `call_cs${history[3]!.id}`;
+    expect(messages[3]!.content.map((b) => b['text'] ?? b['id'])).toEqual(['Once more.', secondId]);
+    expect(messages[4]!.content).toEqual([
+      expect.objectContaining({ tool_use_id: secondId, content: EMPTY_RESULT }),
     ]);
   });
 

@@ -20,7 +20,9 @@ export interface PromptToolCall {
 
 /** A message of the prompt: a turn's text, or one step's tool calls with their results. */
 export type PromptMessage =
-  { role: 'user' | 'assistant'; content: string } | { role: 'tool_calls'; calls: PromptToolCall[] };
+  | { role: 'user' | 'assistant'; content: string }
+  /** `text`: what the model wrote in the step before its calls. */
+  | { role: 'tool_calls'; text?: string; calls: PromptToolCall[] };
 
 export interface ModelRequest {
   system: string | undefined;

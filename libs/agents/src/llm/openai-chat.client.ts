@@ -137,7 +137,7 @@ function chatMessages(request: ModelRequest): ChatCompletionMessageParam[] {
     }
     messages.push({
       role: 'assistant',
-      content: null,
+      content: message.text ?? null,
       tool_calls: message.calls.map((c) => ({
         id: c.id,
         type: 'function',

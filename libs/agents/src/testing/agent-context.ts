@@ -70,7 +70,8 @@ export const events = {
       source: 'agent',
       action: 'tool_call',
       args: { tool, arguments: args, tool_call_id: toolCallId },
-      message: `calling ${tool}`,
+      // What the model wrote in the step before its calls: nothing here.
+      message: '',
     };
   },
   toolResult(

@@ -142,7 +142,7 @@ export class TurnRunner {
             args: {
               tool: call.tool,
               arguments: call.arguments,
-              tool_call_id: call.tool_call_id ?? `call_${crypto.randomUUID()}`,
+              tool_call_id: call.tool_call_id ?? newToolCallId(),
             },
             message: step.text,
           },
@@ -443,4 +443,13 @@ function resultDraft(
 function failureOf(error: unknown): { reason: string; message: string } {
   if (error instanceof AgentTurnError) return { reason: error.reason, message: error.safeMessage };
   return { reason: AGENT_ERROR_REASON, message: AGENT_FAILED_MESSAGE };
+}
+
+/**
+ * An id for a call the agent gave none: `call_` and 24 hex digits, within
+ * what providers take back in a later prompt (OpenAI: at most 40 characters;
+ * Anthropic: letters, digits, `_` and `-`).
+ */
+function newToolCallId(): string {
+  return `call_${crypto.randomUUID().replaceAll('-', '').slice(0, 24)}`;
 }

@@ -127,7 +127,9 @@ export class ToolRegistry {
       }
       return { content: render(value), isError: false, outcome: 'ok' };
     } catch (error) {
-      return failure(error instanceof Error ? error.message : String(error));
+      const message = error instanceof Error ? error.message : String(error);
+      // A result must say something (Anthropic refuses an empty error result).
+      return failure(message.trim() === '' ? `${name} failed without saying why` : message);
     } finally {
       clearTimeout(timer);
     }
