@@ -69,6 +69,18 @@ describe('validateAgentConfig', () => {
     expect(fieldOf(() => validateAgentConfig('llm', { temperature: '1' }, configured))).toBe(
       'agent_config.temperature',
     );
+    // Anthropic takes 0–1 (OpenAI 0–2): a higher one would fail every request.
+    const anthropic = loadConfig('standalone', {
+      LLM_PROVIDER: 'anthropic',
+      LLM_MODEL: 'claude-x',
+      LLM_BASE_URL: 'http://127.0.0.1:1',
+    });
+    expect(fieldOf(() => validateAgentConfig('llm', { temperature: 1.5 }, anthropic))).toBe(
+      'agent_config.temperature',
+    );
+    expect(
+      fieldOf(() => validateAgentConfig('llm', { temperature: 1 }, anthropic)),
+    ).toBeUndefined();
     expect(fieldOf(() => validateAgentConfig('llm', {}, loadConfig('standalone', {})))).toBe(
       'agent',
     );

@@ -65,6 +65,13 @@ function llmSettings(agentConfig: Record<string, unknown>, config: AppConfig): L
     throw new BadRequestError(`${field}: ${issue.message}`, field);
   }
   const { model = llm.model, tools, temperature } = parsed.data;
+  if (llm.provider === 'anthropic' && temperature !== undefined && temperature > 1) {
+    // Anthropic's range is 0–1: every request of the conversation would be refused.
+    throw new BadRequestError(
+      'agent_config.temperature: must be at most 1 for Anthropic models',
+      'agent_config.temperature',
+    );
+  }
   if (!llm.models.includes(model)) {
     throw new BadRequestError(
       `agent_config.model: must be one of ${llm.models.join(', ')}`,

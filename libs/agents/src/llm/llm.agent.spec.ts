@@ -232,6 +232,18 @@ describe(`${LlmAgent.name} on an OpenAI-compatible server`, () => {
     expect(sent.map((t) => t.function.name)).toEqual(['set_state']);
   });
 
+  it('never offers a tool whose name providers refuse (a module may name one so): every request would fail', async () => {
+    server.reply({ kind: 'stream', events: openAiStream({ text: ['ok'] }) });
+    const tools = [
+      CURRENT_TIME_TOOL,
+      { ...CURRENT_TIME_TOOL, name: 'files.read' },
+      { ...CURRENT_TIME_TOOL, name: 'n'.repeat(65) },
+    ];
+    await settle(agent().step(contextOf([events.user('hi')], { tools })));
+    const sent = server.requests[0]!.body['tools'] as { function: { name: string } }[];
+    expect(sent.map((t) => t.function.name)).toEqual(['current_time']);
+  });
+
   it('sends the stored history as model messages: tool calls with their results', async () => {
     server.reply({ kind: 'stream', events: openAiStream({ text: ['It is noon.'] }) });
     const history = [

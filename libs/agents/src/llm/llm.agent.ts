@@ -33,7 +33,12 @@ import {
 } from '@cs/protocol';
 import { classifyLlmFailure, scrubbedError } from './llm-failure.js';
 import { costOf, modelClient } from './llm-model.js';
-import type { FinishReason, ModelClient, ModelUsage } from './model-client.js';
+import {
+  MODEL_TOOL_NAME,
+  type FinishReason,
+  type ModelClient,
+  type ModelUsage,
+} from './model-client.js';
 import { PromptTooLargeError, buildLlmPrompt, type PromptMemory } from './llm-prompt.js';
 import { tokenCounter } from './token-counter.js';
 
@@ -261,7 +266,9 @@ export class LlmAgent implements Agent {
 
   private toolsFor(tools: readonly ToolDescription[]): ToolDescription[] {
     const allowed = this.settings.toolNames;
-    return allowed ? tools.filter((t) => allowed.includes(t.name)) : [...tools];
+    return tools.filter(
+      (t) => MODEL_TOOL_NAME.test(t.name) && (allowed === undefined || allowed.includes(t.name)),
+    );
   }
 
   private backoff(attempt: number): number {

@@ -9,6 +9,13 @@
  */
 import type { ToolDescription } from '@cs/protocol';
 
+/**
+ * The tool names model providers accept (OpenAI's function names, Anthropic's
+ * tool names): a tool named otherwise is never offered to a model, or every
+ * request that lists it would be refused.
+ */
+export const MODEL_TOOL_NAME = /^[A-Za-z0-9_-]{1,64}$/;
+
 /** One tool call of an earlier step, with its result. */
 export interface PromptToolCall {
   id: string;

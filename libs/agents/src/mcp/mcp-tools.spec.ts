@@ -2,6 +2,7 @@ import { createServer } from 'node:net';
 import { inspect } from 'node:util';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { FakeMcpServer } from '../testing/fake-mcp-server.js';
+import { MODEL_TOOL_NAME } from '../llm/model-client.js';
 import { loadMcpTools, resultText, type McpTools } from './mcp-tools.js';
 
 const TOKEN = 'mcp-header-token-0123456789';
@@ -57,6 +58,8 @@ describe('loadMcpTools', () => {
       'files__echo',
       'files__explode',
       'files__fail',
+      'files__issues_list',
+      'files__labels_list',
       'files__slow',
     ]);
     const echo = tools['files__echo']!;
@@ -68,6 +71,23 @@ describe('loadMcpTools', () => {
       properties: { text: { type: 'string' } },
       required: ['text'],
     });
+  });
+
+  it('offers a tool whose name models refuse under a name they accept, unless that name is taken or too long', async () => {
+    const warnings: string[] = [];
+    const { tools } = await loadMcpTools(
+      { files: { url: server.url, headers: { authorization: `Bearer ${TOKEN}` } } },
+      { timeoutMs: 2000, onWarning: (warning) => warnings.push(warning) },
+    );
+    // Called by its own name on the server.
+    expect(await tools['files__issues_list']!.run({}, run())).toBe('issues.list answered');
+    // `labels_list` keeps its name; `labels.list` would take it, and is not offered.
+    expect(await tools['files__labels_list']!.run({}, run())).toBe('labels_list answered');
+    expect(warnings.sort()).toEqual([
+      'MCP tool "files__labels.list": its name is taken by another of its tools; not offered',
+      `MCP tool "files__${'x'.repeat(64)}": its name is one models do not accept; not offered`,
+    ]);
+    for (const name of Object.keys(tools)) expect(name).toMatch(MODEL_TOOL_NAME);
   });
 
   it('calls a tool and returns its text, passing the idempotency key in _meta', async () => {
@@ -116,7 +136,8 @@ describe('loadMcpTools', () => {
     );
     expect(unavailable.sort()).toEqual(['down', 'locked']);
     expect(Object.keys(tools).every((name) => name.startsWith('files__'))).toBe(true);
-    expect(warnings).toHaveLength(2);
+    // One for each server left out (the others name tools of `files` that are not offered).
+    expect(warnings.filter((w) => !w.startsWith('MCP tool '))).toHaveLength(2);
     const said = warnings.join('\n');
     expect(said).not.toContain(String(port));
     expect(said).not.toContain('wrong-token');

@@ -31,7 +31,8 @@ import {
 } from '@modelcontextprotocol/sdk/types.js';
 import type { ToolDefinition } from '@cs/core';
 import type { McpServerConfig } from '@cs/config';
-import { ToolNameSchema, cutText } from '@cs/protocol';
+import { cutText } from '@cs/protocol';
+import { MODEL_TOOL_NAME } from '../llm/model-client.js';
 
 export const MCP_TOOL_SEPARATOR = '__';
 /** A conversation's MCP session ends after this long without a call. */
@@ -89,11 +90,18 @@ export async function loadMcpTools(
       unavailable.push(source.name);
       return;
     }
-    for (const tool of serverTools) {
-      const name = `${source.name}${MCP_TOOL_SEPARATOR}${tool.name}`;
-      if (!ToolNameSchema.safeParse(name).success) {
+    // Tools whose names models accept as they are first: they keep them.
+    const safeFirst = [...serverTools].sort(
+      (a, b) => Number(!MODEL_TOOL_NAME.test(a.name)) - Number(!MODEL_TOOL_NAME.test(b.name)),
+    );
+    for (const tool of safeFirst) {
+      // MCP allows names models refuse (`repos.list`): such characters become `_`.
+      const name = `${source.name}${MCP_TOOL_SEPARATOR}${tool.name.replace(/[^A-Za-z0-9_-]/g, '_')}`;
+      if (!MODEL_TOOL_NAME.test(name) || name in tools) {
+        const why =
+          name in tools ? 'is taken by another of its tools' : 'is one models do not accept';
         options.onWarning?.(
-          `MCP tool ${JSON.stringify(name.slice(0, 200))} has a name models do not accept: not offered`,
+          `MCP tool ${JSON.stringify(`${source.name}${MCP_TOOL_SEPARATOR}${tool.name}`.slice(0, 200))}: its name ${why}; not offered`,
         );
         continue;
       }

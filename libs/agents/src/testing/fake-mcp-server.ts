@@ -112,6 +112,14 @@ export class FakeMcpServer {
       { description: 'Adds two numbers', inputSchema: { a: z.number(), b: z.number() } },
       ({ a, b }) => ({ content: [{ type: 'text', text: String(a + b) }] }),
     );
+    // Names MCP allows and models do not: with a dot (`issues.list` is offered as
+    // `issues_list`; `labels.list` would take the name of `labels_list`), and one too
+    // long once prefixed.
+    for (const name of ['issues.list', 'labels.list', 'labels_list', 'x'.repeat(64)]) {
+      server.registerTool(name, { description: `Answers ${name}` }, () => ({
+        content: [{ type: 'text', text: `${name} answered` }],
+      }));
+    }
     server.registerTool('fail', { description: 'Always fails' }, () => ({
       isError: true,
       content: [{ type: 'text', text: 'the disk is full' }],
