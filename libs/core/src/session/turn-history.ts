@@ -1,8 +1,9 @@
 /**
  * What a turn's agent sees of the conversation (`context.history`), read
- * from the store as asked: events up to the turn's trigger, the answers to
- * earlier messages stored after it, and what this turn stored; never a user
- * message queued behind the trigger, nor anything caused by one. A small
+ * from the store as asked: events up to the turn's trigger, what earlier
+ * turns stored after it (an answer, a tool call with its result), and what
+ * this turn stored; never a user message queued behind the trigger, nor
+ * anything caused by one. A small
  * bounded cache of recent events spares the store the re-reads of a turn's
  * steps; the session never holds a whole history.
  */
@@ -44,13 +45,29 @@ export class TurnHistory implements ConversationHistory {
     private readonly cache: RecentEvents,
   ) {}
 
+  /**
+   * Whether the turn's agent may see each event stored after the trigger, by
+   * id: what the turn stored, and what an earlier turn stored late (its
+   * answer, a tool call and that call's result), followed through `cause`.
+   */
+  private readonly visibleAfterTrigger = new Map<number, boolean>();
+
   /** True when the turn's agent may see `event`. */
-  sees(event: StoredEvent): boolean {
+  private async sees(event: StoredEvent): Promise<boolean> {
     if (event.id <= this.trigger.id) return true;
     if (event.source === 'user') return false;
     if (this.turnEvents.has(event.id)) return true;
     const cause = event.cause ?? -1;
-    return cause < this.trigger.id || cause === this.trigger.id || this.turnEvents.has(cause);
+    if (cause <= this.trigger.id || this.turnEvents.has(cause)) return true;
+    // Caused by an event after the trigger: seen when that one is (a result of
+    // an earlier turn's call stored late), never when it leads to a queued message.
+    let visible = this.visibleAfterTrigger.get(cause);
+    if (visible === undefined) {
+      const [causeEvent] = await this.read(cause, cause);
+      visible = causeEvent !== undefined && (await this.sees(causeEvent));
+      this.visibleAfterTrigger.set(cause, visible);
+    }
+    return visible;
   }
 
   async recent(limit: number): Promise<StoredEvent[]> {
@@ -61,7 +78,7 @@ export class TurnHistory implements ConversationHistory {
       const page = await this.read(Math.max(0, upTo - PAGE + 1), upTo);
       for (let i = page.length - 1; i >= 0 && found.length < wanted; i -= 1) {
         const event = page[i]!;
-        if (this.sees(event)) found.push(event);
+        if (await this.sees(event)) found.push(event);
       }
       upTo -= PAGE;
     }
@@ -72,7 +89,7 @@ export class TurnHistory implements ConversationHistory {
     const end = Math.min(end_id, this.last_event_id);
     for (let from = Math.max(0, start_id); from <= end; from += PAGE) {
       const page = await this.read(from, Math.min(end, from + PAGE - 1));
-      for (const event of page) if (this.sees(event)) yield event;
+      for (const event of page) if (await this.sees(event)) yield event;
     }
   }
 
