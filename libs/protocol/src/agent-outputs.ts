@@ -12,6 +12,24 @@ const JsonObjectSchema = z.record(z.string(), z.unknown());
 export const ToolNameSchema = z.string().regex(/^[A-Za-z0-9_.-]{1,128}$/, 'must be a tool name');
 const tokens = z.number().int().min(0).max(1e9);
 
+/**
+ * Events only the runtime stores, from the outputs meant for them: an
+ * `event` output of one of these kinds could end a turn twice, leave a call
+ * the runtime never ran, or set the conversation's state behind its back.
+ */
+const RUNTIME_EVENTS: ReadonlySet<string> = new Set([
+  'message',
+  'tool_call',
+  'tool_result',
+  'agent_state_changed',
+]);
+const EventOutputBodySchema = z
+  .union([ActionBodySchema, ObservationBodySchema])
+  .refine((body) => !RUNTIME_EVENTS.has('action' in body ? body.action : body.observation), {
+    message:
+      'message, tool_call, tool_result and agent_state_changed events are stored by the runtime: use the message and tool_call outputs',
+  });
+
 export const AgentOutputSchema = z.discriminatedUnion('type', [
   z.strictObject({ type: z.literal('delta'), delta: z.string().max(1_000_000) }),
   z.strictObject({ type: z.literal('message'), content: z.string() }),
@@ -23,7 +41,7 @@ export const AgentOutputSchema = z.discriminatedUnion('type', [
   }),
   z.strictObject({
     type: z.literal('event'),
-    body: z.union([ActionBodySchema, ObservationBodySchema]),
+    body: EventOutputBodySchema,
     state_delta: JsonObjectSchema.optional(),
   }),
   z.strictObject({ type: z.literal('state'), delta: JsonObjectSchema }),
