@@ -110,6 +110,31 @@ describe('runStep', () => {
     expect(agent.closed).toBe(true);
   });
 
+  it('fails a step that ends with a message or finish and with tool calls, in either order', async () => {
+    const call = { type: 'tool_call', tool: 'current_time', arguments: {} };
+    for (const outputs of [
+      [{ type: 'message', content: 'done' }, call],
+      [call, { type: 'message', content: 'done' }],
+      [call, { type: 'finish' }],
+      [{ type: 'finish' }, call],
+    ]) {
+      const result = await runStep(
+        agentOf(() => outputs),
+        context(),
+        new DeltaStream(0, () => undefined),
+      );
+      expect(result.end).toBe('failed');
+      expect(String(result.error)).toMatch(/not both/);
+    }
+    // A message with finish is one end.
+    const finished = await runStep(
+      agentOf(() => [{ type: 'message', content: 'done' }, { type: 'finish' }]),
+      context(),
+      new DeltaStream(0, () => undefined),
+    );
+    expect(finished).toMatchObject({ end: 'done', answered: true, finished: {} });
+  });
+
   it('does not call return() on an agent whose iterator threw', async () => {
     let returned = 0;
     const iterator: AsyncIterator<AgentOutput> = {

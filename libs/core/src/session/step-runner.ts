@@ -144,6 +144,15 @@ export async function runStep(
 }
 
 function collect(output: AgentOutput, result: StepResult, stream: DeltaStream): void {
+  // A step ends with a message (and perhaps `finish`), or with tool calls: with both,
+  // the turn would end and go on at once (a message with calls was stored as neither).
+  const ends = output.type === 'message' || output.type === 'finish';
+  const endedBefore = result.answered || result.finished !== null;
+  if ((ends && result.toolCalls.length > 0) || (output.type === 'tool_call' && endedBefore)) {
+    throw new InvalidAgentOutputError(
+      'a step ends with a message or finish, or with tool calls, not both',
+    );
+  }
   switch (output.type) {
     case 'delta':
       stream.push(output.delta);
