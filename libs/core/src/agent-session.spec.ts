@@ -348,6 +348,31 @@ describe(AgentSession.name, () => {
     await session.close();
   });
 
+  it('keeps what a step yielded before it failed: its events and their state, with the error', async () => {
+    const f = await fixture();
+    const agent = new ScriptedAgent(async function* () {
+      await Promise.resolve();
+      yield {
+        type: 'event',
+        body: { observation: 'error', content: 'line 1 is not JSON', extras: {}, message: '' },
+      };
+      yield { type: 'state', delta: { seen: 1 } };
+      throw new Error('the agent broke');
+    });
+    const session = await f.newSession(agent);
+    await session.start();
+    const messageId = await f.userSays('go', session);
+    await vi.waitFor(() => expect(session.agentState).toBe('error'));
+    const tail = f.events().slice(-2);
+    expect(tail.map((e) => ('observation' in e ? e.observation : e.action))).toEqual([
+      'error',
+      'agent_state_changed',
+    ]);
+    expect(tail[0]).toMatchObject({ content: 'line 1 is not JSON', cause: messageId });
+    expect(f.states().at(-1)).toEqual(['error', messageId, 'agent_error']);
+    await session.close();
+  });
+
   it("stores a step's events, its answer and the settled state in one batch", async () => {
     const f = await fixture();
     const agent = new ScriptedAgent(async function* () {

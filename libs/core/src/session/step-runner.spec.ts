@@ -135,6 +135,26 @@ describe('runStep', () => {
     expect(finished).toMatchObject({ end: 'done', answered: true, finished: {} });
   });
 
+  it('applies state changes in the order yielded, events with theirs included', async () => {
+    const note = (state_delta: Record<string, unknown>) => ({
+      type: 'event',
+      body: { observation: 'note', content: '', extras: {}, message: '' },
+      state_delta,
+    });
+    const result = await runStep(
+      agentOf(() => [
+        { type: 'state', delta: { a: 1 } },
+        note({ a: 2, b: 1 }),
+        { type: 'state', delta: { b: 2 } },
+      ]),
+      context(),
+      new DeltaStream(0, () => undefined),
+    );
+    // Stored in order: the step's own change first, then the event's, its later change with it.
+    expect(result.stateDelta).toEqual({ a: 1 });
+    expect(result.events.map((e) => e.stateDelta)).toEqual([{ a: 2, b: 2 }]);
+  });
+
   it('does not call return() on an agent whose iterator threw', async () => {
     let returned = 0;
     const iterator: AsyncIterator<AgentOutput> = {

@@ -174,9 +174,13 @@ function collect(output: AgentOutput, result: StepResult, stream: DeltaStream): 
         ...(output.state_delta ? { stateDelta: output.state_delta } : {}),
       });
       break;
-    case 'state':
-      Object.assign(result.stateDelta, output.delta);
+    case 'state': {
+      // Applied in the order yielded: after the events before it (with the last of them).
+      const last = result.events.at(-1);
+      if (last) last.stateDelta = { ...last.stateDelta, ...output.delta };
+      else Object.assign(result.stateDelta, output.delta);
       break;
+    }
     case 'usage':
       result.usage.push({
         promptTokens: output.prompt_tokens,

@@ -121,18 +121,19 @@ export class TurnRunner {
       this.deps.metrics.stepFinished((performance.now() - started) / 1000);
       const accounting = this.account(step);
       if (step.end === 'aborted') return { kind: 'interrupted', partialText: step.text };
-      if (step.end === 'failed') {
-        this.deps.reportError(`the agent of ${this.deps.ref.conversationId} failed`, step.error);
-        const { reason, message } = failureOf(step.error);
-        await this.settleInError(reason, message, step.text, accounting);
-        return { kind: 'settled', answered: false };
-      }
       const outputs: EventDraft[] = step.events.map((event) => ({
         source: 'agent',
         body: event.body,
         cause: this.trigger.id,
         ...(event.stateDelta ? { stateDelta: event.stateDelta } : {}),
       }));
+      if (step.end === 'failed') {
+        this.deps.reportError(`the agent of ${this.deps.ref.conversationId} failed`, step.error);
+        const { reason, message } = failureOf(step.error);
+        // What the step stored before it failed stays (an HTTP agent's bad line, say).
+        await this.settleInError(reason, message, step.text, accounting, outputs);
+        return { kind: 'settled', answered: false };
+      }
       if (step.toolCalls.length > 0 && !step.finished) {
         const calls: EventDraft[] = step.toolCalls.map((call) => ({
           source: 'agent',
@@ -355,8 +356,9 @@ export class TurnRunner {
     message: string,
     partialText: string,
     accounting?: Accounting,
+    events: EventDraft[] = [],
   ): Promise<void> {
-    const drafts: EventDraft[] = [];
+    const drafts: EventDraft[] = [...events];
     if (partialText !== '') drafts.push(messageDraft(this.trigger.id, partialText, true));
     drafts.push(
       agentStateChangeDraft('error', {
