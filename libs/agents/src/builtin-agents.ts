@@ -37,7 +37,7 @@ export function builtinAgents(
   }
   const { url, secret, timeoutMs } = config.agentHttp;
   if (url && secret) {
-    agents[HTTP_AGENT] = () => new HttpAgent({ url, secret, timeoutMs });
+    agents[HTTP_AGENT] = (agentConfig) => new HttpAgent({ url, secret, timeoutMs, agentConfig });
   }
   return agents;
 }

@@ -31,6 +31,7 @@ function httpAgent(overrides: { secret?: string; timeoutMs?: number; url?: strin
     url: overrides.url ?? remote.url,
     secret: overrides.secret ?? SECRET,
     timeoutMs: overrides.timeoutMs ?? 5000,
+    agentConfig: { persona: 'pirate' },
   });
 }
 
@@ -72,6 +73,7 @@ describe(HttpAgent.name, () => {
     const body = request.body;
     expect(Object.keys(body).sort()).toEqual(
       [
+        'agent_config',
         'conversation_id',
         'events',
         'instructions',
@@ -90,6 +92,7 @@ describe(HttpAgent.name, () => {
       state: { 'user:lang': 'fr' },
       tools: [CURRENT_TIME_TOOL],
       trigger: history.at(-1),
+      agent_config: { persona: 'pirate' },
     });
     const sent = body['events'] as StoredEvent[];
     expect(sent).toHaveLength(100);

@@ -29,6 +29,8 @@ export interface HttpAgentSettings {
   timeoutMs: number;
   /** The most the answer may hold (default 10 MiB). */
   maxBytes?: number;
+  /** The conversation's `agent_config`, sent with each step (default `{}`). */
+  agentConfig?: Record<string, unknown>;
 }
 
 export class HttpAgent implements Agent {
@@ -49,6 +51,7 @@ export class HttpAgent implements Agent {
       state: context.state,
       instructions: context.instructions,
       tools: context.tools,
+      agent_config: this.settings.agentConfig ?? {},
     });
     const timestamp = String(Math.floor(Date.now() / 1000));
 
