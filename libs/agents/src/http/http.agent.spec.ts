@@ -170,6 +170,19 @@ describe(HttpAgent.name, () => {
     expect(inspect(error, { depth: 20 })).not.toContain('not-the-secret-at-all');
   });
 
+  it('ends in agent_http_error on a 2xx answer that is not NDJSON (a proxy page, a wrong URL), storing none of its lines', async () => {
+    remote.answerWith((_request, answer) => {
+      answer.res.writeHead(200, { 'content-type': 'text/html; charset=utf-8' });
+      answer.res.end('<html>\n<body>Welcome to nginx!</body>\n</html>\n');
+    });
+    const { outputs, error } = await settle(httpAgent().step(contextOf(conversation(1))));
+    expect(outputs).toEqual([]);
+    expect(error).toMatchObject({
+      reason: 'agent_http_error',
+      safeMessage: 'the remote agent answered text/html, not application/x-ndjson',
+    });
+  });
+
   it('turns malformed lines into error observations and goes on', async () => {
     remote.answerWith((_request, answer) => {
       answer.raw('this is not json\n');

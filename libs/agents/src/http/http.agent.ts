@@ -22,6 +22,9 @@ export const HTTP_AGENT = 'http';
 export const HTTP_AGENT_EVENTS = 100;
 export const HTTP_AGENT_MAX_BYTES = 10 * 1024 * 1024;
 
+/** The media type of an answer (PROTOCOL.md "HTTP agent"). */
+const NDJSON = 'application/x-ndjson';
+
 export interface HttpAgentSettings {
   url: string;
   secret: string;
@@ -77,7 +80,7 @@ export class HttpAgent implements Agent {
           method: 'POST',
           headers: {
             'content-type': 'application/json',
-            accept: 'application/x-ndjson',
+            accept: NDJSON,
             [TIMESTAMP_HEADER]: timestamp,
             [SIGNATURE_HEADER]: signRequest(this.settings.secret, timestamp, body),
             'idempotency-key': `${context.conversation_id}:${stepHistoryEnd(context, events)}`,
@@ -94,6 +97,12 @@ export class HttpAgent implements Agent {
       if (!response.ok || !response.body) {
         await response.body?.cancel().catch(() => undefined);
         return fail(`the remote agent answered with status ${response.status}`);
+      }
+      // Not an agent's answer (a proxy's page, a wrong URL): its lines are no outputs.
+      const type = response.headers.get('content-type')?.split(';')[0]?.trim().toLowerCase();
+      if (type !== NDJSON) {
+        await response.body.cancel().catch(() => undefined);
+        return fail(`the remote agent answered ${type || 'without a content type'}, not ${NDJSON}`);
       }
 
       // fetch's body is typed loosely: its chunks are bytes.
