@@ -7,6 +7,7 @@
 import { isAbsolute, resolve } from 'node:path';
 import { pathToFileURL } from 'node:url';
 import type { Agent, ToolDefinition } from '@cs/core';
+import { AgentNameSchema, ToolNameSchema } from '@cs/protocol';
 
 /** What an agent module exports: the types a module author needs. */
 export interface AgentModule {
@@ -52,6 +53,19 @@ export async function loadAgentModules(
     }
     if (agents === undefined && tools === undefined) {
       throw new AgentModuleError(`AGENT_MODULES: ${entry} exports neither agents nor tools`);
+    }
+    // A name no conversation could pick, or no agent could call, would load for nothing.
+    const badAgent = Object.keys(agents ?? {}).find((n) => !AgentNameSchema.safeParse(n).success);
+    if (badAgent !== undefined) {
+      throw new AgentModuleError(
+        `AGENT_MODULES: ${entry}: the agent name ${JSON.stringify(badAgent.slice(0, 100))} is not one (lowercase letters, digits, _ . -, at most 64)`,
+      );
+    }
+    const badTool = Object.keys(tools ?? {}).find((n) => !ToolNameSchema.safeParse(n).success);
+    if (badTool !== undefined) {
+      throw new AgentModuleError(
+        `AGENT_MODULES: ${entry}: the tool name ${JSON.stringify(badTool.slice(0, 100))} is not one (letters, digits, _ . -, at most 128)`,
+      );
     }
     loaded.push({ entry, module: { agents, tools } as AgentModule });
   }
