@@ -348,6 +348,27 @@ describe(AgentSession.name, () => {
     await session.close();
   });
 
+  it("stores a step's text with its first tool call only, once", async () => {
+    const f = await fixture();
+    const agent = new ScriptedAgent(async function* (turn) {
+      await Promise.resolve();
+      if (turn.step > 1) {
+        yield say('done');
+        return;
+      }
+      yield { type: 'delta', delta: 'Let me check both.' };
+      yield { type: 'tool_call', tool: 'current_time', arguments: {} };
+      yield { type: 'tool_call', tool: 'current_time', arguments: {} };
+    });
+    const session = await f.newSession(agent);
+    await session.start();
+    await f.userSays('go', session);
+    await vi.waitFor(() => expect(f.answers()).toHaveLength(1));
+    const calls = f.events().filter((e) => 'action' in e && e.action === 'tool_call');
+    expect(calls.map((e) => e.message)).toEqual(['Let me check both.', '']);
+    await session.close();
+  });
+
   it('keeps what a step yielded before it failed: its events and their state, with the error', async () => {
     const f = await fixture();
     const agent = new ScriptedAgent(async function* () {

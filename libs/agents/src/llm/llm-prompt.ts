@@ -118,14 +118,6 @@ export async function buildLlmPrompt(
           }
           cost = fitEntry(entry, budget);
         }
-        const newer = window.at(-1);
-        if (entry.kind === 'call' && newer?.kind === 'call' && newer.id === entry.id + 1) {
-          // A step's calls each carry its text: the prompt sends it once, with the first.
-          if (newer.text !== '' && newer.text === entry.text) {
-            budget += countTextTokens(newer.text);
-            newer.text = '';
-          }
-        }
         budget -= cost;
         window.push(entry);
       }

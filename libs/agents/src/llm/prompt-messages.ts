@@ -10,7 +10,7 @@ import type { PromptMessage, PromptToolCall } from './model-client.js';
 /** One event as the prompt holds it (`cause` as stored). */
 export type Entry = { id: number; cause: number | undefined } & (
   | { kind: 'user' | 'assistant'; text: string }
-  /** `text`: what the model wrote in the step before its calls (stored as the call's `message`). */
+  /** `text`: what the model wrote in the step before its calls (stored as its first call's `message`). */
   | { kind: 'call'; callId: string; tool: string; input: unknown; text: string }
   | { kind: 'result'; callId: string; tool: string; text: string; isError: boolean }
 );

@@ -135,7 +135,8 @@ export class TurnRunner {
         return { kind: 'settled', answered: false };
       }
       if (step.toolCalls.length > 0 && !step.finished) {
-        const calls: EventDraft[] = step.toolCalls.map((call) => ({
+        // The step's text goes with its first call, once.
+        const calls: EventDraft[] = step.toolCalls.map((call, index) => ({
           source: 'agent',
           cause: this.trigger.id,
           body: {
@@ -145,7 +146,7 @@ export class TurnRunner {
               arguments: call.arguments,
               tool_call_id: call.tool_call_id ?? newToolCallId(),
             },
-            message: step.text,
+            message: index === 0 ? step.text : '',
           },
         }));
         const stored = await this.deps.write(withAccounting([...outputs, ...calls], accounting));
