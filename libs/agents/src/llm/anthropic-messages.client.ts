@@ -154,8 +154,8 @@ function anthropicMessages(request: ModelRequest): MessageParam[] {
   };
   for (const message of request.messages) {
     if (message.role !== 'tool_calls') {
-      // Blank text blocks are refused (the prompt holds none; this keeps it so).
-      add(message.role, message.content.trim() ? [{ type: 'text', text: message.content }] : []);
+      // Empty text blocks are refused (the prompt holds no blank text: prompt-messages.ts).
+      add(message.role, message.content ? [{ type: 'text', text: message.content }] : []);
       continue;
     }
     add('assistant', [

@@ -9,7 +9,7 @@
 import type { StatusUpdate, StoredEvent, StreamDelta } from '@cs/protocol';
 import { isAction } from '@cs/protocol';
 import { AgentTurnError, type Agent } from '../agent.js';
-import type { ConversationRef, EventDraft, StateDelta } from '../conversation.js';
+import type { ConversationRef, EventDraft } from '../conversation.js';
 import type { ConversationStore } from '../ports/conversation-store.port.js';
 import type { RuntimeMetrics } from '../ports/runtime-metrics.port.js';
 import type { Tracing } from '../ports/tracing.port.js';
@@ -19,6 +19,14 @@ import { DeltaStream } from './delta-stream.js';
 import { runStep, type StepResult, type StepUsage } from './step-runner.js';
 import type { RecentEvents } from './turn-history.js';
 import { TurnHistory } from './turn-history.js';
+import {
+  messageDraft,
+  newToolCallId,
+  resultDraft,
+  toolOf,
+  withAccounting,
+  type Accounting,
+} from './turn-drafts.js';
 import type { TurnProgress } from './turn-progress.js';
 
 export const AGENT_FAILED_MESSAGE = 'The agent failed to answer.';
@@ -379,80 +387,8 @@ export class TurnRunner {
   }
 }
 
-interface Accounting {
-  metrics: {
-    iterations: number;
-    prompt_tokens: number;
-    completion_tokens: number;
-    cost_usd: number;
-  };
-  state: StateDelta;
-}
-
-/** The step's metrics and state change ride on its first stored event. */
-function withAccounting(drafts: EventDraft[], accounting: Accounting): EventDraft[] {
-  const [first, ...rest] = drafts;
-  if (!first) return drafts;
-  const stateDelta = { ...accounting.state, ...first.stateDelta };
-  return [
-    {
-      ...first,
-      metricsDelta: accounting.metrics,
-      ...(Object.keys(stateDelta).length > 0 ? { stateDelta } : {}),
-    },
-    ...rest,
-  ];
-}
-
-function messageDraft(cause: number, content: string, interrupted = false): EventDraft {
-  return {
-    source: 'agent',
-    cause,
-    body: {
-      action: 'message',
-      args: interrupted ? { content, interrupted: true } : { content },
-      message: content,
-    },
-  };
-}
-
-/** The tool a stored call names ('' when it names none). */
-function toolOf(call: StoredEvent): string {
-  const tool = isAction(call) ? call.args['tool'] : undefined;
-  return typeof tool === 'string' ? tool : '';
-}
-
-function resultDraft(
-  call: StoredEvent,
-  content: string,
-  flags: { is_error: boolean; rejected?: boolean; in_doubt?: boolean },
-  stateDelta?: StateDelta,
-): EventDraft {
-  const args = isAction(call) ? call.args : {};
-  return {
-    source: 'environment',
-    cause: call.id,
-    body: {
-      observation: 'tool_result',
-      content,
-      extras: { tool: args['tool'] ?? null, tool_call_id: args['tool_call_id'] ?? null, ...flags },
-      message: content,
-    },
-    ...(stateDelta ? { stateDelta } : {}),
-  };
-}
-
 /** What users see of a failed step: the agent's reason of the contract, or a generic one. */
 function failureOf(error: unknown): { reason: string; message: string } {
   if (error instanceof AgentTurnError) return { reason: error.reason, message: error.safeMessage };
   return { reason: AGENT_ERROR_REASON, message: AGENT_FAILED_MESSAGE };
-}
-
-/**
- * An id for a call the agent gave none: `call_` and 24 hex digits, within
- * what providers take back in a later prompt (OpenAI: at most 40 characters;
- * Anthropic: letters, digits, `_` and `-`).
- */
-function newToolCallId(): string {
-  return `call_${crypto.randomUUID().replaceAll('-', '').slice(0, 24)}`;
 }
