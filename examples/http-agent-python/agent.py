@@ -21,6 +21,7 @@ import os
 import sys
 import threading
 import time
+from collections import OrderedDict
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 SECRET = os.environ.get("AGENT_HTTP_SECRET", "")
@@ -32,9 +33,25 @@ TOLERANCE_SECONDS = 300
 DELTA_PAUSE = float(os.environ.get("DELTA_PAUSE", "0.05"))
 
 # A request repeated after a failover carries the same idempotency-key: it gets
-# the same answer (kept in memory; a real agent would keep it in its store).
-answers = {}
+# the same answer (kept in memory, the most recent ANSWERS_KEPT only; a real
+# agent would keep them in its store for as long as a failover may take).
+ANSWERS_KEPT = int(os.environ.get("ANSWERS_KEPT", "10000"))
+answers = OrderedDict()
 answers_lock = threading.Lock()
+
+
+def answer_for(request, key):
+    """The outputs for this idempotency-key: planned once, then repeated."""
+    with answers_lock:
+        outputs = answers.get(key)
+        if outputs is None:
+            outputs = plan(request, key)
+            answers[key] = outputs
+            if len(answers) > ANSWERS_KEPT:
+                answers.popitem(last=False)
+        else:
+            answers.move_to_end(key)
+        return outputs
 
 
 def signature_ok(timestamp, body, signature):
@@ -101,12 +118,7 @@ class AgentHandler(BaseHTTPRequestHandler):
             self.reply_json(400, {"error": "not JSON"})
             return
 
-        key = self.headers.get("idempotency-key", "")
-        with answers_lock:
-            outputs = answers.get(key)
-            if outputs is None:
-                outputs = plan(request, key)
-                answers[key] = outputs
+        outputs = answer_for(request, self.headers.get("idempotency-key", ""))
 
         self.send_response(200)
         self.send_header("content-type", "application/x-ndjson")

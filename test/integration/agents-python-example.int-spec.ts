@@ -2,8 +2,9 @@
 // `http` agent through two steps of a turn: it verifies the signature,
 // streams deltas and calls the service's `current_time` tool; given the
 // tool's result in the history, it answers with a message.
-import { spawn, type ChildProcess } from 'node:child_process';
+import { execFileSync, spawn, type ChildProcess } from 'node:child_process';
 import { createInterface } from 'node:readline';
+import { dirname } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { AgentTurnError } from '@cs/core';
@@ -88,6 +89,23 @@ describe('examples/http-agent-python', () => {
     const a = await settle(agent().step(context()));
     const b = await settle(agent().step(context()));
     expect(b.outputs).toEqual(a.outputs);
+  });
+
+  it('keeps the answers of the most recent ANSWERS_KEPT keys only (bounded memory)', () => {
+    const program = [
+      'import json, sys',
+      'sys.path.insert(0, sys.argv[1])',
+      'import agent',
+      'request = {"trigger": {"id": 0}, "events": [], "tools": []}',
+      'for key in ["a", "b", "c", "b"]: agent.answer_for(request, key)',
+      'print(json.dumps(list(agent.answers)))',
+    ].join('\n');
+    const kept = execFileSync('python3', ['-c', program, dirname(script)], {
+      env: { PATH: process.env.PATH, ANSWERS_KEPT: '2' },
+      encoding: 'utf8',
+    });
+    // "a" went when "c" came; "b", asked again, is the most recent.
+    expect(JSON.parse(kept)).toEqual(['c', 'b']);
   });
 
   it('refuses a request signed with another secret, which ends the turn in agent_http_error', async () => {
