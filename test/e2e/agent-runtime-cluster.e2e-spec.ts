@@ -1,7 +1,8 @@
 // The agent runtime on a cluster of two gateways and two workers: streaming
 // reaches both gateways, a stop sent through one gateway reaches the worker
 // behind the other, and tool calls and approvals survive kill -9 of their
-// worker (idempotent tools run again, others are in doubt).
+// worker (idempotent tools run again, others are in doubt); a user: key one
+// worker's conversation sets reaches the user's conversation on another.
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -236,5 +237,66 @@ describe('agent runtime (cluster)', () => {
       .filter((line) => line === `slow_once end ${id}:${calls[0]!.id}`);
     expect(runs).toHaveLength(1);
     client.close();
+  });
+});
+
+describe('agent runtime (cluster): user: state across workers', () => {
+  let cluster: TestCluster;
+
+  beforeAll(async () => {
+    cluster = await startCluster({
+      gateways: 1,
+      workers: 2,
+      // One conversation per worker: the test's two conversations run on different workers.
+      env: { AGENT_MODULES: AGENT_MODULE, WORKER_CONCURRENCY: '1' },
+    });
+  });
+
+  afterAll(async () => {
+    await cluster?.close();
+  });
+
+  it('shows a conversation running on one worker, from its next step, the user: key set by a conversation of the user on the other', async () => {
+    const url = cluster.gateways[0]!.url;
+    const token = await cluster.token(uniqueName('colors'));
+    const start = async (body: Record<string, unknown>) => {
+      const created = await api(url, 'POST', '/api/conversations', { token, body });
+      expect(created.status, JSON.stringify(created.body)).toBe(201);
+      return created.body.conversation_id as string;
+    };
+    const eventsOf = async (id: string) =>
+      (await api(url, 'GET', `/api/conversations/${id}/events?limit=100`, { token })).body
+        .events as StoredEvent[];
+    const answersOf = async (id: string) =>
+      (await eventsOf(id)).flatMap((e) =>
+        e.source === 'agent' && 'action' in e && e.action === 'message' ? [e.args['content']] : [],
+      );
+
+    const teller = await start({ agent: 'state_teller', initial_user_msg: 'what is my color?' });
+    await until(async () => (await answersOf(teller)).length === 1, 'the first answer');
+    const setter = await start({
+      agent: 'tool_user',
+      agent_config: { tool: 'set_state', arguments: { key: 'user:color', value: 'teal' } },
+      initial_user_msg: 'remember my color',
+    });
+    await until(async () => (await answersOf(setter)).length === 1, 'set_state and its answer');
+    const tellerHolder = await holderOf(cluster.workers, teller);
+    const setterHolder = await holderOf(cluster.workers, setter);
+    expect(tellerHolder.name).not.toBe(setterHolder.name);
+
+    const sent = await api(url, 'POST', `/api/conversations/${teller}/events`, {
+      token,
+      body: { action: 'message', args: { content: 'and now?' } },
+    });
+    expect(sent.status).toBe(201);
+    await until(async () => (await answersOf(teller)).length === 2, 'the second answer');
+
+    expect(await answersOf(teller)).toEqual(['user:color is null', 'user:color is "teal"']);
+    // The same session on the same worker all along: told of the change, not started afresh.
+    expect(await holderOf(cluster.workers, teller)).toBe(tellerHolder);
+    const loadings = (await eventsOf(teller)).filter(
+      (e) => 'observation' in e && e.extras?.['agent_state'] === 'loading',
+    );
+    expect(loadings).toHaveLength(1);
   });
 });

@@ -212,6 +212,43 @@ describe('agent runtime (standalone)', () => {
     expect(state.body.state).toMatchObject({ 'user:color': 'teal' });
   });
 
+  it("shows a running conversation's next step the user: key another conversation of the user set", async () => {
+    const token = await userToken();
+    const eventsOf = async (id: string) =>
+      (
+        (await api(app.url, 'GET', `/api/conversations/${id}/events?limit=100`, { token }))
+          .body as { events: StoredEvent[] }
+      ).events;
+    const answersOf = async (id: string) =>
+      (await eventsOf(id)).flatMap((e) =>
+        e.source === 'agent' && 'action' in e && e.action === 'message' ? [e.args['content']] : [],
+      );
+    const teller = await conversation(token, {
+      agent: 'state_teller',
+      initial_user_msg: 'what is my color?',
+    });
+    await until(async () => (await answersOf(teller)).length === 1, 'the first answer');
+    const setter = await conversation(token, {
+      agent: 'tool_user',
+      agent_config: { tool: 'set_state', arguments: { key: 'user:color', value: 'teal' } },
+      initial_user_msg: 'remember my color',
+    });
+    await until(async () => (await answersOf(setter)).length === 1, 'set_state and its answer');
+    const sent = await api(app.url, 'POST', `/api/conversations/${teller}/events`, {
+      token,
+      body: { action: 'message', args: { content: 'and now?' } },
+    });
+    expect(sent.status).toBe(201);
+    await until(async () => (await answersOf(teller)).length === 2, 'the second answer');
+
+    expect(await answersOf(teller)).toEqual(['user:color is null', 'user:color is "teal"']);
+    // One session all along: it was told of the change, it did not start afresh.
+    const loadings = (await eventsOf(teller)).filter(
+      (e) => 'observation' in e && e.extras?.['agent_state'] === 'loading',
+    );
+    expect(loadings).toHaveLength(1);
+  });
+
   it('gives an unknown tool or bad arguments an is_error result, and the turn goes on', async () => {
     const token = await userToken();
     for (const config of [

@@ -18,6 +18,7 @@ import {
   ConversationStops,
   RedisRoomBroadcaster,
   RedisRoomSubscriber,
+  ScopedStateChannel,
   UserConcurrencyLimiter,
   conversationJobId,
   leaseTiming,
@@ -133,11 +134,13 @@ async function clusterFixture(): Promise<ConversationManagerFixture> {
     for (let n = 1; n <= WORKER_COUNT; n += 1) {
       const workerId = `${prefix}-worker-${n}`;
       const redis = resources.redis(`${workerId}:commands`);
+      const subscriber = resources.redis(`${workerId}:inbox`);
       const host = new ConversationHost({
         store: (await openDatabase()).store,
         agents,
         broadcaster: new RedisRoomBroadcaster(redis, keys),
-        inbox: new ConversationInbox(redis, resources.redis(`${workerId}:inbox`), keys),
+        inbox: new ConversationInbox(redis, subscriber, keys),
+        scopedState: new ScopedStateChannel(redis, subscriber, keys),
         limiter: new UserConcurrencyLimiter(redis, keys, {
           limit: 2,
           policy: 'evict_oldest',

@@ -590,6 +590,24 @@ describe.each(backends)('PostgresConversationStore on $name', (backend) => {
       expect(rows[0]!.n).toBe(0);
     });
 
+    it("reads a user's app: and user: keys on their own, as a snapshot merges them", async () => {
+      const tenantId = uniqueName('tenant');
+      const conversation = await created({ tenantId });
+      expect(await store.getScopedState(tenantId, 'chat', 'alice')).toEqual({});
+      await store.append(tenantId, conversation.id, [
+        message('one', { stateDelta: { own: 1, 'user:lang': 'en', 'app:motd': 'hi' } }),
+      ]);
+      await store.append(tenantId, (await created({ tenantId, userId: 'bob' })).id, [
+        message('two', { stateDelta: { 'user:lang': 'fr', 'app:motd': 'hello' } }),
+      ]);
+      const scoped = await store.getScopedState(tenantId, 'chat', 'alice');
+      expect(scoped).toEqual({ 'user:lang': 'en', 'app:motd': 'hello' });
+      const { own: _own, ...shared } = (await store.getSnapshot(tenantId, conversation.id))!.state;
+      expect(scoped).toEqual(shared);
+      expect(await store.getScopedState(tenantId, 'other-app', 'alice')).toEqual({});
+      expect(await store.getScopedState(uniqueName('tenant'), 'chat', 'alice')).toEqual({});
+    });
+
     it('keeps every user: key when 20 conversations of one user append at once', async () => {
       const tenantId = uniqueName('tenant');
       const conversations = await Promise.all(

@@ -9,6 +9,7 @@ import {
   ConversationInbox,
   ConversationJobs,
   RedisRoomBroadcaster,
+  ScopedStateChannel,
   UserConcurrencyLimiter,
   checkEvictionPolicy,
   leaseTiming,
@@ -68,6 +69,7 @@ async function main({ config, logger: root }: ServiceContext): Promise<RunningSe
       onWakeReceived: (seconds) => clusterMetrics.wakeupPickedUp(seconds),
       continueTrace,
     }),
+    scopedState: new ScopedStateChannel(publisher, subscriber, keys),
     limiter: new UserConcurrencyLimiter(redis, keys, {
       limit: config.limits.maxConcurrentConversations,
       policy: config.limits.concurrencyPolicy,

@@ -4,6 +4,7 @@ export * from './leases/conversation-inbox.js';
 export * from './leases/conversation-jobs.js';
 export * from './leases/conversation-stops.js';
 export * from './leases/lease-timing.js';
+export * from './leases/scoped-state-channel.js';
 export * from './limits/redis-rate-limiter.js';
 export * from './limits/user-concurrency.limiter.js';
 export * from './realtime/connection-registry.js';

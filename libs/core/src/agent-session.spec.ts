@@ -456,6 +456,185 @@ describe(AgentSession.name, () => {
     await session.close();
   });
 
+  describe('app: and user: keys another conversation stored', () => {
+    type Fixture = Awaited<ReturnType<typeof fixture>>;
+
+    /** Another conversation of the fixture's user in its app, and what storing keys there tells. */
+    async function sibling(f: Fixture) {
+      const { conversation } = await f.store.createConversation({
+        id: randomUUID(),
+        tenantId: f.ref.tenantId,
+        userId: f.ref.userId,
+        appName: 'app',
+        title: 'sibling',
+        metadata: {},
+        agent: { name: 'test', config: {} },
+        instructions: null,
+      });
+      const change = {
+        tenantId: f.ref.tenantId,
+        appName: 'app',
+        userId: f.ref.userId,
+        app: false,
+        user: true,
+        origin: conversation.id,
+      };
+      return {
+        change,
+        /** Stores the delta in the sibling, as its own session would. */
+        stores: (stateDelta: Record<string, unknown>) =>
+          f.store.append(f.ref.tenantId, conversation.id, [
+            {
+              source: 'agent',
+              body: { action: 'message', args: { content: '' }, message: '' },
+              stateDelta,
+            },
+          ]),
+      };
+    }
+
+    /** Answers with the `user:color` its step was given. */
+    const colorTeller = () =>
+      new ScriptedAgent(async function* (turn) {
+        await Promise.resolve();
+        yield say(`color: ${String(turn.state['user:color'])}`);
+      });
+
+    it('reads them again before its next step once told, and reads nothing otherwise', async () => {
+      const f = await fixture();
+      const other = await sibling(f);
+      const read = vi.spyOn(f.store, 'getScopedState');
+      const session = await f.newSession(colorTeller());
+      await session.start();
+      await f.userSays('one', session);
+      await vi.waitFor(() => expect(f.answers()).toHaveLength(1));
+      await other.stores({ 'user:color': 'teal' });
+      // Not told: the copy read at start, and no read on the way.
+      await f.userSays('two', session);
+      await vi.waitFor(() => expect(f.answers()).toHaveLength(2));
+      expect(read).not.toHaveBeenCalled();
+
+      session.scopedStateChanged(other.change);
+      await f.userSays('three', session);
+      await vi.waitFor(() => expect(f.answers()).toHaveLength(3));
+      await f.userSays('four', session);
+      await vi.waitFor(() => expect(f.answers()).toHaveLength(4));
+      expect(f.answers().map(([text]) => text)).toEqual([
+        'color: undefined',
+        'color: undefined',
+        'color: teal',
+        'color: teal',
+      ]);
+      expect(read).toHaveBeenCalledTimes(1);
+      await session.close();
+    });
+
+    it('sees a change told during a step from the next step of the same turn, its plain and temp: keys kept', async () => {
+      const f = await fixture();
+      const other = await sibling(f);
+      let session: AgentSession | null = null;
+      const agent = new ScriptedAgent(async function* (turn) {
+        if (turn.step === 1) {
+          yield { type: 'state', delta: { plain: 'mine', 'temp:t': 1 } };
+          await other.stores({ 'user:color': 'teal', 'app:motd': 'hello' });
+          session?.scopedStateChanged(other.change);
+          yield { type: 'tool_call', tool: 'current_time', arguments: {} };
+          return;
+        }
+        const { state } = turn;
+        yield say(
+          `${String(state['plain'])} ${String(state['temp:t'])} ${String(state['user:color'])}`,
+        );
+      });
+      session = await f.newSession(agent);
+      await session.start();
+      await f.userSays('go', session);
+      await vi.waitFor(() => expect(f.answers()).toHaveLength(1));
+      expect(f.answers()[0]?.[0]).toBe('mine 1 teal');
+      // Both scopes are read: the app: key came along.
+      expect(session.sessionState).toMatchObject({
+        'user:color': 'teal',
+        'app:motd': 'hello',
+      });
+      await session.close();
+    });
+
+    it("ignores what it does not share: its own change, another user's user: keys, another app or tenant", async () => {
+      const f = await fixture();
+      const other = await sibling(f);
+      const read = vi.spyOn(f.store, 'getScopedState');
+      const session = await f.newSession(colorTeller());
+      await session.start();
+      for (const change of [
+        { ...other.change, origin: f.ref.conversationId },
+        { ...other.change, userId: 'someone-else' },
+        { ...other.change, appName: 'other-app', app: true },
+        { ...other.change, tenantId: 'other-tenant', app: true },
+      ])
+        session.scopedStateChanged(change);
+      await f.userSays('one', session);
+      await vi.waitFor(() => expect(f.answers()).toHaveLength(1));
+      expect(read).not.toHaveBeenCalled();
+      await session.close();
+    });
+
+    it('tells onScopedStateChange after a write that stored app: or user: keys, and only then', async () => {
+      const f = await fixture();
+      const told = vi.fn();
+      const agent = new ScriptedAgent(async function* (turn) {
+        await Promise.resolve();
+        const text = messageText(turn.trigger);
+        yield {
+          type: 'state',
+          delta: text === 'shared' ? { 'user:color': 'red', plain: 1 } : { plain: 2, 'temp:t': 1 },
+        };
+        yield say(text);
+      });
+      const session = await f.newSession(agent, 10, CATCH_UP_MS, 0, { onScopedStateChange: told });
+      await session.start();
+      await f.userSays('shared', session);
+      await vi.waitFor(() => expect(f.answers()).toHaveLength(1));
+      await f.userSays('own', session);
+      await vi.waitFor(() => expect(f.answers()).toHaveLength(2));
+      expect(told.mock.calls).toEqual([
+        [
+          {
+            tenantId: f.ref.tenantId,
+            appName: 'app',
+            userId: 'user-1',
+            app: false,
+            user: true,
+            origin: f.ref.conversationId,
+          },
+        ],
+      ]);
+      await session.close();
+    });
+
+    it('keeps its copy when reading it again fails, says so, and reads at the next step; the turn goes on', async () => {
+      const f = await fixture();
+      const other = await sibling(f);
+      const reported: string[] = [];
+      f.reportError = (message) => reported.push(message);
+      const read = vi
+        .spyOn(f.store, 'getScopedState')
+        .mockRejectedValueOnce(new Error('connection terminated'));
+      const session = await f.newSession(colorTeller());
+      await session.start();
+      await other.stores({ 'user:color': 'teal' });
+      session.scopedStateChanged(other.change);
+      await f.userSays('one', session);
+      await vi.waitFor(() => expect(f.answers()).toHaveLength(1));
+      await f.userSays('two', session);
+      await vi.waitFor(() => expect(f.answers()).toHaveLength(2));
+      expect(f.answers().map(([text]) => text)).toEqual(['color: undefined', 'color: teal']);
+      expect(read).toHaveBeenCalledTimes(2);
+      expect(reported).toEqual(['could not read the user: and app: state again']);
+      expect(f.states().map(([state]) => state)).not.toContain('error');
+      await session.close();
+    });
+  });
+
   it('picks up a message without a wake-up on the next catch-up poll', async () => {
     const f = await fixture();
     const session = await f.newSession(echoTestAgent());

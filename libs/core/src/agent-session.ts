@@ -44,11 +44,12 @@ import {
 import { EventReader } from './session/event-reader.js';
 import { SessionLifecycle, type SessionEndReason } from './session/session-lifecycle.js';
 import type { AgentSessionInit, AgentSessionOptions } from './session/session-options.js';
+import { SessionState } from './session/session-state.js';
 import { STOPPED_WHY, TurnDriver } from './session/turn-driver.js';
 import { RecentEvents } from './session/turn-history.js';
 import { UserEventQueue, type Control } from './session/user-event-queue.js';
 import { WakeSignal } from './session/wake-signal.js';
-import { applyDelta } from './state.js';
+import { outdatesScopes, scopedStateChangeOf, type ScopedStateChange } from './state.js';
 import { BUILTIN_TOOLS } from './tools/builtin-tools.js';
 import { ToolRegistry } from './tools/tool-registry.js';
 
@@ -100,7 +101,7 @@ export class AgentSession {
   private readonly turns: TurnDriver;
 
   private record: ConversationRecord | null = null;
-  private state: Record<string, unknown> = {};
+  private readonly state = new SessionState();
   private currentState: AgentState | null = null;
   private activityAt: number;
   /** Id of this session's `loading` event: what was stored before it, a new holder resumes. */
@@ -161,7 +162,8 @@ export class AgentSession {
       publishStream: (delta) => this.safely(() => this.broadcaster.publishStream(this.room, delta)),
       reportError: this.reportError,
       record: () => this.record,
-      state: () => ({ ...this.state }),
+      state: () => this.state.current,
+      refreshState: () => this.refreshSharedState(),
       agentState: () => this.currentState,
       strategy: () => this.strategy,
       loadingEventId: () => this.loadingEventId,
@@ -201,7 +203,7 @@ export class AgentSession {
   }
 
   get sessionState(): Readonly<Record<string, unknown>> {
-    return { ...this.state };
+    return this.state.current;
   }
 
   /** True while the loop waits to try again after a store failure (its holder may wake it). */
@@ -236,6 +238,17 @@ export class AgentSession {
     if (!events || !this.queue.accept(events)) this.reader.markUnread();
     this.wakeSignal.raise();
     if (this.turns.isRunning) void this.turns.checkForInterruption();
+  }
+
+  /**
+   * Another conversation stored `app:` or `user:` keys: when this one shares
+   * them, they are read again before its next step. Cheap; safe at any time.
+   */
+  scopedStateChanged(change: ScopedStateChange): void {
+    const { tenantId, userId, conversationId } = this.ref;
+    const appName = this.record?.appName ?? null;
+    if (outdatesScopes(change, { id: conversationId, tenantId, userId, appName }))
+      this.state.markStale();
   }
 
   /**
@@ -297,7 +310,7 @@ export class AgentSession {
       if (!snapshot || snapshot.conversation.incarnation !== this.ref.incarnation)
         throw new NotFoundError();
       this.record = snapshot.conversation;
-      this.state = { ...snapshot.state };
+      this.state.load(snapshot.state);
       if (snapshot.conversation.title === '') this.turns.untitled();
       const previous = await this.stateBefore(snapshot.conversation);
       // Everything up to `answered_through` is settled: only what follows is read.
@@ -429,8 +442,9 @@ export class AgentSession {
       throw error;
     }
     this.activityAt = this.clock.now();
-    for (const draft of drafts)
-      if (draft.stateDelta) this.state = applyDelta(this.state, draft.stateDelta);
+    for (const draft of drafts) if (draft.stateDelta) this.state.apply(draft.stateDelta);
+    const shared = this.record && scopedStateChangeOf(this.record, drafts);
+    if (shared) this.safely(() => this.options.onScopedStateChange?.(shared));
     for (const event of events) {
       const change = readAgentStateChange(event);
       if (change) this.currentState = change.agentState;
@@ -440,6 +454,23 @@ export class AgentSession {
     if (!this.queue.accept(events)) this.reader.markUnread();
     this.safely(() => this.broadcaster.publishEvents(this.room, events));
     return events;
+  }
+
+  /**
+   * Before a step: reads the `app:` and `user:` keys again if another
+   * conversation changed them. A failed read leaves the state as it was, to
+   * be read at the next step; the turn goes on.
+   */
+  private async refreshSharedState(): Promise<void> {
+    const { record } = this;
+    if (!record || !this.state.isStale) return;
+    try {
+      await this.state.refresh(() =>
+        this.store.getScopedState(record.tenantId, record.appName, record.userId),
+      );
+    } catch (error) {
+      this.reportError('could not read the user: and app: state again', error);
+    }
   }
 
   private async quiesce(): Promise<void> {

@@ -419,6 +419,43 @@ describe(StandaloneConversationManager.name, () => {
     await f.manager.shutdown();
   });
 
+  it('tells the other running conversations of the user that it stored user: keys: their next step sees them', async () => {
+    const told = vi.fn();
+    const f = fixture(
+      { runtime: { onScopedStateChange: told } },
+      {
+        setter: () =>
+          new ScriptedAgent(async function* (turn) {
+            await Promise.resolve();
+            yield { type: 'state', delta: { 'user:color': messageText(turn.trigger) } };
+            yield say('noted');
+          }),
+        teller: () =>
+          new ScriptedAgent(async function* (turn) {
+            await Promise.resolve();
+            yield say(`color: ${String(turn.state['user:color'])}`);
+          }),
+      },
+    );
+    const teller = await f.conversation('user-1', 'teller');
+    const setter = await f.conversation('user-1', 'setter');
+    await f.manager.sendUserAction(teller, f.message('one'));
+    await vi.waitFor(() => expect(f.answers(teller)).toHaveLength(1));
+    await f.manager.sendUserAction(setter, f.message('teal'));
+    await vi.waitFor(() => expect(f.answers(setter)).toHaveLength(1));
+    await f.manager.sendUserAction(teller, f.message('two'));
+    await vi.waitFor(() => expect(f.answers(teller)).toHaveLength(2));
+
+    expect(f.answers(teller).map(([text]) => text)).toEqual(['color: undefined', 'color: teal']);
+    // Still the session that started first: it read the change, not a new snapshot.
+    expect(f.states(teller).filter((s) => s.agentState === 'loading')).toHaveLength(1);
+    // The deployment's own callback still hears of it.
+    expect(told).toHaveBeenCalledWith(
+      expect.objectContaining({ user: true, origin: setter.conversationId }),
+    );
+    await f.manager.shutdown();
+  });
+
   it('shutdown closes every session, records STOPPED and refuses new work', async () => {
     const f = fixture();
     const a = await f.conversation();

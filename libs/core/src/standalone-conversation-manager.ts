@@ -39,6 +39,7 @@ import { SlotReservations } from './slot-reservations.js';
 import { storeUserAction } from './user-action.js';
 import { systemClock, type Clock } from './ports/clock.port.js';
 import type { AppendedEvent, ConversationStore } from './ports/conversation-store.port.js';
+import type { ScopedStateChange } from './state.js';
 
 export interface StandaloneConversationManagerOptions {
   /** Running (or starting) conversations per user (per tenant). */
@@ -370,6 +371,10 @@ export class StandaloneConversationManager implements ConversationManager {
           maxIterations: this.options.maxIterations,
           clock: this.clock,
           reportError: this.reportError,
+          onScopedStateChange: (change) => {
+            this.options.runtime?.onScopedStateChange?.(change);
+            this.scopedStateChanged(change);
+          },
           ...(this.options.catchUpIntervalMs === undefined
             ? {}
             : { catchUpIntervalMs: this.options.catchUpIntervalMs }),
@@ -390,6 +395,11 @@ export class StandaloneConversationManager implements ConversationManager {
       this.remove(entry, closedEarly ? 'STOPPED' : 'ERROR');
       entry.settleReady.reject(error);
     }
+  }
+
+  /** A session stored `app:` or `user:` keys: each other session here decides if it shares them. */
+  private scopedStateChanged(change: ScopedStateChange): void {
+    for (const entry of this.live.values()) entry.session?.scopedStateChanged(change);
   }
 
   private onSessionClosed(entry: LiveConversation, reason: SessionEndReason): void {

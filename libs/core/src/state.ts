@@ -1,4 +1,4 @@
-import type { StateDelta } from './conversation.js';
+import type { ConversationRecord, StateDelta } from './conversation.js';
 
 /** State scopes, as in Google ADK's session state. */
 export const APP_PREFIX = 'app:';
@@ -51,4 +51,59 @@ export function mergeScopes(scopes: {
   for (const [key, value] of Object.entries(scopes.user)) merged[USER_PREFIX + key] = value;
   for (const [key, value] of Object.entries(scopes.conversation)) merged[key] = value;
   return merged;
+}
+
+/** Keys another conversation may change: `app:` and `user:` keys. */
+export function isSharedKey(key: string): boolean {
+  return key.startsWith(APP_PREFIX) || key.startsWith(USER_PREFIX);
+}
+
+/**
+ * A conversation stored `app:` keys (shared by every conversation of its app
+ * in its tenant) or `user:` keys (shared by its user's conversations in that
+ * app): the running conversations that share them hold an old copy until
+ * they read them again.
+ */
+export interface ScopedStateChange {
+  tenantId: string;
+  appName: string;
+  userId: string;
+  app: boolean;
+  user: boolean;
+  /** The conversation that stored them: its own copy is up to date. */
+  origin: string;
+}
+
+type ScopeOwner = Pick<ConversationRecord, 'id' | 'tenantId' | 'appName' | 'userId'>;
+
+/** The change that storing these drafts makes, or null when they hold no `app:` or `user:` key. */
+export function scopedStateChangeOf(
+  conversation: ScopeOwner,
+  drafts: Iterable<{ stateDelta?: StateDelta }>,
+): ScopedStateChange | null {
+  let app = false;
+  let user = false;
+  for (const { stateDelta } of drafts) {
+    if (!stateDelta) continue;
+    const scoped = splitStateDelta(stateDelta);
+    app ||= !isEmptyDelta(scoped.app);
+    user ||= !isEmptyDelta(scoped.user);
+  }
+  if (!app && !user) return null;
+  const { id, tenantId, appName, userId } = conversation;
+  return { tenantId, appName, userId, app, user, origin: id };
+}
+
+/**
+ * Whether another conversation's change may leave this conversation's copy
+ * of its `app:` and `user:` keys behind. `appName` is null before the
+ * conversation is read: any app may be its own then.
+ */
+export function outdatesScopes(
+  change: ScopedStateChange,
+  conversation: Omit<ScopeOwner, 'appName'> & { appName: string | null },
+): boolean {
+  if (change.origin === conversation.id || change.tenantId !== conversation.tenantId) return false;
+  if (conversation.appName !== null && change.appName !== conversation.appName) return false;
+  return change.app || (change.user && change.userId === conversation.userId);
 }

@@ -1,5 +1,10 @@
 import { describe, expect, it } from 'vitest';
-import { InboxMessageSchema, RoomMessageSchema, type StoredEvent } from './index.js';
+import {
+  InboxMessageSchema,
+  RoomMessageSchema,
+  ScopedStateChangeSchema,
+  type StoredEvent,
+} from './index.js';
 
 const answer: StoredEvent = {
   id: 3,
@@ -65,5 +70,25 @@ describe('InboxMessageSchema', () => {
     expect(
       InboxMessageSchema.parse({ type: 'wake', trace: 'not a traceparent', sent_at: -1 }),
     ).toEqual({ type: 'wake' });
+  });
+});
+
+describe('ScopedStateChangeSchema', () => {
+  it('reads a change of app: or user: keys and refuses anything else', () => {
+    const change = {
+      tenantId: 't',
+      appName: 'app',
+      userId: 'ada',
+      app: false,
+      user: true,
+      origin: 'c6f1f0a0-0000-4000-8000-000000000000',
+    };
+    expect(ScopedStateChangeSchema.parse(JSON.parse(JSON.stringify(change)))).toEqual(change);
+    const { origin: _origin, ...withoutOrigin } = change;
+    for (const message of [withoutOrigin, { ...change, user: 'yes' }, { type: 'wake' }, null]) {
+      expect(ScopedStateChangeSchema.safeParse(message).success, JSON.stringify(message)).toBe(
+        false,
+      );
+    }
   });
 });

@@ -48,3 +48,18 @@ export const InboxMessageSchema = z.discriminatedUnion('type', [
   z.object({ type: z.literal('evict') }),
 ]);
 export type InboxMessage = z.infer<typeof InboxMessageSchema>;
+
+/**
+ * A conversation stored `app:` keys (`app`) or `user:` keys (`user`): on the
+ * deployment's one channel of these, to every worker, whose sessions that
+ * share them read them again before their next step. The shape of
+ * `ScopedStateChange` of libs/core.
+ */
+export const ScopedStateChangeSchema = z.object({
+  tenantId: z.string(),
+  appName: z.string(),
+  userId: z.string(),
+  app: z.boolean(),
+  user: z.boolean(),
+  origin: z.string(),
+});

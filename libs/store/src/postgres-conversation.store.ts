@@ -40,6 +40,7 @@ import { guardData } from './refused-text.js';
 import { ConversationRepository } from './repositories/conversation.repository.js';
 import type { AppendedHead } from './repositories/event.repository.js';
 import { EventRepository, toStoredEvent } from './repositories/event.repository.js';
+import { ScopedStateRepository } from './repositories/scoped-state.repository.js';
 
 /** A few connections of the pool stay free for reads while appends queue. */
 const DEFAULT_BATCHING: AppendBatcherLimits = { maxInFlight: 4, maxBatch: 100 };
@@ -47,6 +48,7 @@ const DEFAULT_BATCHING: AppendBatcherLimits = { maxInFlight: 4, maxBatch: 100 };
 export class PostgresConversationStore implements ConversationStore {
   private readonly conversations: ConversationRepository;
   private readonly events: EventRepository;
+  private readonly scopedStates: ScopedStateRepository;
   private readonly batcher: AppendBatcher;
 
   constructor(
@@ -55,6 +57,7 @@ export class PostgresConversationStore implements ConversationStore {
   ) {
     this.conversations = new ConversationRepository(database);
     this.events = new EventRepository(database);
+    this.scopedStates = new ScopedStateRepository(database);
     this.batcher = new AppendBatcher(async (appends) => {
       const [only] = appends;
       if (appends.length > 1 || !only) return this.events.appendToLogs(appends);
@@ -119,6 +122,15 @@ export class PostgresConversationStore implements ConversationStore {
     const found = await this.conversations.findWithScopes(tenantId, conversationId);
     if (!found) return null;
     return { conversation: found.record, state: mergeScopes(found.scopes) };
+  }
+
+  async getScopedState(
+    tenantId: string,
+    appName: string,
+    userId: string,
+  ): Promise<Record<string, unknown>> {
+    const scopes = await this.scopedStates.find(tenantId, appName, userId);
+    return mergeScopes({ ...scopes, conversation: {} });
   }
 
   async listConversations(

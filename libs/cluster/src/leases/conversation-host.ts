@@ -17,9 +17,15 @@ import { ConversationHeartbeat } from './conversation-heartbeat.js';
 import type { ConversationJobData } from './conversation-jobs.js';
 import { ConversationRun } from './conversation-run.js';
 import { FailoverBreaker } from './failover-breaker.js';
-import type { HostLog, HostedConversation } from './hosted-conversation.js';
+import {
+  describeError,
+  liveConversations,
+  type HostLog,
+  type HostedConversation,
+} from './hosted-conversation.js';
 import { JobLeases, conversationWorker } from './job-lease.js';
 import type { LeaseTiming } from './lease-timing.js';
+import type { ScopedStateChannel } from './scoped-state-channel.js';
 
 export { TOO_MANY_FAILOVERS } from './failover-breaker.js';
 
@@ -41,6 +47,8 @@ export interface ConversationHostDeps {
   agents: AgentFactory;
   broadcaster: ConversationBroadcaster;
   inbox: ConversationInbox;
+  /** Changes of `app:` and `user:` keys, to and from every worker. */
+  scopedState: ScopedStateChannel;
   limiter: UserConcurrencyLimiter;
   connections: Pick<ConnectionRegistry, 'count'>;
   redis: Redis;
@@ -123,6 +131,14 @@ export class ConversationHost {
     this.worker.on('error', (error) => this.deps.log('warn', `queue: ${error.message}`));
     this.heartbeat.start(timing.heartbeatMs);
     this.catchUp.start();
+    this.deps.scopedState
+      .listen((change) => {
+        for (const { session } of liveConversations(this.hosted.values()))
+          session.scopedStateChanged(change);
+      })
+      .catch((error: unknown) =>
+        this.deps.log('warn', `scoped state changes: ${describeError(error)}`),
+      );
   }
 
   /**
@@ -143,6 +159,7 @@ export class ConversationHost {
     // holder finds them (a slot that lapsed would read as an eviction).
     this.heartbeat.stop();
     this.catchUp.stop();
+    await this.deps.scopedState.unlisten().catch(() => undefined);
   }
 
   /** Stops at once (tests, fatal errors): the leases expire and move elsewhere. */
@@ -150,6 +167,7 @@ export class ConversationHost {
     this.heartbeat.stop();
     this.catchUp.stop();
     this.leases.releaseAll();
+    await this.deps.scopedState.unlisten().catch(() => undefined);
     await this.worker?.close(true);
   }
 }

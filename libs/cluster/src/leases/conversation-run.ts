@@ -179,7 +179,7 @@ export class ConversationRun {
 
   private async runSession(agentSpec: AgentSpec): Promise<SessionEndReason> {
     const { hosted } = this;
-    const { store, broadcaster, agents, options, log } = this.context.deps;
+    const { store, broadcaster, agents, options, log, scopedState } = this.context.deps;
     const session = new AgentSession({
       store,
       broadcaster,
@@ -192,6 +192,10 @@ export class ConversationRun {
         maxIterations: options.maxIterations,
         catchUpIntervalMs: 0,
         reportError: (message, error) => log('warn', `${message}: ${String(error)}`, idsOf(hosted)),
+        onScopedStateChange: (change) => {
+          options.runtime?.onScopedStateChange?.(change);
+          scopedState.publish(change);
+        },
       },
     });
     hosted.session = session;

@@ -34,6 +34,11 @@ export class ClusterKeys {
     return `${this.prefix}:conv:{${conversationId}}:inbox`;
   }
 
+  /** Every worker listens: a conversation stored `app:` or `user:` keys (`ScopedStateChannel`). */
+  get scopedStateChanges(): string {
+    return `${this.prefix}:state:changes`;
+  }
+
   /** Connections per gateway attached to the conversation (a hash gateway → count). */
   conversationConnections(conversationId: string): string {
     return `${this.prefix}:conv:{${conversationId}}:connections`;

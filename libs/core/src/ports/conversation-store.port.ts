@@ -96,6 +96,16 @@ export interface ConversationStore {
   ): Promise<{ conversation: ConversationRecord; created: boolean }>;
   getConversation(tenantId: string, conversationId: string): Promise<ConversationRecord | null>;
   getSnapshot(tenantId: string, conversationId: string): Promise<ConversationSnapshot | null>;
+  /**
+   * The `app:` and `user:` keys (prefixes kept) that `getSnapshot` merges into
+   * the state of a conversation of this user in this app: how a running
+   * session reads them again after another conversation changed them.
+   */
+  getScopedState(
+    tenantId: string,
+    appName: string,
+    userId: string,
+  ): Promise<Record<string, unknown>>;
   /** Newest activity first: `(updated_at desc, id desc)`, keyset pagination. */
   listConversations(
     tenantId: string,

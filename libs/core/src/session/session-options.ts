@@ -7,6 +7,7 @@ import type { Clock } from '../ports/clock.port.js';
 import type { ConversationStore } from '../ports/conversation-store.port.js';
 import type { RuntimeMetrics } from '../ports/runtime-metrics.port.js';
 import type { Tracing } from '../ports/tracing.port.js';
+import type { ScopedStateChange } from '../state.js';
 import type { ToolRegistry } from '../tools/tool-registry.js';
 import type { SessionEndReason } from './session-lifecycle.js';
 import type { StepUsage } from './step-runner.js';
@@ -43,12 +44,25 @@ export interface AgentSessionOptions {
    * keeps for the conversation, such as its MCP sessions, may go).
    */
   onEnd?: (ref: ConversationRef, reason: SessionEndReason) => void;
+  /**
+   * Called after each write that stored `app:` or `user:` keys: the other
+   * running conversations that share them are to hear of it
+   * (`AgentSession.scopedStateChanged`), wherever they run.
+   */
+  onScopedStateChange?: (change: ScopedStateChange) => void;
 }
 
 /** What every session of a process shares: tools, metrics, the deployment's limits and prices. */
 export type SessionRuntime = Pick<
   AgentSessionOptions,
-  'tools' | 'metrics' | 'tracing' | 'maxBudgetUsd' | 'multitaskStrategy' | 'price' | 'onEnd'
+  | 'tools'
+  | 'metrics'
+  | 'tracing'
+  | 'maxBudgetUsd'
+  | 'multitaskStrategy'
+  | 'price'
+  | 'onEnd'
+  | 'onScopedStateChange'
 >;
 
 export interface AgentSessionInit {

@@ -58,6 +58,8 @@ export interface TurnDriverDeps extends Pick<AgentSessionInit, 'store' | 'ref' |
   reportError: (message: string, error: unknown) => void;
   record: () => ConversationRecord | null;
   state: () => Readonly<Record<string, unknown>>;
+  /** Before a step: reads shared state keys again if another conversation changed them. */
+  refreshState: () => Promise<void>;
   agentState: () => AgentState | null;
   strategy: () => MultitaskStrategy;
   /** This session's `loading` event (what was stored before it, an earlier holder did). */
@@ -263,6 +265,7 @@ export class TurnDriver {
         publishStatus: deps.publishStatus,
         publishStream: deps.publishStream,
         state: deps.state,
+        refreshState: deps.refreshState,
         instructions: () => deps.record()?.instructions ?? null,
         lastEventId: () => deps.queue.lastEventId,
         reportError: deps.reportError,

@@ -59,6 +59,11 @@ export interface TurnDeps {
   publishStatus: (status: StatusUpdate) => void;
   publishStream: (delta: StreamDelta) => void;
   state: () => Readonly<Record<string, unknown>>;
+  /**
+   * Reads the `app:` and `user:` keys again when another conversation
+   * changed them since (a no-op otherwise); never rejects.
+   */
+  refreshState: () => Promise<void>;
   instructions: () => string | null;
   /** The id of the last stored event the session knows. */
   lastEventId: () => number;
@@ -118,6 +123,8 @@ export class TurnRunner {
         await this.settleInError('max_budget_exceeded', BUDGET_MESSAGE, '');
         return { kind: 'settled', answered: false };
       }
+      // What another conversation of the user (or app) stored is seen from the next step on.
+      await this.deps.refreshState();
       const started = performance.now();
       const stream = new DeltaStream(this.trigger.id, this.deps.publishStream);
       const step = await this.deps.tracing.withSpan(

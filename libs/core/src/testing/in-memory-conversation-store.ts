@@ -131,6 +131,20 @@ export class InMemoryConversationStore implements ConversationStore {
     return Promise.resolve({ conversation: clone(record), state: clone(state) });
   }
 
+  getScopedState(
+    tenantId: string,
+    appName: string,
+    userId: string,
+  ): Promise<Record<string, unknown>> {
+    const owner = { tenantId, appName, userId };
+    const state = mergeScopes({
+      app: this.appStates.get(appKey(owner)) ?? {},
+      user: this.userStates.get(userKey(owner)) ?? {},
+      conversation: {},
+    });
+    return Promise.resolve(clone(state));
+  }
+
   listConversations(
     tenantId: string,
     page: ConversationPageRequest,
@@ -399,12 +413,12 @@ export class InMemoryConversationStore implements ConversationStore {
   }
 }
 
-function appKey(record: ConversationRecord): string {
-  return JSON.stringify([record.tenantId, record.appName]);
+function appKey(owner: Pick<ConversationRecord, 'tenantId' | 'appName'>): string {
+  return JSON.stringify([owner.tenantId, owner.appName]);
 }
 
-function userKey(record: ConversationRecord): string {
-  return JSON.stringify([record.tenantId, record.appName, record.userId]);
+function userKey(owner: Pick<ConversationRecord, 'tenantId' | 'appName' | 'userId'>): string {
+  return JSON.stringify([owner.tenantId, owner.appName, owner.userId]);
 }
 
 function compareActivityDesc(

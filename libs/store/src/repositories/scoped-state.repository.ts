@@ -9,6 +9,27 @@ import { PREPARED } from '../database/sql-database.js';
 export class ScopedStateRepository {
   constructor(private readonly db: SqlQueryable) {}
 
+  /** The app's and the user's state in the app (`{}` for one never written). */
+  async find(
+    tenantId: string,
+    appName: string,
+    userId: string,
+  ): Promise<{ app: Record<string, unknown>; user: Record<string, unknown> }> {
+    const { rows } = await this.db.query<{
+      app_state: Record<string, unknown> | null;
+      user_state: Record<string, unknown> | null;
+    }>(
+      `SELECT (SELECT state FROM app_states
+                WHERE tenant_id = $1 AND app_name = $2) AS app_state,
+              (SELECT state FROM user_states
+                WHERE tenant_id = $1 AND app_name = $2 AND user_id = $3) AS user_state`,
+      [tenantId, appName, userId],
+      PREPARED,
+    );
+    const row = rows[0];
+    return { app: row?.app_state ?? {}, user: row?.user_state ?? {} };
+  }
+
   /** Sets the keys of `set` (a JSON object) and removes those of `deleted`. */
   async mergeUserState(
     tenantId: string,
