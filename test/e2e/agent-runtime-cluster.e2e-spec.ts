@@ -95,6 +95,33 @@ describe('agent runtime (cluster)', () => {
     for (const client of [onA, onB, lateOnB]) client.close();
   });
 
+  it("gives a client that opens the room on a gateway with nobody in it, mid-step, the holder's text so far first", async () => {
+    const [a, b] = cluster.gateways as [(typeof cluster.gateways)[0], (typeof cluster.gateways)[0]];
+    const token = await cluster.token(uniqueName('late-gateway'));
+    const text = 'Nobody was here: the holder tells this gateway what the step has said so far.';
+    const id = await conversation(token, {
+      agent: 'streamer',
+      agent_config: { text, chunks: 15, delay_ms: 60 },
+    });
+    const onA = await ConversationClient.connect(a.url, token, { conversation_id: id });
+    const cause = ((await onA.message('go')) as { event_id: number }).event_id;
+    await onA.waitFor((events) => deltasOf(events, cause).length >= 4);
+    // Gateway B opens the room now: no copy of the text is kept in Redis, its holder sends it.
+    const lateOnB = await ConversationClient.connect(b.url, token, {
+      conversation_id: id,
+      start: 'false',
+    });
+    await lateOnB.waitForReply(cause);
+    const late = deltasOf(lateOnB.events, cause);
+    expect(late[0]?.offset).toBe(0);
+    expect(late[0]!.delta.length).toBeGreaterThan(0);
+    // Then each delta follows on from the one before: nothing missed, nothing twice.
+    for (let i = 1; i < late.length; i += 1)
+      expect(late[i]!.offset).toBe(late[i - 1]!.offset + late[i - 1]!.delta.length);
+    expect(assemble(late)).toBe(text);
+    for (const client of [onA, lateOnB]) client.close();
+  });
+
   it('stops, through gateway A, the step running on the worker behind gateway B within 1 s', async () => {
     const [a, b] = cluster.gateways as [(typeof cluster.gateways)[0], (typeof cluster.gateways)[0]];
     const token = await cluster.token(uniqueName('stopper'));

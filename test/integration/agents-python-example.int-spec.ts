@@ -101,7 +101,7 @@ describe('examples/http-agent-python', () => {
       'print(json.dumps(list(agent.answers)))',
     ].join('\n');
     const kept = execFileSync('python3', ['-c', program, dirname(script)], {
-      env: { PATH: process.env.PATH, ANSWERS_KEPT: '2' },
+      env: { PATH: process.env.PATH, ANSWERS_KEPT: '2', PYTHONDONTWRITEBYTECODE: '1' },
       encoding: 'utf8',
     });
     // "a" went when "c" came; "b", asked again, is the most recent.

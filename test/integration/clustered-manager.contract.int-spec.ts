@@ -24,7 +24,7 @@ import {
   leaseTiming,
   openRedis,
 } from '@cs/cluster';
-import { roomKey, type ConversationBroadcaster, type ConversationManager } from '@cs/core';
+import { roomKey, type ConversationManager, type RoomSink } from '@cs/core';
 import type { StatusUpdate, StoredEvent } from '@cs/protocol';
 import { openStore, type OpenedStore } from '@cs/store';
 import {
@@ -115,18 +115,17 @@ async function clusterFixture(): Promise<ConversationManagerFixture> {
     };
     // Rooms are `<conversation id>.<incarnation>`: recorded by conversation id.
     const idOf = (room: string) => room.split('.')[0]!;
-    const recorder: ConversationBroadcaster = {
+    const recorder: RoomSink = {
       publishEvents: (room, events) =>
         received.events.set(idOf(room), [...(received.events.get(idOf(room)) ?? []), ...events]),
       publishStatus: (room, status) =>
         received.statuses.set(idOf(room), [...(received.statuses.get(idOf(room)) ?? []), status]),
       publishStream: () => undefined,
+      catchUpStream: () => undefined,
     };
-    const observer = new RedisRoomSubscriber(
-      resources.redis(`${prefix}:rooms`),
-      keys,
-      resources.redis(`${prefix}:reader`),
-    );
+    const observer = new RedisRoomSubscriber(resources.redis(`${prefix}:rooms`), keys, () => {
+      // no stream to catch up with: these tests record events and statuses
+    });
 
     // --- the workers
     const hosts: ConversationHost[] = [];

@@ -6,18 +6,19 @@ import type { Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import {
   ClusterKeys,
+  ConversationInbox,
   RedisRoomBroadcaster,
   RedisRoomSubscriber,
   openPublisher,
   openRedis,
 } from '@cs/cluster';
-import type { ConversationBroadcaster } from '@cs/core';
+import { conversationOfRoom, type RoomSink } from '@cs/core';
 import type { StatusUpdate, StoredEvent, StreamDelta } from '@cs/protocol';
 import { testRedisUrl, uniqueName } from '../support/services.js';
 
-/** What one gateway received, per conversation. */
-class Recorder implements ConversationBroadcaster {
-  readonly traffic: [string, StoredEvent[] | StatusUpdate | StreamDelta][] = [];
+/** What one gateway received, per conversation (a catch-up as `{ catch_up: delta }`). */
+class Recorder implements RoomSink {
+  readonly traffic: [string, unknown][] = [];
 
   publishEvents(id: string, events: readonly StoredEvent[]): void {
     this.traffic.push([id, [...events]]);
@@ -29,6 +30,10 @@ class Recorder implements ConversationBroadcaster {
 
   publishStream(id: string, delta: StreamDelta): void {
     this.traffic.push([id, delta]);
+  }
+
+  catchUpStream(id: string, delta: StreamDelta): void {
+    this.traffic.push([id, { catch_up: delta }]);
   }
 
   of(id: string): unknown[] {
@@ -59,6 +64,8 @@ describe(RedisRoomSubscriber.name, () => {
   let keys: ClusterKeys;
   let publisher: Redis;
   let broadcaster: RedisRoomBroadcaster;
+  /** The gateways' way to the holder: the conversation's inbox. */
+  let inbox: ConversationInbox;
   const connections: Redis[] = [];
 
   const subscriberConnection = (name: string) => {
@@ -66,11 +73,17 @@ describe(RedisRoomSubscriber.name, () => {
     connections.push(redis);
     return redis;
   };
+  /** A gateway's subscriber, asking the holder for catch-ups as the gateway app does. */
+  const gatewaySubscriber = (name: string, connection = subscriberConnection(name)) =>
+    new RedisRoomSubscriber(connection, keys, (room) => {
+      void inbox.send(conversationOfRoom(room), { type: 'catch_up' });
+    });
 
   beforeAll(() => {
     keys = new ClusterKeys(uniqueName('cs_rooms'));
     publisher = openPublisher(testRedisUrl(), `${keys.prefix}:publisher`);
     broadcaster = new RedisRoomBroadcaster(publisher, keys);
+    inbox = new ConversationInbox(publisher, null, keys);
   });
 
   afterAll(() => {
@@ -79,8 +92,8 @@ describe(RedisRoomSubscriber.name, () => {
   });
 
   it('delivers what is published once the room is open, to the gateways that opened it only', async () => {
-    const first = new RedisRoomSubscriber(subscriberConnection('gateway-1'), keys, publisher);
-    const second = new RedisRoomSubscriber(subscriberConnection('gateway-2'), keys, publisher);
+    const first = gatewaySubscriber('gateway-1');
+    const second = gatewaySubscriber('gateway-2');
     const [a, b] = [randomUUID(), randomUUID()];
     const atFirst = new Recorder();
     const atSecond = new Recorder();
@@ -116,7 +129,7 @@ describe(RedisRoomSubscriber.name, () => {
     ]);
   });
 
-  it('gives a gateway that opens a room mid-step the text so far first, appended delta by delta', async () => {
+  it('gives a gateway that opens a room mid-step the text so far from the holder, in order with what follows, and keeps no copy in Redis', async () => {
     const room = randomUUID();
     const delta = (text: string, offset: number, cause = 7): StreamDelta => ({
       stream: true,
@@ -124,40 +137,57 @@ describe(RedisRoomSubscriber.name, () => {
       delta: text,
       offset,
     });
+    // The holder: the worker's inbox for the conversation answers a catch-up request.
+    const holderInbox = new ConversationInbox(publisher, subscriberConnection('holder'), keys);
+    let requests = 0;
+    await holderInbox.listen(conversationOfRoom(room), (message) => {
+      if (message.type !== 'catch_up') return;
+      broadcaster.publishCatchUp(room);
+      requests += 1;
+    });
+    /** A gateway opening the room now: what reaches it up to a status published after the holder answered. */
     const late = async (name: string) => {
       const recorder = new Recorder();
-      const subscriber = new RedisRoomSubscriber(subscriberConnection(name), keys, publisher);
+      const subscriber = gatewaySubscriber(name);
+      const before = requests;
       await subscriber.open(room, recorder);
-      subscriber.close(room);
-      return recorder.of(room);
+      await vi.waitFor(() => expect(requests).toBe(before + 1));
+      broadcaster.publishStatus(room, READY);
+      await vi.waitFor(() => expect(recorder.of(room).at(-1)).toEqual(READY));
+      return { recorder, subscriber };
     };
-    // Many deltas that follow on: the snapshot is their whole text (appended, not rewritten).
     let text = '';
     for (let i = 0; i < 200; i += 1) {
       const piece = `t${i} `;
       broadcaster.publishStream(room, delta(piece, text.length));
       text += piece;
     }
-    expect(await publisher.get(keys.roomStream(room))).toBe(`7:${text}`);
-    // Appends keep the TTL the first delta set: the text goes once the step is quiet.
-    const ttl = await publisher.pttl(keys.roomStream(room));
-    expect(ttl).toBeGreaterThan(0);
-    expect(ttl).toBeLessThanOrEqual(60_000);
-    expect(await late('late-1')).toEqual([delta(text, 0)]);
+    const first = await late('late-1');
+    expect(first.recorder.of(room)).toEqual([{ catch_up: delta(text, 0) }, READY]);
+    // What follows comes after it, continuing from its end.
+    broadcaster.publishStream(room, delta('more', text.length));
+    await vi.waitFor(() => expect(first.recorder.of(room)).toHaveLength(3));
+    expect(first.recorder.of(room)[2]).toEqual(delta('more', text.length));
+    first.subscriber.close(room);
+    // Nothing of the step's text is kept in Redis.
+    expect(await publisher.keys(`${keys.prefix}:*`)).toEqual([]);
     // A new step (offset 0) starts its text afresh.
     broadcaster.publishStream(room, delta('new', 0, 9));
-    expect(await late('late-2')).toEqual([delta('new', 0, 9)]);
+    expect((await late('late-2')).recorder.of(room)).toEqual([
+      { catch_up: delta('new', 0, 9) },
+      READY,
+    ]);
     // A gap makes the text unknown: a late gateway gets none rather than a wrong one.
     broadcaster.publishStream(room, delta('lost', 10, 9));
-    expect(await late('late-3')).toEqual([]);
+    expect((await late('late-3')).recorder.of(room)).toEqual([READY]);
     // The step's stored answer ends the stream.
     broadcaster.publishStream(room, delta('again', 0, 11));
     broadcaster.publishEvents(room, [{ ...storedEvent(12), cause: 11 }]);
-    expect(await publisher.exists(keys.roomStream(room))).toBe(0);
+    expect((await late('late-4')).recorder.of(room)).toEqual([READY]);
   });
 
   it('stops delivering once the room is closed', async () => {
-    const subscriber = new RedisRoomSubscriber(subscriberConnection('closing'), keys, publisher);
+    const subscriber = gatewaySubscriber('closing');
     const id = randomUUID();
     const recorder = new Recorder();
     await subscriber.open(id, recorder);
@@ -179,7 +209,7 @@ describe(RedisRoomSubscriber.name, () => {
   });
 
   it('drops traffic that is not a room message, and goes on delivering', async () => {
-    const subscriber = new RedisRoomSubscriber(subscriberConnection('garbage'), keys, publisher);
+    const subscriber = gatewaySubscriber('garbage');
     const id = randomUUID();
     const recorder = new Recorder();
     await subscriber.open(id, recorder);
@@ -195,7 +225,7 @@ describe(RedisRoomSubscriber.name, () => {
   it('resubscribes after its connection dropped, then asks its rooms to catch up from the store', async () => {
     const connection = subscriberConnection('dropping');
     const clientId = await connection.client('ID');
-    const subscriber = new RedisRoomSubscriber(connection, keys, publisher);
+    const subscriber = gatewaySubscriber('dropping', connection);
     const resyncs: number[] = [];
     subscriber.onResync(() => resyncs.push(Date.now()));
     const id = randomUUID();

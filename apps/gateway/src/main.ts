@@ -36,6 +36,7 @@ import {
   drainHttpApp,
   type ReadinessCheck,
 } from '@cs/gateway';
+import { conversationOfRoom } from '@cs/core';
 import { currentTraceparent, databaseCheck, redisCheck } from '@cs/observability';
 import { runService, type RunningService, type ServiceContext } from '@cs/process';
 import { openStore } from '@cs/store';
@@ -59,7 +60,11 @@ async function main({ config, logger: root }: ServiceContext): Promise<RunningSe
   const redis = openRedis(redisUrl, `${gatewayId}:commands`);
   const subscriber = openRedis(redisUrl, `${gatewayId}:adapter-sub`);
   const publisher = openPublisher(redisUrl, `${gatewayId}:publish`);
-  const rooms = new RedisRoomSubscriber(openRedis(redisUrl, `${gatewayId}:rooms`), keys, redis);
+  const inbox = new ConversationInbox(publisher, null, keys, { traceparent: currentTraceparent });
+  // A room opened mid-step gets the step's text so far from the conversation's holder.
+  const rooms = new RedisRoomSubscriber(openRedis(redisUrl, `${gatewayId}:rooms`), keys, (room) => {
+    inbox.send(conversationOfRoom(room), { type: 'catch_up' }).catch(() => undefined);
+  });
   const warning = await checkEvictionPolicy(redis);
   if (warning) logger.warn(warning);
 
@@ -84,7 +89,7 @@ async function main({ config, logger: root }: ServiceContext): Promise<RunningSe
     store,
     broadcaster,
     jobs,
-    inbox: new ConversationInbox(publisher, null, keys, { traceparent: currentTraceparent }),
+    inbox,
     stops: new ConversationStops(redis, keys),
     limiter,
     connections,

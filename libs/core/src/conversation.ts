@@ -28,6 +28,12 @@ export function roomKey(room: RoomRef): string {
   return `${room.conversationId}.${room.incarnation}`;
 }
 
+/** The conversation id of a room key (ids hold no `.`). */
+export function conversationOfRoom(room: string): string {
+  const dot = room.indexOf('.');
+  return dot < 0 ? room : room.slice(0, dot);
+}
+
 /** The ref of a stored conversation (its owner's limits apply). */
 export function refOf(record: ConversationRecord): ConversationRef {
   return {

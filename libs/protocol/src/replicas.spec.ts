@@ -25,6 +25,7 @@ describe('RoomMessageSchema', () => {
         status: { status_update: true, type: 'info', id: 'STATUS$READY', message: 'ready' },
       },
       { type: 'stream', delta: { stream: true, cause: 2, delta: 'ec', offset: 0 } },
+      { type: 'catch_up', delta: { stream: true, cause: 2, delta: 'echo: h', offset: 0 } },
     ];
     for (const message of messages) {
       expect(RoomMessageSchema.parse(JSON.parse(JSON.stringify(message)))).toEqual(message);
@@ -53,6 +54,7 @@ describe('InboxMessageSchema', () => {
       { type: 'wake', events: [answer] },
       { type: 'stop' },
       { type: 'evict' },
+      { type: 'catch_up' },
     ]) {
       expect(InboxMessageSchema.parse(message)).toEqual(message);
     }

@@ -15,6 +15,11 @@ export const RoomMessageSchema = z.discriminatedUnion('type', [
   z.object({ type: z.literal('events'), events: z.array(StoredEventSchema).min(1) }),
   z.object({ type: z.literal('status'), status: StatusUpdateSchema }),
   z.object({ type: z.literal('stream'), delta: StreamDeltaSchema }),
+  /**
+   * The text the current step streamed so far, from offset 0, sent by the
+   * holder when a gateway opening the room asks for it (inbox `catch_up`).
+   */
+  z.object({ type: z.literal('catch_up'), delta: StreamDeltaSchema }),
 ]);
 export type RoomMessage = z.infer<typeof RoomMessageSchema>;
 
@@ -46,6 +51,11 @@ export const InboxMessageSchema = z.discriminatedUnion('type', [
   z.object({ type: z.literal('stop') }),
   /** Stop it because its user started one too many (evict_oldest). */
   z.object({ type: z.literal('evict') }),
+  /**
+   * A gateway opened the conversation's room: publish the current step's
+   * text so far on the room (a `catch_up` room message), if one streams.
+   */
+  z.object({ type: z.literal('catch_up') }),
 ]);
 export type InboxMessage = z.infer<typeof InboxMessageSchema>;
 

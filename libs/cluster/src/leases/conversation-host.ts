@@ -3,7 +3,6 @@ import {
   NO_CLUSTER_METRICS,
   type AgentFactory,
   type ClusterMetrics,
-  type ConversationBroadcaster,
   type ConversationStore,
   type SessionRuntime,
 } from '@cs/core';
@@ -11,6 +10,7 @@ import type { Redis } from 'ioredis';
 import type { ClusterKeys } from '../redis/cluster-keys.js';
 import type { UserConcurrencyLimiter } from '../limits/user-concurrency.limiter.js';
 import type { ConnectionRegistry } from '../realtime/connection-registry.js';
+import type { HolderBroadcaster } from '../realtime/redis-room.broadcaster.js';
 import { LostWakeUpCatchUp } from './catch-up.js';
 import type { ConversationInbox } from './conversation-inbox.js';
 import { ConversationHeartbeat } from './conversation-heartbeat.js';
@@ -45,7 +45,7 @@ export interface ConversationHostOptions {
 export interface ConversationHostDeps {
   store: ConversationStore;
   agents: AgentFactory;
-  broadcaster: ConversationBroadcaster;
+  broadcaster: HolderBroadcaster;
   inbox: ConversationInbox;
   /** Changes of `app:` and `user:` keys, to and from every worker. */
   scopedState: ScopedStateChannel;

@@ -77,7 +77,7 @@ export class ConversationRun {
   private async holdJob(lease: JobLease): Promise<string> {
     const { hosted } = this;
     const { ref } = hosted;
-    const { store, inbox, options, limiter } = this.context.deps;
+    const { store, inbox, options, limiter, broadcaster } = this.context.deps;
     const id = ref.conversationId;
     const record = await store.getConversation(ref.tenantId, id);
     // Gone, or deleted and its id used again: this job was for the one that went.
@@ -93,7 +93,11 @@ export class ConversationRun {
     const previousHolderCrashed = record.leaseOwner !== null;
 
     this.context.hosted.set(id, hosted);
-    await inbox.listen(id, (message) => deliverToHosted(hosted, message));
+    await inbox.listen(id, (message) => {
+      // A gateway opened the room mid-step: it gets the text so far.
+      if (message.type === 'catch_up') broadcaster.publishCatchUp(roomKey(ref));
+      else deliverToHosted(hosted, message);
+    });
     let outcome: SessionEndReason | 'failed' | 'evicted';
     try {
       // Subscribed first: from here on an eviction reaches this run through the inbox.

@@ -9,7 +9,7 @@ export interface HostedConversation {
   /** Set on SIGTERM: hand the lease back instead of finishing the job. */
   handOff: boolean;
   /** A stop or eviction that arrived before the session was ready. */
-  pending: InboxMessage | null;
+  pending: SessionMessage | null;
   /** A newer holder took the lease: leave its slot and status alone. */
   leaseLost: boolean;
 }
@@ -24,11 +24,14 @@ export function liveConversations(hosted: Iterable<HostedConversation>): LiveCon
   );
 }
 
+/** The inbox's messages for the session (a catch-up request is the broadcaster's). */
+export type SessionMessage = Exclude<InboxMessage, { type: 'catch_up' }>;
+
 /**
  * A message of the conversation's inbox: a wake-up reaches the session; a
  * stop or an eviction that arrives before the session is ready waits for it.
  */
-export function deliverToHosted(hosted: HostedConversation, message: InboxMessage): void {
+export function deliverToHosted(hosted: HostedConversation, message: SessionMessage): void {
   const session = hosted.session;
   if (message.type === 'wake') {
     session?.wake(message.events);

@@ -1,8 +1,7 @@
-import type { ConversationBroadcaster } from '@cs/core';
+import type { RoomSink } from '@cs/core';
 import { RoomMessageSchema } from '@cs/protocol';
 import type { Redis } from 'ioredis';
 import type { ClusterKeys } from '../redis/cluster-keys.js';
-import { decodeStreamText } from './stream-text-snapshot.js';
 
 /**
  * A gateway's subscriptions to the rooms of the conversations it has
@@ -11,19 +10,20 @@ import { decodeStreamText } from './stream-text-snapshot.js';
  * dropped (subscribers catch up from Postgres at the next event).
  */
 export class RedisRoomSubscriber {
-  private readonly sinks = new Map<string, { room: string; sink: ConversationBroadcaster }>();
+  private readonly sinks = new Map<string, { room: string; sink: RoomSink }>();
   private resync: (() => void) | null = null;
   private connectedOnce: boolean;
 
   /**
    * @param subscriber a connection used for these subscriptions only
-   * @param reader a command connection, for the step texts kept in Redis (a
-   *   connection in subscriber mode may send no other command)
+   * @param requestCatchUp asks the holder of the room's conversation for the
+   *   text its current step streamed so far (through the conversation's
+   *   inbox): the reply comes on the room's channel, as a `catch_up` message
    */
   constructor(
     private readonly subscriber: Redis,
     private readonly keys: ClusterKeys,
-    private readonly reader: Pick<Redis, 'get'>,
+    private readonly requestCatchUp: (room: string) => void,
   ) {
     subscriber.on('message', (channel: string, raw: string) => this.deliver(channel, raw));
     // After an outage ioredis subscribes again once it is ready; what was
@@ -39,7 +39,11 @@ export class RedisRoomSubscriber {
       if (!reconnected) return;
       setImmediate(() => {
         subscriber.ping().then(
-          () => this.resync?.(),
+          () => {
+            this.resync?.();
+            // Deltas were lost too: the steps streaming now, from their start.
+            for (const { room } of this.sinks.values()) this.catchUp(room);
+          },
           () => undefined, // closed again: the next 'ready' resyncs
         );
       });
@@ -54,10 +58,12 @@ export class RedisRoomSubscriber {
   /**
    * Starts delivering the conversation's traffic to `sink`; resolves once
    * Redis has confirmed the subscription, so that nothing published after
-   * that is missed. During an outage it resolves at once: the subscription
-   * is made on reconnection, followed by a resync.
+   * that is missed. A step streaming already reaches the sink as its text so
+   * far (`catchUpStream`) once the holder answers. During an outage it
+   * resolves at once: the subscription is made on reconnection, followed by
+   * a resync.
    */
-  async open(room: string, sink: ConversationBroadcaster): Promise<void> {
+  async open(room: string, sink: RoomSink): Promise<void> {
     const channel = this.keys.conversationRoom(room);
     this.sinks.set(channel, { room, sink });
     const subscribed = this.subscriber.subscribe(channel);
@@ -66,17 +72,7 @@ export class RedisRoomSubscriber {
       return;
     }
     await subscribed;
-    // A step streaming already: its text so far, before the deltas that follow.
-    const stored = await this.reader.get(this.keys.roomStream(room)).catch(() => null);
-    const snapshot = stored === null ? null : decodeStreamText(stored);
-    if (snapshot && this.sinks.get(channel)?.sink === sink) {
-      sink.publishStream(room, {
-        stream: true,
-        cause: snapshot.cause,
-        delta: snapshot.text,
-        offset: 0,
-      });
-    }
+    this.catchUp(room);
   }
 
   close(room: string): void {
@@ -103,6 +99,15 @@ export class RedisRoomSubscriber {
     const message = parsed.data;
     if (message.type === 'events') sink.publishEvents(room, message.events);
     else if (message.type === 'status') sink.publishStatus(room, message.status);
-    else sink.publishStream(room, message.delta);
+    else if (message.type === 'stream') sink.publishStream(room, message.delta);
+    else sink.catchUpStream(room, message.delta);
+  }
+
+  private catchUp(room: string): void {
+    try {
+      this.requestCatchUp(room);
+    } catch {
+      // best effort, as the rest of the live traffic
+    }
   }
 }

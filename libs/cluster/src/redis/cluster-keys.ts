@@ -24,11 +24,6 @@ export class ClusterKeys {
     return `${this.prefix}:room:{${room}}`;
   }
 
-  /** The text the room's current step has streamed so far (for gateways opening it late). */
-  roomStream(room: string): string {
-    return `${this.prefix}:room:{${room}}:stream`;
-  }
-
   /** Wake-ups and control messages for the conversation's lease holder. */
   conversationChannel(conversationId: string): string {
     return `${this.prefix}:conv:{${conversationId}}:inbox`;

@@ -11,3 +11,13 @@ export interface ConversationBroadcaster {
   publishStatus(room: string, status: StatusUpdate): void;
   publishStream(room: string, delta: StreamDelta): void;
 }
+
+/**
+ * What receives a room's live traffic in a cluster gateway: what the
+ * broadcaster publishes, and the catch-up of a step that was streaming when
+ * the gateway opened the room (its text so far, one delta from offset 0,
+ * sent by the conversation's holder on the gateway's request).
+ */
+export interface RoomSink extends ConversationBroadcaster {
+  catchUpStream(room: string, delta: StreamDelta): void;
+}

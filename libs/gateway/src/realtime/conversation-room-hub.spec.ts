@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import type { ConversationBroadcaster } from '@cs/core';
+import type { RoomSink } from '@cs/core';
 import type { ServerEvent, StoredEvent } from '@cs/protocol';
 import {
   ConversationRoomHub,
@@ -11,10 +11,10 @@ import {
 class ManualSource implements RoomTrafficSource {
   readonly opened: string[] = [];
   readonly closed: string[] = [];
-  readonly sinks = new Map<string, ConversationBroadcaster>();
+  readonly sinks = new Map<string, RoomSink>();
   private readonly confirms = new Map<string, () => void>();
 
-  open(conversationId: string, sink: ConversationBroadcaster): Promise<void> {
+  open(conversationId: string, sink: RoomSink): Promise<void> {
     this.opened.push(conversationId);
     this.sinks.set(conversationId, sink);
     return new Promise((resolve) => this.confirms.set(conversationId, resolve));
@@ -140,18 +140,59 @@ describe(ConversationRoomHub.name, () => {
       expect(hub.streamOf('c')).toBeNull();
     });
 
-    it('with a source, is kept for open rooms only (a room opens with the text Redis kept)', async () => {
+    it('with a source, is kept for open rooms only', async () => {
       const source = new ManualSource();
       const hub = new ConversationRoomHub(source);
       hub.publishStream('c', delta(0, 'Hello'));
       expect(hub.streamOf('c')).toBeNull();
       const membership = hub.join('c', subscriber());
-      source.sinks.get('c')!.publishStream('c', delta(0, 'Hello wor'));
       source.confirm('c');
       await membership.ready;
+      source.sinks.get('c')!.publishStream('c', delta(0, 'Hello'));
+      source.sinks.get('c')!.publishStream('c', delta(5, ' wor'));
       expect(hub.streamOf('c')).toEqual(delta(0, 'Hello wor'));
       membership.leave();
       expect(hub.streamOf('c')).toBeNull();
+    });
+
+    it('with a source, a room opened mid-step passes nothing on until the catch-up, then the text so far and what follows', async () => {
+      const source = new ManualSource();
+      const hub = new ConversationRoomHub(source);
+      const early = subscriber();
+      const membership = hub.join('c', early);
+      source.confirm('c');
+      await membership.ready;
+      const sink = source.sinks.get('c')!;
+      // Published before the holder answered the gateway: the catch-up holds them.
+      sink.publishStream('c', delta(5, ' wor'));
+      expect(early.received).toEqual([]);
+      sink.catchUpStream('c', delta(0, 'Hello wor'));
+      sink.publishStream('c', delta(9, 'ld'));
+      expect(early.received).toEqual([delta(0, 'Hello wor'), delta(9, 'ld')]);
+      expect(hub.streamOf('c')).toEqual(delta(0, 'Hello world'));
+    });
+
+    it("with a source, ignores a catch-up of a step whose text it knows (another gateway's request)", async () => {
+      const source = new ManualSource();
+      const hub = new ConversationRoomHub(source);
+      const following = subscriber();
+      const membership = hub.join('c', following);
+      source.confirm('c');
+      await membership.ready;
+      const sink = source.sinks.get('c')!;
+      sink.publishStream('c', delta(0, 'Hello'));
+      sink.catchUpStream('c', delta(0, 'Hello'));
+      expect(following.received).toEqual([delta(0, 'Hello')]);
+      // After a gap the text is unknown: deltas stop, and a catch-up repairs it.
+      sink.publishStream('c', delta(9, 'ld'));
+      expect(following.received).toEqual([delta(0, 'Hello')]);
+      sink.catchUpStream('c', delta(0, 'Hello world'));
+      expect(following.received).toEqual([delta(0, 'Hello'), delta(0, 'Hello world')]);
+      // A catch-up for a room this gateway does not hold, or not from offset 0, is dropped.
+      sink.catchUpStream('other', delta(0, 'x'));
+      sink.catchUpStream('c', { ...delta(3, 'x'), cause: 6 });
+      expect(following.received).toHaveLength(2);
+      expect(hub.streamOf('other')).toBeNull();
     });
   });
 });

@@ -1,5 +1,5 @@
 import { Inject, Injectable, Optional } from '@nestjs/common';
-import { RoomStreams, type ConversationBroadcaster } from '@cs/core';
+import { RoomStreams, type RoomSink } from '@cs/core';
 import type { StatusUpdate, StoredEvent, StreamDelta } from '@cs/protocol';
 import { ROOM_TRAFFIC_SOURCE } from '../tokens.js';
 
@@ -19,8 +19,11 @@ export interface ConversationSubscriber {
  * sessions publish to the hub directly.
  */
 export interface RoomTrafficSource {
-  /** Starts delivering the conversation's traffic to `sink`; resolves once it flows. */
-  open(room: string, sink: ConversationBroadcaster): Promise<void>;
+  /**
+   * Starts delivering the conversation's traffic to `sink`; resolves once it
+   * flows. A step streaming then reaches the sink as `catchUpStream`.
+   */
+  open(room: string, sink: RoomSink): Promise<void>;
   close(room: string): void;
 }
 
@@ -42,14 +45,16 @@ interface Room {
  * with the traffic of the rooms it has subscribers in.
  */
 @Injectable()
-export class ConversationRoomHub implements ConversationBroadcaster {
+export class ConversationRoomHub implements RoomSink {
   private readonly rooms = new Map<string, Room>();
   /**
    * The text each room's current step has streamed so far, for late joiners.
    * Standalone, the hub is the broadcaster: it keeps every room's, with
    * subscribers or not (the first client to join mid-step needs it). A
-   * cluster gateway keeps those of its open rooms only, seeded from Redis
-   * when a room opens (its traffic source).
+   * cluster gateway keeps those of its open rooms only: a room opened
+   * mid-step gets its text so far from the conversation's holder
+   * (`catchUpStream`), and until then the deltas it cannot place are not
+   * passed on (the catch-up holds them).
    */
   private readonly streams = new RoomStreams();
 
@@ -126,7 +131,26 @@ export class ConversationRoomHub implements ConversationBroadcaster {
   }
 
   publishStream(room: string, delta: StreamDelta): void {
-    if (this.source === null || this.rooms.has(room)) this.streams.apply(room, delta);
+    if (this.source === null) {
+      this.streams.apply(room, delta);
+    } else if (!this.rooms.has(room) || !this.streams.apply(room, delta)) {
+      // A delta after a gap: no client could place it. The step's stored
+      // message, or a catch-up, brings the text.
+      return;
+    }
+    for (const subscriber of this.members(room)) subscriber.sendStream(delta);
+  }
+
+  /**
+   * The text so far of the step streaming when this gateway opened the room
+   * (or lost deltas), from the conversation's holder: taken unless this
+   * gateway knows that step's text already (every gateway of the room gets
+   * it), and passed on as the catch-up of the room's subscribers.
+   */
+  catchUpStream(room: string, delta: StreamDelta): void {
+    if (delta.offset !== 0 || !this.rooms.has(room)) return;
+    if (this.streams.get(room)?.cause === delta.cause) return;
+    this.streams.apply(room, delta);
     for (const subscriber of this.members(room)) subscriber.sendStream(delta);
   }
 
