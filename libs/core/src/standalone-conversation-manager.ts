@@ -4,15 +4,15 @@
  * has the same contract and leases conversations to workers instead.
  *
  * One live entry per conversation (starting or running). The per-user limit
- * is decided under a per-user mutex that only reserves slots and marks the
- * conversations to evict; every slow step (stopping the evicted, starting the
- * new session) happens after the mutex is released, so that no request waits
- * behind another user's start and the idle cleanup never blocks anyone.
+ * is decided under a per-user mutex (`UserSlots`) that only reserves slots
+ * and marks the conversations to evict; every slow step (stopping the evicted,
+ * starting the new session) happens after the mutex is released, so that no
+ * request waits behind another user's start and the idle cleanup never
+ * blocks anyone.
  * Under `reject` a slot may be reserved before the write that starts the
  * conversation is stored (`claimSlot`): the reservation counts against the
  * limit until the start turns it into the live entry, or it is released.
  */
-import { Mutex } from 'async-mutex';
 import type { ConcurrencyPolicy, ConversationStatus, StatusUpdate, UserAction } from '@cs/protocol';
 import type { AgentFactory } from './agent.js';
 import {
@@ -24,7 +24,6 @@ import {
 import { ConnectionCounts } from './connection-counts.js';
 import { roomKey, type ConversationRef } from './conversation.js';
 import {
-  HELD_SLOT,
   TOO_MANY_CONVERSATIONS,
   TOO_MANY_CONVERSATIONS_NOTICE,
   claimsSlotBeforeStoring,
@@ -33,10 +32,12 @@ import {
   type SlotOwner,
 } from './conversation-limits.js';
 import type { Attachment, ConversationManager, SendOptions } from './conversation-manager.js';
-import { ConcurrencyLimitError, NotFoundError, UnavailableError } from './errors.js';
+import { NotFoundError, UnavailableError } from './errors.js';
+import { newLiveConversation, type LiveConversation } from './live-conversation.js';
 import type { ConversationBroadcaster } from './ports/broadcaster.port.js';
-import { SlotReservations } from './slot-reservations.js';
+import { StatusWrites } from './status-writes.js';
 import { storeUserAction } from './user-action.js';
+import { UserSlots, userKeyOf } from './user-slots.js';
 import { systemClock, type Clock } from './ports/clock.port.js';
 import type { AppendedEvent, ConversationStore } from './ports/conversation-store.port.js';
 import type { ScopedStateChange } from './state.js';
@@ -69,24 +70,6 @@ export interface StandaloneConversationManagerDeps {
   reportError?: (message: string, error: unknown) => void;
 }
 
-interface LiveConversation {
-  ref: ConversationRef;
-  userKey: string;
-  /** Start order, to break ties between equal activity times. */
-  seq: number;
-  startedAt: number;
-  phase: 'starting' | 'running';
-  /** Being stopped or closed: holds no slot, takes no work. */
-  stopping: boolean;
-  session: AgentSession | null;
-  /** Settles when the start settles (rejects when it failed). */
-  ready: Promise<void>;
-  settleReady: { resolve: () => void; reject: (error: unknown) => void };
-  /** Resolves once the entry is gone and its final status persisted. */
-  done: Promise<void>;
-  resolveDone: () => void;
-}
-
 export class StandaloneConversationManager implements ConversationManager {
   private readonly store: ConversationStore;
   private readonly broadcaster: ConversationBroadcaster;
@@ -96,10 +79,9 @@ export class StandaloneConversationManager implements ConversationManager {
   private readonly reportError: (message: string, error: unknown) => void;
 
   private readonly live = new Map<string, LiveConversation>();
-  private readonly reservations = new SlotReservations();
-  private readonly userLocks = new Map<string, Mutex>();
+  private readonly slots: UserSlots;
   private readonly connections = new ConnectionCounts();
-  private readonly statusWrites = new Map<string, Promise<void>>();
+  private readonly statusWrites: StatusWrites;
   private readonly cleanupTimer: { cancel(): void };
   private seq = 0;
   private shuttingDown = false;
@@ -111,6 +93,12 @@ export class StandaloneConversationManager implements ConversationManager {
     this.clock = deps.clock ?? systemClock;
     this.options = deps.options;
     this.reportError = deps.reportError ?? (() => undefined);
+    this.slots = new UserSlots({
+      live: this.live,
+      limits: this.options,
+      assertOpen: () => this.assertOpen(),
+    });
+    this.statusWrites = new StatusWrites(this.store, this.reportError);
     this.cleanupTimer = this.clock.setInterval(
       () => this.closeIdleConversations(),
       this.options.cleanupIntervalMs,
@@ -162,7 +150,7 @@ export class StandaloneConversationManager implements ConversationManager {
   claimSlot(owner: SlotOwner): Promise<SlotClaim | null> {
     if (!claimsSlotBeforeStoring(this.options.concurrencyPolicy, true))
       return Promise.resolve(null);
-    return this.reserveSlot(owner);
+    return this.slots.reserve(owner);
   }
 
   async sendUserAction(
@@ -176,7 +164,7 @@ export class StandaloneConversationManager implements ConversationManager {
     return storeUserAction(this.store, ref, action, idempotencyKey, options, {
       policy: this.options.concurrencyPolicy,
       running: current !== undefined && !current.stopping,
-      claimSlot: () => this.reserveSlot(ref),
+      claimSlot: () => this.slots.reserve(ref),
       ensureRunning: () => this.ensureRunning(ref),
       deliver: (appended, claimed) => this.deliver(ref, action, appended, claimed),
     });
@@ -224,12 +212,8 @@ export class StandaloneConversationManager implements ConversationManager {
   }
 
   listRunning(tenantId: string, userId: string): Promise<string[]> {
-    const key = userKeyOf({ tenantId, userId });
-    return Promise.resolve(
-      [...this.live.values()]
-        .filter((entry) => entry.userKey === key && !entry.stopping)
-        .map((entry) => entry.ref.conversationId),
-    );
+    const mine = this.slots.liveOf(userKeyOf({ tenantId, userId }));
+    return Promise.resolve(mine.map((entry) => entry.ref.conversationId));
   }
 
   runtime(ref: ConversationRef): Promise<{ workerId: string; leaseEpoch: number } | null> {
@@ -245,103 +229,22 @@ export class StandaloneConversationManager implements ConversationManager {
     this.shuttingDown = true;
     this.cleanupTimer.cancel();
     await Promise.all([...this.live.values()].map((entry) => this.closeEntry(entry)));
-    await Promise.all([...this.statusWrites.values()]);
+    await this.statusWrites.settled();
   }
 
   // ---------------------------------------------------------------- internals
 
   /**
-   * Reserves a slot for `ref` under its user's mutex (evicting or refusing at
-   * the limit) and starts the new entry after the mutex is released. Returns
-   * null when the conversation is being stopped: the caller waits and retries.
+   * Claims a slot for `ref` under its user's mutex and starts the new entry
+   * after the mutex is released. Returns null when the conversation is being
+   * stopped: the caller waits and retries.
    */
   private async claim(ref: ConversationRef): Promise<LiveConversation | null> {
-    const userKey = userKeyOf(ref);
-    const evicted: LiveConversation[] = [];
-    const claimed = await this.userLock(userKey).runExclusive(() => {
-      this.assertOpen();
-      const existing = this.live.get(ref.conversationId);
-      if (existing) return { entry: existing.stopping ? null : existing, created: false };
-      // A slot reserved for this start (`reserveSlot`) becomes the entry's.
-      if (!this.reservations.takeOver(ref.conversationId)) {
-        const limit = this.options.maxConcurrentConversations;
-        const mine = this.liveOf(userKey);
-        const held = mine.length + this.reservations.countFor(userKey);
-        if (held >= limit) {
-          if (this.options.concurrencyPolicy === 'reject') throw new ConcurrencyLimitError(limit);
-          mine.sort((a, b) => this.activityOf(a) - this.activityOf(b) || a.seq - b.seq);
-          for (const victim of mine.slice(0, held - limit + 1)) {
-            victim.stopping = true;
-            evicted.push(victim);
-          }
-        }
-      }
-      const entry = this.newEntry(ref, userKey);
-      this.live.set(ref.conversationId, entry);
-      return { entry, created: true };
-    });
-    if (claimed.created && claimed.entry) void this.startEntry(claimed.entry, evicted);
+    const claimed = await this.slots.claim(ref, (userKey) =>
+      newLiveConversation(ref, userKey, this.seq++, this.clock.now()),
+    );
+    if (claimed.created && claimed.entry) void this.startEntry(claimed.entry, claimed.evicted);
     return claimed.entry;
-  }
-
-  /**
-   * Reserves a slot for a conversation that a write about to be stored will
-   * start (`claimSlot`), refusing at the limit whatever the policy: the start
-   * that follows the store takes the reservation over.
-   */
-  private async reserveSlot(owner: SlotOwner): Promise<SlotClaim> {
-    const userKey = userKeyOf(owner);
-    const id = owner.conversationId;
-    return this.userLock(userKey).runExclusive(() => {
-      this.assertOpen();
-      const existing = this.live.get(id);
-      if (existing && !existing.stopping) return HELD_SLOT;
-      if (!this.reservations.has(id)) {
-        const limit = this.options.maxConcurrentConversations;
-        if (this.liveOf(userKey).length + this.reservations.countFor(userKey) >= limit) {
-          throw new ConcurrencyLimitError(limit);
-        }
-      }
-      // Once started, the reservation is the entry's: a release then gives nothing back.
-      const release = this.reservations.claim(id, userKey);
-      return {
-        taken: true,
-        release: () => {
-          release();
-          return Promise.resolve();
-        },
-      };
-    });
-  }
-
-  /** The user's entries that hold a slot (starting or running, not being stopped). */
-  private liveOf(userKey: string): LiveConversation[] {
-    return [...this.live.values()].filter((e) => e.userKey === userKey && !e.stopping);
-  }
-
-  private newEntry(ref: ConversationRef, userKey: string): LiveConversation {
-    let settleReady: LiveConversation['settleReady'] = { resolve: noop, reject: noop };
-    const ready = new Promise<void>((resolve, reject) => {
-      settleReady = { resolve, reject };
-    });
-    ready.catch(noop); // the callers that await it see the rejection
-    let resolveDone: () => void = noop;
-    const done = new Promise<void>((resolve) => {
-      resolveDone = resolve;
-    });
-    return {
-      ref: { ...ref },
-      userKey,
-      seq: this.seq++,
-      startedAt: this.clock.now(),
-      phase: 'starting',
-      stopping: false,
-      session: null,
-      ready,
-      settleReady,
-      done,
-      resolveDone,
-    };
   }
 
   /** Stops the evicted, then starts the session: acquire a lease, restore, run. */
@@ -349,7 +252,7 @@ export class StandaloneConversationManager implements ConversationManager {
     const { ref } = entry;
     try {
       await Promise.all(evicted.map((victim) => this.evict(victim)));
-      await this.persistStatus(ref, () =>
+      await this.statusWrites.persist(ref, () =>
         this.live.get(ref.conversationId) === entry ? 'STARTING' : null,
       );
       const record = await this.store.getConversation(ref.tenantId, ref.conversationId);
@@ -383,7 +286,7 @@ export class StandaloneConversationManager implements ConversationManager {
       entry.session = session;
       await session.start();
       entry.phase = 'running';
-      await this.persistStatus(ref, () =>
+      await this.statusWrites.persist(ref, () =>
         this.live.get(ref.conversationId) === entry && !entry.stopping && !session.isClosed
           ? 'RUNNING'
           : null,
@@ -413,7 +316,7 @@ export class StandaloneConversationManager implements ConversationManager {
     const id = entry.ref.conversationId;
     if (this.live.get(id) === entry) this.live.delete(id);
     const write = finalStatus
-      ? this.persistStatus(entry.ref, () => (this.live.has(id) ? null : finalStatus))
+      ? this.statusWrites.persist(entry.ref, () => (this.live.has(id) ? null : finalStatus))
       : Promise.resolve();
     void write.then(entry.resolveDone);
   }
@@ -458,47 +361,7 @@ export class StandaloneConversationManager implements ConversationManager {
     }
   }
 
-  /** Status writes of one conversation run in order; `decide` picks the status when its turn comes. */
-  private persistStatus(
-    ref: ConversationRef,
-    decide: () => ConversationStatus | null,
-  ): Promise<void> {
-    const id = ref.conversationId;
-    const previous = this.statusWrites.get(id) ?? Promise.resolve();
-    const next = previous.then(async () => {
-      const status = decide();
-      if (status) await this.store.setStatus(ref.tenantId, id, status);
-    });
-    const settled = next.catch((error: unknown) =>
-      this.reportError(`could not record the status of ${id}`, error),
-    );
-    this.statusWrites.set(id, settled);
-    void settled.then(() => {
-      if (this.statusWrites.get(id) === settled) this.statusWrites.delete(id);
-    });
-    return settled;
-  }
-
-  private activityOf(entry: LiveConversation): number {
-    return entry.session?.lastActivity ?? entry.startedAt;
-  }
-
-  private userLock(key: string): Mutex {
-    let mutex = this.userLocks.get(key);
-    if (!mutex) {
-      mutex = new Mutex();
-      this.userLocks.set(key, mutex);
-    }
-    return mutex;
-  }
-
   private assertOpen(): void {
     if (this.shuttingDown) throw new UnavailableError('the service is shutting down');
   }
-}
-
-function noop(): void {}
-
-function userKeyOf(ref: { tenantId: string; userId: string }): string {
-  return JSON.stringify([ref.tenantId, ref.userId]);
 }
