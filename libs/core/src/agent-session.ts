@@ -18,59 +18,42 @@
  * `answered_through`: the work still pending, never the whole history.
  *
  * Its parts, under `session/`: the lifecycle (`session-lifecycle`), the
- * loop's waits (`wake-signal`), what is read and still to handle
- * (`user-event-queue`, `event-reader`), the turns (`turn-driver`, one
- * `active-turn` at a time, each a `turn-runner` of `step-runner` steps
- * reading `turn-history`), titles (`conversation-title`).
+ * start (`session-start`), the writes (`session-writer`), the controls
+ * (`session-controls`), the loop's waits (`wake-signal`), what is read and
+ * still to handle (`user-event-queue`, `event-reader`), the turns
+ * (`turn-driver`, one `active-turn` at a time, each a `turn-runner` of
+ * `step-runner` steps reading `turn-history`), titles (`conversation-title`).
  */
 import type { AgentState, MultitaskStrategy, StatusUpdate, StoredEvent } from '@cs/protocol';
 import type { Agent } from './agent.js';
-import {
-  roomKey,
-  type ConversationRecord,
-  type ConversationRef,
-  type EventDraft,
-} from './conversation.js';
-import { LeaseLostError, NotFoundError } from './errors.js';
-import type { ConversationBroadcaster } from './ports/broadcaster.port.js';
+import { roomKey, type ConversationRecord, type ConversationRef } from './conversation.js';
+import { LeaseLostError } from './errors.js';
 import { systemClock, type Clock } from './ports/clock.port.js';
 import type { ConversationStore } from './ports/conversation-store.port.js';
 import { NO_TRACING, type Tracing } from './ports/tracing.port.js';
-import {
-  agentStateChangeDraft,
-  readAgentStateChange,
-  settledStateAfter,
-} from './session/agent-state-change.js';
 import { EventReader } from './session/event-reader.js';
+import { SessionControls } from './session/session-controls.js';
 import { SessionLifecycle, type SessionEndReason } from './session/session-lifecycle.js';
 import type { AgentSessionInit, AgentSessionOptions } from './session/session-options.js';
+import { startSession } from './session/session-start.js';
 import { SessionState } from './session/session-state.js';
-import { STOPPED_WHY, TurnDriver } from './session/turn-driver.js';
+import { ClosingSignal, SessionWriter } from './session/session-writer.js';
+import { TurnDriver } from './session/turn-driver.js';
 import { RecentEvents } from './session/turn-history.js';
-import { UserEventQueue, type Control } from './session/user-event-queue.js';
+import { UserEventQueue } from './session/user-event-queue.js';
 import { WakeSignal } from './session/wake-signal.js';
-import { outdatesScopes, scopedStateChangeOf, type ScopedStateChange } from './state.js';
+import { outdatesScopes, type ScopedStateChange } from './state.js';
 import { BUILTIN_TOOLS } from './tools/builtin-tools.js';
 import { ToolRegistry } from './tools/tool-registry.js';
 
 export { AGENT_FAILED_MESSAGE } from './session/turn-runner.js';
+export { SessionClosedError } from './session/session-start.js';
 export type { SessionEndReason } from './session/session-lifecycle.js';
 export type {
   AgentSessionInit,
   AgentSessionOptions,
   SessionRuntime,
 } from './session/session-options.js';
-
-/** `start()` rejects with this when the session was stopped or closed before it was ready. */
-export class SessionClosedError extends Error {
-  constructor(message = 'the session was closed before it was ready') {
-    super(message);
-    this.name = 'SessionClosedError';
-  }
-}
-
-/** Internal: a write attempted after closing began. Never escapes the session. */
-class ClosingSignal extends Error {}
 
 const DEFAULT_CATCH_UP_MS = 1000;
 const DEFAULT_PAGE_SIZE = 500;
@@ -85,7 +68,6 @@ export class AgentSession {
   readonly closed: Promise<SessionEndReason>;
 
   private readonly store: ConversationStore;
-  private readonly broadcaster: ConversationBroadcaster;
   private readonly agent: Agent;
   private readonly options: AgentSessionOptions;
   private readonly clock: Clock;
@@ -98,11 +80,12 @@ export class AgentSession {
   private readonly reader: EventReader;
   private readonly wakeSignal = new WakeSignal();
   private readonly lifecycle: SessionLifecycle;
+  private readonly writer: SessionWriter;
   private readonly turns: TurnDriver;
+  private readonly controls: SessionControls;
 
   private record: ConversationRecord | null = null;
   private readonly state = new SessionState();
-  private currentState: AgentState | null = null;
   private activityAt: number;
   /** Id of this session's `loading` event: what was stored before it, a new holder resumes. */
   private loadingEventId = -1;
@@ -115,7 +98,6 @@ export class AgentSession {
 
   constructor(init: AgentSessionInit) {
     this.store = init.store;
-    this.broadcaster = init.broadcaster;
     this.ref = { ...init.ref };
     this.room = roomKey(init.ref);
     this.leaseEpoch = init.leaseEpoch;
@@ -145,8 +127,23 @@ export class AgentSession {
     this.closed = this.lifecycle.closed;
     const onEnd = init.options.onEnd;
     if (onEnd) void this.closed.then((reason) => onEnd(this.ref, reason));
-    const publish = (status: StatusUpdate) =>
-      this.safely(() => this.broadcaster.publishStatus(this.room, status));
+    this.writer = new SessionWriter({
+      store: this.store,
+      broadcaster: init.broadcaster,
+      ref: this.ref,
+      leaseEpoch: this.leaseEpoch,
+      options: this.options,
+      room: this.room,
+      lifecycle: this.lifecycle,
+      state: this.state,
+      cache: this.cache,
+      queue: this.queue,
+      reader: this.reader,
+      record: () => this.record,
+      touch: () => {
+        this.activityAt = this.clock.now();
+      },
+    });
     this.turns = new TurnDriver({
       store: this.store,
       ref: this.ref,
@@ -157,19 +154,20 @@ export class AgentSession {
       cache: this.cache,
       queue: this.queue,
       reader: this.reader,
-      write: (drafts, final) => this.write(drafts, final),
-      publishStatus: publish,
-      publishStream: (delta) => this.safely(() => this.broadcaster.publishStream(this.room, delta)),
+      write: (drafts, final) => this.writer.write(drafts, final),
+      publishStatus: (status) => this.writer.publishStatus(status),
+      publishStream: (delta) => this.writer.publishStream(delta),
       reportError: this.reportError,
       record: () => this.record,
       state: () => this.state.current,
       refreshState: () => this.refreshSharedState(),
-      agentState: () => this.currentState,
+      agentState: () => this.writer.agentState,
       strategy: () => this.strategy,
       loadingEventId: () => this.loadingEventId,
       wakeRaised: () => this.wakeSignal.isRaised,
       isClosing: () => this.lifecycle.isClosing,
     });
+    this.controls = new SessionControls(this.turns, this.queue, this.lifecycle, this.writer);
   }
 
   /** What a message sent while a turn runs does (the conversation's, else the deployment's). */
@@ -182,7 +180,7 @@ export class AgentSession {
   }
 
   get agentState(): AgentState | null {
-    return this.currentState;
+    return this.writer.agentState;
   }
 
   get lastActivity(): number {
@@ -267,15 +265,11 @@ export class AgentSession {
     lifecycle.shutdownRequested = true;
     this.turns.markCut('stop');
     lifecycle.beginClosing();
-    if (notice) this.safely(() => this.broadcaster.publishStatus(this.room, notice));
+    if (notice) this.writer.publishStatus(notice);
     await this.quiesce();
-    if (lifecycle.isWritable && this.loadingEventId >= 0 && this.currentState !== 'stopped') {
+    if (lifecycle.isWritable && this.loadingEventId >= 0 && this.writer.agentState !== 'stopped') {
       try {
-        await this.turns.endSuspended(STOPPED_WHY, true);
-        await this.write(
-          [agentStateChangeDraft('stopped', reason === undefined ? {} : { reason })],
-          true,
-        );
+        await this.controls.storeStopped(reason === undefined ? {} : { reason }, true);
       } catch (error) {
         if (!(error instanceof LeaseLostError)) this.error = error;
       }
@@ -302,53 +296,26 @@ export class AgentSession {
   // ---------------------------------------------------------------- start
 
   private async boot(): Promise<void> {
-    const { lifecycle } = this;
-    try {
-      if (lifecycle.isClosing) throw new ClosingSignal();
-      // Read before `loading` is stored: the state before this run (paused?).
-      const snapshot = await this.store.getSnapshot(this.ref.tenantId, this.ref.conversationId);
-      if (!snapshot || snapshot.conversation.incarnation !== this.ref.incarnation)
-        throw new NotFoundError();
-      this.record = snapshot.conversation;
-      this.state.load(snapshot.state);
-      if (snapshot.conversation.title === '') this.turns.untitled();
-      const previous = await this.stateBefore(snapshot.conversation);
-      // Everything up to `answered_through` is settled: only what follows is read.
-      this.queue.startAfter(snapshot.conversation.answeredThrough);
-      const [loading] = await this.write([agentStateChangeDraft('loading')]);
-      this.loadingEventId = loading?.id ?? -1;
-      await this.reader.sync();
-      await this.write([agentStateChangeDraft(settledStateAfter(previous))]);
-    } catch (error) {
-      if (error instanceof LeaseLostError) lifecycle.loseLease();
-      if (!lifecycle.shutdownRequested) {
-        lifecycle.finish(
-          lifecycle.endReason ?? (error instanceof ClosingSignal ? 'closed' : 'start_failed'),
-        );
-      }
-      throw error instanceof ClosingSignal ? new SessionClosedError() : error;
-    }
-    if (!lifecycle.isClosing && this.catchUpMs > 0) {
+    await startSession({
+      store: this.store,
+      ref: this.ref,
+      lifecycle: this.lifecycle,
+      queue: this.queue,
+      reader: this.reader,
+      write: (drafts) => this.writer.write(drafts),
+      restored: ({ conversation, state }) => {
+        this.record = conversation;
+        this.state.load(state);
+        if (conversation.title === '') this.turns.untitled();
+      },
+      loaded: (loadingEventId) => {
+        this.loadingEventId = loadingEventId;
+      },
+    });
+    if (!this.lifecycle.isClosing && this.catchUpMs > 0) {
       this.poll = this.clock.setInterval(() => this.wake(), this.catchUpMs);
     }
     this.loopPromise = this.runLoop();
-  }
-
-  /**
-   * The agent state before this run: the row's, unless a holder that died
-   * while starting left `loading` there; then the last other one stored.
-   */
-  private async stateBefore(record: ConversationRecord): Promise<AgentState | null> {
-    if (record.agentState !== 'loading') return record.agentState;
-    const recent = await this.store.readEvents(this.ref.tenantId, this.ref.conversationId, {
-      reverse: true,
-      limit: 50,
-    });
-    for (const event of recent) {
-      const change = readAgentStateChange(event);
-      if (change && change.agentState !== 'loading') return change.agentState;
-    }
-    return null;
   }
 
   // ---------------------------------------------------------------- the loop
@@ -370,11 +337,11 @@ export class AgentSession {
         await this.reader.catchUp();
         if (lifecycle.isClosing) break;
         const work = this.queue.nextWork({
-          paused: this.currentState === 'paused',
+          paused: this.writer.agentState === 'paused',
           suspendedTrigger: this.turns.suspendedTrigger,
           loadingEventId: this.loadingEventId,
         });
-        if (work?.kind === 'control') await this.applyControl(work.event, work.target);
+        if (work?.kind === 'control') await this.controls.apply(work.event, work.target);
         else if (work?.kind === 'message') await this.turns.run(work.event);
         else await wakeSignal.wait(lifecycle.isClosing);
         this.failures = 0;
@@ -398,63 +365,12 @@ export class AgentSession {
     }
   }
 
-  private async applyControl(event: StoredEvent, target: Control): Promise<void> {
-    const cause = event.id;
-    if (target === 'user_confirmed' || target === 'user_rejected') {
-      // Nothing awaiting an answer: the control is spent.
-      if (!(await this.turns.confirm(cause, target))) this.queue.markDone(cause);
-      return;
-    }
-    if (target === 'stopped') {
-      await this.turns.endSuspended(STOPPED_WHY);
-      await this.write([agentStateChangeDraft('stopped', { cause })]);
-      this.lifecycle.endWith('stopped');
-      this.lifecycle.beginClosing();
-    } else if (target === 'paused') {
-      await this.write([agentStateChangeDraft('paused', { cause })]);
-    } else {
-      await this.write([
-        agentStateChangeDraft(
-          this.turns.suspendedTrigger !== null
-            ? 'awaiting_user_confirmation'
-            : 'awaiting_user_input',
-          { cause },
-        ),
-      ]);
-    }
-    this.queue.markDone(cause);
+  private async quiesce(): Promise<void> {
+    await this.startPromise?.catch(() => undefined);
+    await this.loopPromise;
   }
 
-  // ---------------------------------------------------------------- store i/o
-
-  /** Appends with the lease epoch, then updates what the session knows and publishes. */
-  private async write(drafts: EventDraft[], final = false): Promise<StoredEvent[]> {
-    if (!this.lifecycle.canWrite(final)) throw new ClosingSignal();
-    let events: StoredEvent[];
-    try {
-      const appended = await this.store.append(this.ref.tenantId, this.ref.conversationId, drafts, {
-        leaseEpoch: this.leaseEpoch,
-        incarnation: this.ref.incarnation,
-      });
-      events = appended.map((a) => a.event).sort((a, b) => a.id - b.id);
-    } catch (error) {
-      if (error instanceof LeaseLostError) this.lifecycle.loseLease();
-      throw error;
-    }
-    this.activityAt = this.clock.now();
-    for (const draft of drafts) if (draft.stateDelta) this.state.apply(draft.stateDelta);
-    const shared = this.record && scopedStateChangeOf(this.record, drafts);
-    if (shared) this.safely(() => this.options.onScopedStateChange?.(shared));
-    for (const event of events) {
-      const change = readAgentStateChange(event);
-      if (change) this.currentState = change.agentState;
-      this.cache.put(event);
-    }
-    // A user event stored in between, not seen yet, leaves a gap: read it first.
-    if (!this.queue.accept(events)) this.reader.markUnread();
-    this.safely(() => this.broadcaster.publishEvents(this.room, events));
-    return events;
-  }
+  // ---------------------------------------------------------------- shared state
 
   /**
    * Before a step: reads the `app:` and `user:` keys again if another
@@ -470,20 +386,6 @@ export class AgentSession {
       );
     } catch (error) {
       this.reportError('could not read the user: and app: state again', error);
-    }
-  }
-
-  private async quiesce(): Promise<void> {
-    await this.startPromise?.catch(() => undefined);
-    await this.loopPromise;
-  }
-
-  /** Fan-out is best effort: a failing broadcaster must not break the loop. */
-  private safely(publish: () => void): void {
-    try {
-      publish();
-    } catch {
-      // Clients fill gaps from the store on reconnect.
     }
   }
 }
