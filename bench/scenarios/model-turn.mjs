@@ -16,7 +16,12 @@ import {
 } from '../lib/client.mjs';
 import { sleep } from '../lib/cluster.mjs';
 import { formatCpu, startCpuMeter } from '../lib/proc.mjs';
-import { formatEventLoop, serviceSnapshot } from '../lib/metrics.mjs';
+import {
+  appendsPerMessage,
+  formatAppends,
+  formatEventLoop,
+  serviceSnapshot,
+} from '../lib/metrics.mjs';
 import { formatSummary, round, summarize } from '../lib/stats.mjs';
 import { startModelFloor } from '../lib/model-floor.mjs';
 import { stampsOf } from '../lib/fake-model.mjs';
@@ -227,6 +232,8 @@ async function drive(ctx, conversations, turns, warmup) {
     cpu,
     eventLoop: after.eventLoop,
     eventLoopBefore: before.eventLoop,
+    // Appends per turn by writer (gateway, worker) and their mean time in the service.
+    appends: appendsPerMessage(before, after, measuredTurns),
     traces,
   };
 }
@@ -314,6 +321,7 @@ function describe(name, level, log) {
   log(`  ${name}: each token, model → client                  ${formatSummary(level.deltas)}`);
   if (level.errors > 0) log(`  ${name}: errors ${level.errors} (${level.firstError})`);
   log(`  ${name}: the workers' CPU per turn ${level.workerCpuMsPerTurn} ms`);
+  log(`  ${name}: ${formatAppends(level.appends)}`);
   log(`  ${formatCpu(level.cpu)}`);
 }
 
