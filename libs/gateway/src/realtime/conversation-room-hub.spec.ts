@@ -128,6 +128,16 @@ describe(ConversationRoomHub.name, () => {
       cause: 4,
     };
 
+    /** A cluster gateway's hub with room `c` open, its source confirmed, and `member` in it. */
+    const openRoom = async (member: ConversationSubscriber) => {
+      const source = new ManualSource();
+      const hub = new ConversationRoomHub(source);
+      const membership = hub.join('c', member);
+      source.confirm('c');
+      await membership.ready;
+      return { hub, sink: source.sinks.get('c')! };
+    };
+
     it('without a source, is kept for a room nobody has joined: the first client mid-step gets it', () => {
       const hub = new ConversationRoomHub();
       hub.publishStream('c', delta(0, 'Hello'));
@@ -156,13 +166,8 @@ describe(ConversationRoomHub.name, () => {
     });
 
     it('with a source, a room opened mid-step passes nothing on until the catch-up, then the text so far and what follows', async () => {
-      const source = new ManualSource();
-      const hub = new ConversationRoomHub(source);
       const early = subscriber();
-      const membership = hub.join('c', early);
-      source.confirm('c');
-      await membership.ready;
-      const sink = source.sinks.get('c')!;
+      const { hub, sink } = await openRoom(early);
       // Published before the holder answered the gateway: the catch-up holds them.
       sink.publishStream('c', delta(5, ' wor'));
       expect(early.received).toEqual([]);
@@ -173,13 +178,8 @@ describe(ConversationRoomHub.name, () => {
     });
 
     it("with a source, ignores a catch-up of a step whose text it knows (another gateway's request)", async () => {
-      const source = new ManualSource();
-      const hub = new ConversationRoomHub(source);
       const following = subscriber();
-      const membership = hub.join('c', following);
-      source.confirm('c');
-      await membership.ready;
-      const sink = source.sinks.get('c')!;
+      const { hub, sink } = await openRoom(following);
       sink.publishStream('c', delta(0, 'Hello'));
       sink.catchUpStream('c', delta(0, 'Hello'));
       expect(following.received).toEqual([delta(0, 'Hello')]);
