@@ -11,7 +11,7 @@ import type { StoredEvent } from '@cs/protocol';
 import { ConversationClient, api } from '../support/clients.js';
 import { holderOf, startCluster, until, type TestCluster } from '../support/cluster.js';
 import { uniqueName } from '../support/services.js';
-import { AGENT_MODULE, assemble, deltasOf } from '../support/agent-runtime.js';
+import { AGENT_MODULE, assemble, deltasOf, watchSse } from '../support/agent-runtime.js';
 
 const LEASE_TTL_MS = 3000;
 
@@ -95,7 +95,7 @@ describe('agent runtime (cluster)', () => {
     for (const client of [onA, onB, lateOnB]) client.close();
   });
 
-  it("gives a client that opens the room on a gateway with nobody in it, mid-step, the holder's text so far first", async () => {
+  it("gives a client (socket or SSE) that opens the room on a gateway with nobody in it, mid-step, the holder's text so far first", async () => {
     const [a, b] = cluster.gateways as [(typeof cluster.gateways)[0], (typeof cluster.gateways)[0]];
     const token = await cluster.token(uniqueName('late-gateway'));
     const text = 'Nobody was here: the holder tells this gateway what the step has said so far.';
@@ -106,19 +106,23 @@ describe('agent runtime (cluster)', () => {
     const onA = await ConversationClient.connect(a.url, token, { conversation_id: id });
     const cause = ((await onA.message('go')) as { event_id: number }).event_id;
     await onA.waitFor((events) => deltasOf(events, cause).length >= 4);
-    // Gateway B opens the room now: no copy of the text is kept in Redis, its holder sends it.
+    // Gateway B opens the room now, for an SSE stream: no copy of the text is
+    // kept in Redis, its holder sends it. A socket joins B's room after it.
+    const sseOnB = await watchSse(b.url, id, token, cause);
     const lateOnB = await ConversationClient.connect(b.url, token, {
       conversation_id: id,
       start: 'false',
     });
     await lateOnB.waitForReply(cause);
-    const late = deltasOf(lateOnB.events, cause);
-    expect(late[0]?.offset).toBe(0);
-    expect(late[0]!.delta.length).toBeGreaterThan(0);
-    // Then each delta follows on from the one before: nothing missed, nothing twice.
-    for (let i = 1; i < late.length; i += 1)
-      expect(late[i]!.offset).toBe(late[i - 1]!.offset + late[i - 1]!.delta.length);
-    expect(assemble(late)).toBe(text);
+    const sseDeltas = (await sseOnB.deltasUntilAnswer()).filter((d) => d.cause === cause);
+    for (const late of [deltasOf(lateOnB.events, cause), sseDeltas]) {
+      expect(late[0]?.offset).toBe(0);
+      expect(late[0]!.delta.length).toBeGreaterThan(0);
+      // Then each delta follows on from the one before: nothing missed, nothing twice.
+      for (let i = 1; i < late.length; i += 1)
+        expect(late[i]!.offset).toBe(late[i - 1]!.offset + late[i - 1]!.delta.length);
+      expect(assemble(late)).toBe(text);
+    }
     for (const client of [onA, lateOnB]) client.close();
   });
 

@@ -5,8 +5,8 @@ import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import type { ServerEvent, StoredEvent, StreamDelta } from '@cs/protocol';
-import { AGENT_MODULE, assemble, deltasOf, signFor } from '../support/agent-runtime.js';
+import type { ServerEvent, StoredEvent } from '@cs/protocol';
+import { AGENT_MODULE, assemble, deltasOf, signFor, watchSse } from '../support/agent-runtime.js';
 import { ConversationClient, api, isAgentReply } from '../support/clients.js';
 import { until } from '../support/cluster.js';
 import { startApp, type AppProcess } from '../support/processes.js';
@@ -58,36 +58,6 @@ describe('agent runtime (standalone)', () => {
 
   const userToken = () => signFor(SECRET, uniqueName('user'), tenant);
 
-  /** An SSE stream of the conversation from `lastEventId`, read as it comes. */
-  async function watchSse(id: string, token: string, lastEventId: number) {
-    const controller = new AbortController();
-    const response = await fetch(`${app.url}/api/conversations/${id}/stream`, {
-      headers: { authorization: `Bearer ${token}`, 'last-event-id': String(lastEventId) },
-      signal: controller.signal,
-    });
-    let text = '';
-    const reading = (async () => {
-      const decoder = new TextDecoder();
-      try {
-        for await (const chunk of response.body!) text += decoder.decode(chunk as Uint8Array);
-      } catch {
-        // aborted
-      }
-    })();
-    return {
-      /** Waits for an answer on the stream, closes it, and gives the deltas it carried. */
-      async deltasUntilAnswer(): Promise<StreamDelta[]> {
-        await until(async () => text.includes('"action":"message"'), 'the SSE answer');
-        controller.abort();
-        await reading;
-        return text
-          .split('\n')
-          .filter((line) => line.startsWith('data: ') && line.includes('"stream":true'))
-          .map((line) => JSON.parse(line.slice(6)) as StreamDelta);
-      },
-    };
-  }
-
   it('streams deltas in order with offsets; the stored message is their text; a late joiner gets the text so far first', async () => {
     const token = await userToken();
     const text = 'Streaming is the art of saying a long thing one small piece at a time.';
@@ -101,7 +71,7 @@ describe('agent runtime (standalone)', () => {
     // Join mid-step, by socket and by SSE.
     await early.waitFor((events) => deltasOf(events, cause).length >= 5);
     const late = await ConversationClient.connect(app.url, token, { conversation_id: id });
-    const sse = await watchSse(id, token, cause);
+    const sse = await watchSse(app.url, id, token, cause);
     await early.waitForReply(cause);
     await late.waitForReply(cause);
     const sseDeltas = await sse.deltasUntilAnswer();
@@ -163,7 +133,7 @@ describe('agent runtime (standalone)', () => {
     );
     expect(sent.status).toBe(201);
     await new Promise((resolve) => setTimeout(resolve, 250));
-    const sse = await watchSse(id, token, sent.body.event_id);
+    const sse = await watchSse(app.url, id, token, sent.body.event_id);
     const sseDeltas = (await sse.deltasUntilAnswer()).filter(
       (delta) => delta.cause === sent.body.event_id,
     );
