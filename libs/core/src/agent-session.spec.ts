@@ -348,6 +348,27 @@ describe(AgentSession.name, () => {
     await session.close();
   });
 
+  it('stores one message for a turn that ends with one: the streamed text under an empty final message, or the empty message itself', async () => {
+    const f = await fixture();
+    const agent = new ScriptedAgent(async function* (turn) {
+      await Promise.resolve();
+      if (messageText(turn.trigger) === 'stream') yield { type: 'delta', delta: 'shown' };
+      yield say('');
+    });
+    const session = await f.newSession(agent);
+    await session.start();
+    const streamed = await f.userSays('stream', session);
+    await vi.waitFor(() => expect(f.answers()).toHaveLength(1));
+    const silent = await f.userSays('silent', session);
+    await vi.waitFor(() => expect(f.answers()).toHaveLength(2));
+    expect(f.answers()).toEqual([
+      ['shown', streamed],
+      ['', silent],
+    ]);
+    expect(f.states().at(-1)?.[0]).toBe('awaiting_user_input');
+    await session.close();
+  });
+
   it("stores a step's text with its first tool call only, once", async () => {
     const f = await fixture();
     const agent = new ScriptedAgent(async function* (turn) {

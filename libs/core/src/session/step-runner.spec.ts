@@ -66,6 +66,17 @@ describe('runStep', () => {
     expect(published.join('')).toBe('Hello');
   });
 
+  it('keeps the streamed text as the step text when the final message is empty', async () => {
+    const stream = new DeltaStream(0, () => undefined);
+    const agent = agentOf(() => [
+      { type: 'delta', delta: 'Hel' },
+      { type: 'delta', delta: 'lo' },
+      { type: 'message', content: '' },
+    ]);
+    const result = await runStep(agent, context(), stream);
+    expect(result).toMatchObject({ end: 'done', answered: true, text: 'Hello' });
+  });
+
   it('fails a step that streams more than MAX_STEP_TEXT_CHARS, keeps what fits and closes the agent', async () => {
     const piece = 'x'.repeat(100_000);
     const agent = agentOf(function* () {

@@ -139,7 +139,9 @@ export async function runStep(
       iterator.return?.().then(undefined, () => undefined);
     }
   }
-  if (!result.answered) result.text = stream.content;
+  // The stored message holds the step's whole text: an empty final message
+  // after streamed text ends the step without taking back what was shown.
+  if (!result.answered || result.text === '') result.text = stream.content;
   // A step cut for its size keeps what fits.
   result.text = cutText(result.text, MAX_STEP_TEXT_CHARS);
   return result;

@@ -72,6 +72,7 @@ export interface TurnDeps {
 
 /** How `run` left the turn. */
 export type TurnOutcome =
+  /** `answered`: a message with text was stored (an untitled conversation gets its title from it). */
   | { kind: 'settled'; answered: boolean }
   | { kind: 'awaiting_confirmation' }
   /** Aborted: nothing more was stored; the session decides what the cut means. */
@@ -183,15 +184,17 @@ export class TurnRunner {
         if (signal.aborted) return { kind: 'interrupted', partialText: '' };
         continue;
       }
+      // Exactly one message for a turn that ends with one, even an empty one; a
+      // step that ends with nothing (or `finish`) and streamed nothing stores none.
       const answer: EventDraft[] =
-        step.text === '' ? [] : [messageDraft(this.trigger.id, step.text)];
+        step.answered || step.text !== '' ? [messageDraft(this.trigger.id, step.text)] : [];
       const settle = agentStateChangeDraft(step.finished ? 'finished' : 'awaiting_user_input', {
         cause: this.trigger.id,
         answers: this.trigger.id,
         ...(step.finished?.reason ? { reason: step.finished.reason } : {}),
       });
       await this.deps.write(withAccounting([...outputs, ...answer, settle], accounting));
-      return { kind: 'settled', answered: answer.length > 0 };
+      return { kind: 'settled', answered: step.text !== '' };
     }
   }
 
