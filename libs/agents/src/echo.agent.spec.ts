@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import type { AgentContext } from '@cs/core';
-import type { AgentOutput, StoredEvent } from '@cs/protocol';
+import { MAX_MESSAGE_CONTENT_CHARS, type AgentOutput, type StoredEvent } from '@cs/protocol';
 import { EchoAgent } from './echo.agent.js';
 
 function turnFor(trigger: StoredEvent): AgentContext {
@@ -47,6 +47,14 @@ describe(EchoAgent.name, () => {
     const text = '  Hello, wörld! 👋\n<b>"quoted"</b>  ';
     const outputs = await collect(new EchoAgent().step(turnFor(userMessage(text))));
     expect(outputs).toEqual([{ type: 'message', content: `echo: ${text}` }]);
+  });
+
+  it('answers the longest message a user may send, cut to the longest a step may store, on a whole character', async () => {
+    const text = `${'x'.repeat(MAX_MESSAGE_CONTENT_CHARS - 7)}👋`;
+    const outputs = await collect(new EchoAgent().step(turnFor(userMessage(text))));
+    const content = (outputs[0] as { content: string }).content;
+    expect(content).toBe(`echo: ${'x'.repeat(MAX_MESSAGE_CONTENT_CHARS - 7)}`);
+    expect(content.length).toBeLessThanOrEqual(MAX_MESSAGE_CONTENT_CHARS);
   });
 
   it('is deterministic', async () => {

@@ -6,6 +6,8 @@
  */
 import { z } from 'zod';
 import { ActionBodySchema, ObservationBodySchema } from './events.js';
+import { findJsonTooDeep, findUnstorableText, jsonByteLength } from './json-limits.js';
+import { MAX_JSON_DEPTH, MAX_PAYLOAD_BYTES } from './limits.js';
 
 const JsonObjectSchema = z.record(z.string(), z.unknown());
 /** Tool names: what MCP and model APIs accept (`<server>__<tool>` included). */
@@ -30,7 +32,7 @@ const EventOutputBodySchema = z
       'message, tool_call, tool_result and agent_state_changed events are stored by the runtime: use the message and tool_call outputs',
   });
 
-export const AgentOutputSchema = z.discriminatedUnion('type', [
+const AgentOutputShapeSchema = z.discriminatedUnion('type', [
   z.strictObject({ type: z.literal('delta'), delta: z.string().max(1_000_000) }),
   z.strictObject({ type: z.literal('message'), content: z.string() }),
   z.strictObject({
@@ -53,6 +55,40 @@ export const AgentOutputSchema = z.discriminatedUnion('type', [
   }),
   z.strictObject({ type: z.literal('finish'), reason: z.string().max(1000).optional() }),
 ]);
+
+/**
+ * An output within the bounds of what a client may send (PROTOCOL.md
+ * "Limits"): nested at most `MAX_JSON_DEPTH` deep, at most
+ * `MAX_PAYLOAD_BYTES` as JSON, with no text Postgres cannot store (NUL, an
+ * unpaired surrogate). Such an output would otherwise fail when stored (too
+ * deep a value overflows the stack of every recursive step on its way),
+ * taking its whole step with it. A delta is stored only as part of its step's
+ * text, which is checked then: a surrogate pair may be split across two.
+ */
+export const AgentOutputSchema = AgentOutputShapeSchema.superRefine((output, ctx) => {
+  if (output.type === 'delta') return;
+  const tooDeep = findJsonTooDeep(output, MAX_JSON_DEPTH);
+  if (tooDeep) {
+    ctx.addIssue({
+      code: 'custom',
+      path: tooDeep,
+      message: `nested more than ${MAX_JSON_DEPTH} deep`,
+    });
+    return;
+  }
+  const unstorable = findUnstorableText(output);
+  if (unstorable) {
+    ctx.addIssue({
+      code: 'custom',
+      path: unstorable,
+      message: 'text contains characters that cannot be stored (NUL, an unpaired surrogate)',
+    });
+    return;
+  }
+  if (jsonByteLength(output) > MAX_PAYLOAD_BYTES) {
+    ctx.addIssue({ code: 'custom', message: `larger than ${MAX_PAYLOAD_BYTES} bytes as JSON` });
+  }
+});
 export type AgentOutput = z.infer<typeof AgentOutputSchema>;
 
 /** A tool as agents see it (`context.tools`, the HTTP agent's `tools`). */

@@ -205,6 +205,23 @@ describe(HttpAgent.name, () => {
     expect(outputs[3]).toEqual({ type: 'message', content: 'still here' });
   });
 
+  it('turns a line nested too deep or holding text that cannot be stored into an error observation, and goes on', async () => {
+    remote.answerWith((_request, answer) => {
+      answer.raw(`{"type":"state","delta":{"a":${'['.repeat(100_000)}${']'.repeat(100_000)}}}\n`);
+      answer.lines({ type: 'message', content: 'nul \u0000 here' });
+      answer.lines({ type: 'message', content: 'still here' });
+    });
+    const { outputs, error } = await settle(httpAgent().step(contextOf(conversation(1))));
+    expect(error).toBeUndefined();
+    expect(outputs.map((output) => (output.type === 'event' ? output.body : output))).toEqual([
+      expect.objectContaining({
+        content: expect.stringMatching(/^line 1 .*nested more than 32 deep/),
+      }),
+      expect.objectContaining({ content: expect.stringMatching(/^line 2 .*cannot be stored/) }),
+      { type: 'message', content: 'still here' },
+    ]);
+  });
+
   it('accepts a last line without a newline', async () => {
     remote.answerWith((_request, answer) =>
       answer.raw('{"type":"message","content":"no newline"}'),
