@@ -936,6 +936,17 @@ describe(AgentSession.name, () => {
         expect(f.states().at(-1)).toEqual(['error', ask, 'max_budget_exceeded']),
       );
       expect(agent.turns).toHaveLength(2);
+      // The step that reached it does not get its call run: its result says so.
+      const results = f
+        .events()
+        .flatMap((e) => (isObservation(e) && e.observation === 'tool_result' ? [e] : []));
+      expect(results.map((e) => [e.content, e.extras])).toEqual([
+        [expect.stringMatching(/^20\d\d-/), expect.objectContaining({ is_error: false })],
+        [
+          'The turn reached its budget before this call ran: it never ran.',
+          expect.objectContaining({ is_error: true }),
+        ],
+      ]);
       await session.close();
     });
 
@@ -1117,6 +1128,8 @@ describe(AgentSession.name, () => {
           (e) => 'observation' in e && e.observation === 'tool_result' && e.extras['is_error'],
         );
       expect(rejected).toHaveLength(2);
+      // Both rejections say so: the user's, and the one of the message sent meanwhile.
+      for (const result of rejected) expect(result).toMatchObject({ extras: { rejected: true } });
       expect(
         f
           .states()
@@ -1517,6 +1530,8 @@ describe(AgentSession.name, () => {
       expect(results.map((r) => r.cause)).toEqual(calls.map((c) => c.id));
       for (const result of results) {
         expect(result).toMatchObject({ extras: { is_error: true } });
+        // A stop is no rejection by the user.
+        expect(result).not.toHaveProperty('extras.rejected');
         expect(isObservation(result) && result.content).toBe(
           'The conversation was stopped before this call was confirmed: it never ran.',
         );

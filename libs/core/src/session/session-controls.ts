@@ -51,7 +51,7 @@ export class SessionControls {
    * last writes of `stop()`, while the session closes.
    */
   async storeStopped(extras: { cause?: number; reason?: string }, final = false): Promise<void> {
-    await this.turns.endSuspended(STOPPED_WHY, final);
+    await this.turns.endSuspended(STOPPED_WHY, { final });
     await this.writer.write([agentStateChangeDraft('stopped', extras)], final);
   }
 }

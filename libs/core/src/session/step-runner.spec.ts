@@ -2,7 +2,12 @@ import { describe, expect, it } from 'vitest';
 import type { AgentOutput, StoredEvent } from '@cs/protocol';
 import type { Agent, AgentContext } from '../agent.js';
 import { DeltaStream } from './delta-stream.js';
-import { InvalidAgentOutputError, MAX_STEP_TEXT_CHARS, runStep } from './step-runner.js';
+import {
+  InvalidAgentOutputError,
+  MAX_OUTPUTS_PER_STEP,
+  MAX_STEP_TEXT_CHARS,
+  runStep,
+} from './step-runner.js';
 
 const trigger = {
   id: 0,
@@ -88,6 +93,50 @@ describe('runStep', () => {
     expect(result.text).toHaveLength(MAX_STEP_TEXT_CHARS);
     await new Promise((resolve) => setImmediate(resolve));
     expect(agent.closed).toBe(true);
+  });
+
+  it('takes a long answer streamed in more deltas than MAX_OUTPUTS_PER_STEP (a token each)', async () => {
+    const deltas = MAX_OUTPUTS_PER_STEP * 2;
+    const agent = agentOf(function* () {
+      for (let i = 0; i < deltas; i += 1) yield { type: 'delta', delta: 'tok ' };
+      yield { type: 'usage', prompt_tokens: 1, completion_tokens: deltas };
+    });
+    const result = await runStep(agent, context(), new DeltaStream(0, () => undefined));
+    expect(result.end).toBe('done');
+    expect(result.text).toHaveLength(deltas * 4);
+  });
+
+  it('cuts off a step of endless outputs that add no text, empty deltas included', async () => {
+    for (const output of [
+      { type: 'delta', delta: '' },
+      { type: 'state', delta: { n: 1 } },
+    ]) {
+      const agent = agentOf(function* () {
+        for (;;) yield output;
+      });
+      const result = await runStep(agent, context(), new DeltaStream(0, () => undefined));
+      expect(result.end).toBe('failed');
+      expect(String(result.error)).toMatch(/more than 10000 outputs/);
+    }
+  });
+
+  it('fails a step that streams or answers again after its message: that text would never be stored', async () => {
+    for (const after of [
+      { type: 'delta', delta: ' more' },
+      { type: 'message', content: 'a second answer' },
+    ]) {
+      const agent = agentOf(() => [{ type: 'message', content: 'the answer' }, after]);
+      const result = await runStep(agent, context(), new DeltaStream(0, () => undefined));
+      expect(result.end).toBe('failed');
+      expect(String(result.error)).toMatch(new RegExp(`a ${after.type} after the step's message`));
+    }
+    const agent = agentOf(() => [
+      { type: 'message', content: 'the answer' },
+      { type: 'usage', prompt_tokens: 1, completion_tokens: 2 },
+      { type: 'finish' },
+    ]);
+    const result = await runStep(agent, context(), new DeltaStream(0, () => undefined));
+    expect(result).toMatchObject({ end: 'done', text: 'the answer', finished: {} });
   });
 
   it('fails a step whose message is longer than MAX_STEP_TEXT_CHARS', async () => {

@@ -57,7 +57,12 @@ export class InvalidAgentOutputError extends Error {
 }
 
 const ABORTED: unique symbol = Symbol('aborted');
-/** An agent that never ends its step (a loop of outputs) is cut off here. */
+/**
+ * An agent that never ends its step (a loop of outputs) is cut off here.
+ * Deltas that add text do not count: the step's text is bounded on its own
+ * (`MAX_STEP_TEXT_CHARS`), and a model streams a long answer in as many
+ * deltas as it has tokens.
+ */
 export const MAX_OUTPUTS_PER_STEP = 10_000;
 /**
  * The most text one step may stream: past it the step fails, and what fits
@@ -92,9 +97,10 @@ export async function runStep(
   let done = false;
   try {
     iterator = agent.step(context)[Symbol.asyncIterator]();
+    let counted = 0;
     for (let count = 1; ; count += 1) {
       if (count % YIELD_EVERY === 0) await new Promise((resolve) => setImmediate(resolve));
-      if (count > MAX_OUTPUTS_PER_STEP) {
+      if (counted > MAX_OUTPUTS_PER_STEP) {
         throw new InvalidAgentOutputError(`more than ${MAX_OUTPUTS_PER_STEP} outputs in one step`);
       }
       let next;
@@ -119,6 +125,7 @@ export async function runStep(
           `${issue?.path.join('.') || 'output'}: ${issue?.message ?? 'invalid'}`,
         );
       }
+      if (parsed.data.type !== 'delta' || parsed.data.delta === '') counted += 1;
       collect(parsed.data, result, stream);
       if (Math.max(stream.content.length, result.text.length) > MAX_STEP_TEXT_CHARS) {
         throw new InvalidAgentOutputError(`more than ${MAX_STEP_TEXT_CHARS} characters of text`);
@@ -156,6 +163,10 @@ function collect(output: AgentOutput, result: StepResult, stream: DeltaStream): 
     throw new InvalidAgentOutputError(
       'a step ends with a message or finish, or with tool calls, not both',
     );
+  }
+  // The message is the final answer: text after it would reach clients and never be stored.
+  if (result.answered && (output.type === 'delta' || output.type === 'message')) {
+    throw new InvalidAgentOutputError(`a ${output.type} after the step's message`);
   }
   switch (output.type) {
     case 'delta':

@@ -126,19 +126,21 @@ export class TurnDriver {
   /**
    * Ends the turn awaiting a confirmation, each call answered that it never
    * ran because of `why` (the opening of a sentence); `final` for a stop's
-   * last writes while the session closes.
+   * last writes while the session closes, `rejected` when the user's new
+   * message rejects the calls (PROTOCOL.md "Human approval").
    */
-  async endSuspended(why: string, final = false): Promise<void> {
+  async endSuspended(why: string, { final = false, rejected = false } = {}): Promise<void> {
     const suspended = this.suspended;
     if (!suspended) return;
     this.suspended = null;
-    await suspended.end(why, '', 'superseded', (drafts) => this.deps.write(drafts, final));
+    const write = (drafts: EventDraft[]) => this.deps.write(drafts, final);
+    await suspended.end(why, '', 'superseded', write, rejected);
     this.settled(suspended.trigger.id);
   }
 
   async run(trigger: StoredEvent): Promise<void> {
     // A new message while calls await confirmation rejects them and ends that turn.
-    await this.endSuspended('A new message came');
+    await this.endSuspended('A new message came', { rejected: true });
     const attempts = (this.attempts.get(trigger.id) ?? 0) + 1;
     if (attempts > MAX_TURN_ATTEMPTS) {
       await this.settleInError(trigger.id, STORE_FAILED_MESSAGE);

@@ -120,7 +120,7 @@ export class TurnRunner {
         return { kind: 'settled', answered: false };
       }
       // Reached: the next step could only pass it.
-      if (settings.maxBudgetUsd > 0 && progress.costUsd >= settings.maxBudgetUsd) {
+      if (this.budgetSpent()) {
         await this.settleInError('max_budget_exceeded', BUDGET_MESSAGE, '');
         return { kind: 'settled', answered: false };
       }
@@ -173,6 +173,12 @@ export class TurnRunner {
         );
         // Stored, without a result: what a cut from here on leaves to answer (`end`).
         progress.unresolved = storedCalls;
+        if (this.budgetSpent()) {
+          // The step that spent the budget does not get its calls run.
+          const neverRan = this.unresolvedResults('The turn reached its budget');
+          await this.settleInError('max_budget_exceeded', BUDGET_MESSAGE, '', undefined, neverRan);
+          return { kind: 'settled', answered: false };
+        }
         if (this.deps.settings.confirmationMode) {
           progress.confirmation = 'awaiting';
           await this.deps.write([
@@ -208,21 +214,40 @@ export class TurnRunner {
    * calls awaited confirmation): its partial text stored as interrupted, and
    * each call without a result answered with an error that says `why` (the
    * opening of a sentence) and whether it was cut while it ran or never ran,
-   * in the same write as the state change that settles the turn.
+   * in the same write as the state change that settles the turn; `rejected`
+   * when that is the user's rejection of calls awaiting confirmation.
    */
   async end(
     why: string,
     partialText: string,
     reason: string,
     write: (drafts: EventDraft[]) => Promise<StoredEvent[]> = this.deps.write,
+    rejected = false,
   ): Promise<void> {
     const drafts: EventDraft[] = [];
     if (partialText !== '') drafts.push(messageDraft(this.trigger.id, partialText, true));
+    drafts.push(...this.unresolvedResults(why, rejected));
+    drafts.push(
+      agentStateChangeDraft('awaiting_user_input', {
+        cause: this.trigger.id,
+        answers: this.trigger.id,
+        reason,
+      }),
+    );
+    await write(drafts);
+  }
+
+  /**
+   * A result for each stored call without one, saying `why` (the opening of
+   * a sentence) and whether it was cut while it ran or never ran; the calls
+   * are then answered.
+   */
+  private unresolvedResults(why: string, rejected = false): EventDraft[] {
     const before =
       this.progress.confirmation === 'awaiting'
         ? 'before this call was confirmed'
         : 'before this call ran';
-    for (const call of this.progress.unresolved) {
+    const drafts = this.progress.unresolved.map((call) => {
       const cut = call.id === this.cutMidCall;
       this.deps.metrics.toolCalled(
         this.deps.tools.labelOf(toolOf(call)),
@@ -231,18 +256,21 @@ export class TurnRunner {
       const content = cut
         ? `${why} while this call ran: it did not finish, and its effect may or may not have happened.`
         : `${why} ${before}: it never ran.`;
-      drafts.push(resultDraft(call, content, { is_error: true }));
-    }
-    drafts.push(
-      agentStateChangeDraft('awaiting_user_input', {
-        cause: this.trigger.id,
-        answers: this.trigger.id,
-        reason,
-      }),
-    );
+      return resultDraft(
+        call,
+        content,
+        rejected && !cut ? { is_error: true, rejected } : { is_error: true },
+      );
+    });
     this.progress.unresolved = [];
     this.cutMidCall = null;
-    await write(drafts);
+    return drafts;
+  }
+
+  /** The turn cost what it may (`maxBudgetUsd`, 0: no limit): no step or call may follow. */
+  private budgetSpent(): boolean {
+    const { maxBudgetUsd } = this.deps.settings;
+    return maxBudgetUsd > 0 && this.progress.costUsd >= maxBudgetUsd;
   }
 
   /** A context for a request outside the turn's steps (a title), never aborted. */
