@@ -769,6 +769,14 @@ describe('agent modules', () => {
       await expect(
         startApp('standalone', { DATA_DIR: dir, AGENT_MODULES: join(dir, 'clash.mjs') }),
       ).rejects.toThrow(/the agent name echo is taken/);
+      // A default agent nobody registered: refused at start, not at each create.
+      const refused = await startApp('standalone', { DATA_DIR: dir, AGENT: 'nope' }).then(
+        () => null,
+        (error: unknown) => String(error),
+      );
+      expect(refused).toMatch(/AGENT: no agent is named nope \(there are: .*echo/);
+      // One line to read: the operator's mistake, without a stack.
+      expect(refused).not.toMatch(/"stack"|\n\s+at /);
     } finally {
       rmSync(dir, { recursive: true, force: true });
     }

@@ -6,6 +6,7 @@
  */
 import { isAbsolute, resolve } from 'node:path';
 import { pathToFileURL } from 'node:url';
+import { StartupError } from '@cs/config';
 import type { Agent, ToolDefinition } from '@cs/core';
 import { AgentNameSchema, ToolNameSchema } from '@cs/protocol';
 
@@ -16,7 +17,7 @@ export interface AgentModule {
 }
 
 /** A module failed to load or to register: the message is the one line to print. */
-export class AgentModuleError extends Error {
+export class AgentModuleError extends StartupError {
   constructor(message: string) {
     super(message);
     this.name = 'AgentModuleError';

@@ -5,7 +5,7 @@
  * (built-in, MCP servers', modules'), and how a usage is priced. A name
  * taken twice stops the process with one line.
  */
-import type { AppConfig } from '@cs/config';
+import { StartupError, type AppConfig } from '@cs/config';
 import { BUILTIN_TOOLS, ToolRegistry, type SessionRuntime, type StepUsage } from '@cs/core';
 import { AgentRegistry } from './agent-registry.js';
 import { AgentModuleError, loadAgentModules } from './agent-modules.js';
@@ -79,6 +79,13 @@ export async function createAgentRuntime(
         );
       }
     }
+  }
+  if (!agents.has(config.agent.default)) {
+    // Else the process would start, and every conversation created without
+    // an agent would be refused for a field its client never sent.
+    throw new StartupError(
+      `AGENT: no agent is named ${config.agent.default} (there are: ${agents.names().join(', ')})`,
+    );
   }
   const prices = config.llm.prices;
   const price = (model: string | undefined, usage: StepUsage): number => {

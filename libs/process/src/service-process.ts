@@ -6,7 +6,7 @@
  * drain failed or it outlived its deadline. A one-shot task (`runTask`) exits
  * 0 when it succeeded and 1 otherwise.
  */
-import { loadConfigOrExit, type AppConfig, type ProcessRole } from '@cs/config';
+import { StartupError, loadConfigOrExit, type AppConfig, type ProcessRole } from '@cs/config';
 import { createServiceLogger, stopTracing, type ServiceLogger } from '@cs/observability';
 
 export interface ServiceContext {
@@ -87,7 +87,9 @@ export function runService(
       running = service;
     },
     (error: unknown) => {
-      root.fatal({ err: error }, `${options.role} failed to start: ${describe(error)}`);
+      // An operator's mistake is told in its one line; anything else with its stack.
+      const fields = error instanceof StartupError ? {} : { err: error };
+      root.fatal(fields, `${options.role} failed to start: ${describe(error)}`);
       exit(1);
     },
   );
