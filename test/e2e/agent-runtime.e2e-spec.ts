@@ -34,10 +34,16 @@ describe('agent runtime (standalone)', () => {
     dir = mkdtempSync(join(tmpdir(), 'cs-runtime-'));
     toolLog = join(dir, 'tools.log');
     writeFileSync(toolLog, '');
+    // The README's example module, as a reader would copy it.
+    const readme = readFileSync(join(import.meta.dirname, '../../README.md'), 'utf8');
+    const example = /```js\n(\/\/ my-agents\.mjs[\s\S]*?)```/.exec(readme);
+    if (!example) throw new Error('README.md has no my-agents.mjs example');
+    const readmeModule = join(dir, 'my-agents.mjs');
+    writeFileSync(readmeModule, example[1]!);
     app = await startApp('standalone', {
       DATABASE_URL: db.url,
       AUTH_JWT_SECRET: SECRET,
-      AGENT_MODULES: AGENT_MODULE,
+      AGENT_MODULES: `${AGENT_MODULE},${readmeModule}`,
       CS_TEST_TOOL_LOG: toolLog,
       MAX_BUDGET_PER_TASK_USD: '1',
       MAX_CONCURRENT_CONVERSATIONS: '20',
@@ -57,6 +63,32 @@ describe('agent runtime (standalone)', () => {
   }
 
   const userToken = () => signFor(SECRET, uniqueName('user'), tenant);
+
+  it("runs the README's example module: each turn calls for the time and answers with it, also a turn that waited behind another", async () => {
+    const token = await userToken();
+    const id = await conversation(token, { agent: 'clock', multitask_strategy: 'enqueue' });
+    const client = await ConversationClient.connect(app.url, token, { conversation_id: id });
+    try {
+      // The second message waits behind the first: its history then holds the first
+      // turn's call and result, stored after it.
+      const [first, second] = await Promise.all([
+        client.message('time?'),
+        client.message('again?'),
+      ]);
+      const causes = [first, second].map((ack) => (ack as { event_id: number }).event_id);
+      for (const cause of causes) await client.waitForReply(cause);
+      for (const cause of causes) {
+        const [answer] = agentMessages(client.events, cause);
+        expect(answer?.args['content']).toMatch(/^It is 20\d\d-\d\d-\d\dT[\d:.]+Z\.$/);
+        const calls = client.events.filter(
+          (e) => 'action' in e && e.action === 'tool_call' && e.cause === cause,
+        );
+        expect(calls).toHaveLength(1);
+      }
+    } finally {
+      client.close();
+    }
+  });
 
   it('streams deltas in order with offsets; the stored message is their text; a late joiner gets the text so far first', async () => {
     const token = await userToken();
