@@ -120,6 +120,17 @@ describe('runStep', () => {
     }
   });
 
+  it('fails a step whose tool calls share an id', async () => {
+    const call = { type: 'tool_call', tool: 'current_time', arguments: {}, tool_call_id: 'dup' };
+    const result = await runStep(
+      agentOf(() => [call, call]),
+      context(),
+      new DeltaStream(0, () => undefined),
+    );
+    expect(result.end).toBe('failed');
+    expect(String(result.error)).toMatch(/tool_call_id dup is used twice/);
+  });
+
   it('fails a step that streams or answers again after its message: that text would never be stored', async () => {
     for (const after of [
       { type: 'delta', delta: ' more' },

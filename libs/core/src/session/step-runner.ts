@@ -177,6 +177,13 @@ function collect(output: AgentOutput, result: StepResult, stream: DeltaStream): 
       result.answered = true;
       break;
     case 'tool_call':
+      // Model APIs refuse a history whose calls share an id: the next request would fail.
+      if (
+        output.tool_call_id !== undefined &&
+        result.toolCalls.some((call) => call.tool_call_id === output.tool_call_id)
+      ) {
+        throw new InvalidAgentOutputError(`the tool_call_id ${output.tool_call_id} is used twice`);
+      }
       result.toolCalls.push({
         tool: output.tool,
         arguments: output.arguments,

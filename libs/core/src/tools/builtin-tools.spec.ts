@@ -21,6 +21,7 @@ describe('set_state', () => {
 
   it('refuses a key of another scope and __proto__ (it would set a prototype and store nothing)', () => {
     expect(() => setState.run({ key: 'app:colour', value: 1 }, context)).toThrow(/plain key/);
+    expect(() => setState.run({ key: 'user:', value: 1 }, context)).toThrow(/a key name/);
     for (const key of ['__proto__', 'user:__proto__']) {
       expect(() => setState.run({ key, value: { polluted: 1 } }, context)).toThrow(/__proto__/);
     }

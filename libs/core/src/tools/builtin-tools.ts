@@ -24,10 +24,10 @@ export const BUILTIN_TOOLS: Record<string, ToolDefinition> = {
       if (key.includes(':') && !key.startsWith('user:')) {
         throw new Error('set_state takes a plain key or a user: key');
       }
+      const name = key.replace(/^user:/, '');
+      if (name === '') throw new Error('set_state takes a key name after user:');
       // Assigned to a state object, it would set its prototype, not a value: nothing stored.
-      if (key.replace(/^user:/, '') === '__proto__') {
-        throw new Error('set_state cannot store the key __proto__');
-      }
+      if (name === '__proto__') throw new Error('set_state cannot store the key __proto__');
       return new StatefulResult({ stored: key }, { [key]: args['value'] ?? null });
     },
   },
