@@ -1495,6 +1495,46 @@ describe(AgentSession.name, () => {
       await session.close();
     });
 
+    it('under interrupt, of two messages that came together during a turn the newer cuts the older one too', async () => {
+      const f = await fixture();
+      const started: string[] = [];
+      // Waits for its cut, but answers "last" at once.
+      const agent = new ScriptedAgent(async function* (turn) {
+        const text = messageText(turn.trigger);
+        started.push(text);
+        if (text !== 'last') {
+          await new Promise((resolve) => turn.signal.addEventListener('abort', resolve));
+          return;
+        }
+        yield say('answered last');
+      });
+      const session = await f.newSession(agent, 10, CATCH_UP_MS, 0, {
+        multitaskStrategy: 'interrupt',
+      });
+      await session.start();
+      const first = await f.userSays('first', session);
+      await vi.waitFor(() => expect(started).toEqual(['first']));
+      const [second, last] = await f.store.append(
+        f.ref.tenantId,
+        f.ref.conversationId,
+        ['second', 'last'].map((text) => ({
+          source: 'user' as const,
+          body: { action: 'message', args: { content: text }, message: text },
+        })),
+      );
+      session.wake();
+      await vi.waitFor(() => expect(f.answers()).toEqual([['answered last', last!.event.id]]));
+      for (const cut of [first, second!.event.id]) {
+        expect(
+          f
+            .states()
+            .filter(([, cause]) => cause === cut)
+            .at(-1),
+        ).toEqual(['awaiting_user_input', cut, 'interrupted']);
+      }
+      await session.close();
+    });
+
     it('a pause answers the calls; resuming answers what came meanwhile', async () => {
       const f = await fixture();
       const slow = slowTools(false);

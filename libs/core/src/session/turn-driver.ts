@@ -210,7 +210,11 @@ export class TurnDriver {
     const trigger = runner.trigger;
     const turn = new ActiveTurn(runner, (drafts, final) => deps.write(drafts, final));
     this.turn = turn;
-    if (deps.wakeRaised()) void this.checkForInterruption();
+    // A newer message that came before this turn began (with its own, while
+    // an earlier turn ran) cuts it under `interrupt` as one coming later would.
+    const newerWaits =
+      deps.strategy() === 'interrupt' && deps.queue.pendingAfter(trigger.id).some(isUserMessage);
+    if (deps.wakeRaised() || newerWaits) void this.checkForInterruption();
     turn.deferRunning();
     try {
       // Under `reject` the door reads `running` to refuse a second message: store it first.
