@@ -5,7 +5,7 @@
  * `tool_use` input is assembled from its `input_json_delta` pieces; an
  * answer is complete only once `message_stop` has come.
  */
-import Anthropic from '@anthropic-ai/sdk';
+import type Anthropic from '@anthropic-ai/sdk';
 import type {
   ContentBlockParam,
   MessageCreateParamsBase,
@@ -27,31 +27,45 @@ import {
   type ModelUsage,
 } from './model-client.js';
 
+/** The SDK (its error classes) and a client of it. */
+interface Connected {
+  sdk: typeof Anthropic;
+  client: Anthropic;
+}
+
 export class AnthropicMessagesClient implements ModelClient {
-  private readonly client: Anthropic;
+  /** Made at the first request: a process that never asks Anthropic never loads its SDK (4 MB). */
+  private connecting: Promise<Connected> | undefined;
 
   constructor(
-    baseUrl: string,
-    apiKey: string | undefined,
+    private readonly baseUrl: string,
+    private readonly apiKey: string | undefined,
     private readonly model: string,
-  ) {
-    this.client = new Anthropic({
-      baseURL: baseUrl,
-      // Explicit, so that no credential is looked for in the environment; with
-      // no key (a local proxy that takes none), no key header is sent.
-      apiKey: apiKey || null,
-      authToken: null,
-      ...(apiKey ? {} : { defaultHeaders: { 'X-Api-Key': null } }),
-      maxRetries: 0,
-      logLevel: 'off',
-      openTelemetry: false,
-    });
+  ) {}
+
+  private connected(): Promise<Connected> {
+    this.connecting ??= import('@anthropic-ai/sdk').then(({ default: sdk }) => ({
+      sdk,
+      client: new sdk({
+        baseURL: this.baseUrl,
+        // Explicit, so that no credential is looked for in the environment; with
+        // no key (a local proxy that takes none), no key header is sent.
+        apiKey: this.apiKey || null,
+        authToken: null,
+        ...(this.apiKey ? {} : { defaultHeaders: { 'X-Api-Key': null } }),
+        maxRetries: 0,
+        logLevel: 'off',
+        openTelemetry: false,
+      }),
+    }));
+    return this.connecting;
   }
 
   async *stream(request: ModelRequest, signal: AbortSignal): AsyncIterable<ModelPart> {
+    const { sdk, client } = await this.connected();
     const stream = await requestModel(
-      () => this.client.messages.create({ ...this.params(request), stream: true }, { signal }),
-      Anthropic,
+      () => client.messages.create({ ...this.params(request), stream: true }, { signal }),
+      sdk,
     );
     const calls = new Map<number, StreamedToolCall>();
     let input: Usage = {};
@@ -93,7 +107,7 @@ export class AnthropicMessagesClient implements ModelClient {
         }
       }
     } catch (error) {
-      throw modelErrorOf(error, 'cut', Anthropic);
+      throw modelErrorOf(error, 'cut', sdk);
     }
     // An answer is whole only once `message_stop` came.
     yield* endOfStream(signal, stopped, calls.values(), {
@@ -103,9 +117,10 @@ export class AnthropicMessagesClient implements ModelClient {
   }
 
   async complete(request: ModelRequest, signal: AbortSignal): Promise<ModelAnswer> {
+    const { sdk, client } = await this.connected();
     const answer = await requestModel(
-      () => this.client.messages.create({ ...this.params(request), stream: false }, { signal }),
-      Anthropic,
+      () => client.messages.create({ ...this.params(request), stream: false }, { signal }),
+      sdk,
     );
     const text = answer.content.map((block) => (block.type === 'text' ? block.text : '')).join('');
     return {

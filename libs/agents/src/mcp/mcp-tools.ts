@@ -21,18 +21,14 @@
  * call. URLs and headers come from configuration only, redirects to another
  * origin are not followed, and neither ever appears in a message.
  */
-import { Client } from '@modelcontextprotocol/sdk/client/index.js';
-import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
-import {
-  ErrorCode,
-  McpError,
-  type CallToolResult,
-  type Tool,
-} from '@modelcontextprotocol/sdk/types.js';
+import type { Client } from '@modelcontextprotocol/sdk/client/index.js';
+import type { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
+import type { CallToolResult, Tool } from '@modelcontextprotocol/sdk/types.js';
 import type { ToolDefinition } from '@cs/core';
 import type { McpServerConfig } from '@cs/config';
 import { cutText } from '@cs/protocol';
 import { MODEL_TOOL_NAME } from '../llm/model-client.js';
+import { loadMcpSdk, type McpSdk } from './mcp-sdk.js';
 
 export const MCP_TOOL_SEPARATOR = '__';
 /** A conversation's MCP session ends after this long without a call. */
@@ -63,15 +59,21 @@ export async function loadMcpTools(
   servers: Record<string, McpServerConfig>,
   options: McpToolsOptions,
 ): Promise<McpTools> {
-  const sources = Object.entries(servers).map(
-    ([name, server]) =>
-      new McpServerTools(
-        name,
-        server,
-        options.timeoutMs,
-        options.sessionIdleMs ?? MCP_SESSION_IDLE_MS,
-      ),
-  );
+  const configured = Object.entries(servers);
+  // No server, no SDK: a process without MCP_SERVERS never loads it.
+  const sdk = configured.length === 0 ? undefined : await loadMcpSdk();
+  const sources = sdk
+    ? configured.map(
+        ([name, server]) =>
+          new McpServerTools(
+            sdk,
+            name,
+            server,
+            options.timeoutMs,
+            options.sessionIdleMs ?? MCP_SESSION_IDLE_MS,
+          ),
+      )
+    : [];
   const listed = await Promise.all(
     sources.map(async (source) => {
       try {
@@ -128,6 +130,7 @@ class McpServerTools {
   >();
 
   constructor(
+    private readonly sdk: McpSdk,
     readonly name: string,
     private readonly server: McpServerConfig,
     private readonly timeoutMs: number,
@@ -136,7 +139,7 @@ class McpServerTools {
 
   /** Lists the tools in a session of its own, ended right after. */
   async listTools(): Promise<Tool[]> {
-    const listing = new McpServerConnection(this.name, this.server, this.timeoutMs);
+    const listing = new McpServerConnection(this.sdk, this.name, this.server, this.timeoutMs);
     try {
       return await listing.listTools();
     } finally {
@@ -145,6 +148,7 @@ class McpServerTools {
   }
 
   describeFailure(error: unknown): string {
+    const { McpError, ErrorCode } = this.sdk;
     if (error instanceof McpError && error.code === (ErrorCode.RequestTimeout as number)) {
       return `MCP server ${this.name} did not answer within ${this.timeoutMs} ms`;
     }
@@ -183,7 +187,8 @@ class McpServerTools {
     const existing = this.sessions.get(conversationId);
     if (existing) clearTimeout(existing.idle);
     const connection =
-      existing?.connection ?? new McpServerConnection(this.name, this.server, this.timeoutMs);
+      existing?.connection ??
+      new McpServerConnection(this.sdk, this.name, this.server, this.timeoutMs);
     const idle = setTimeout(() => void this.endConversation(conversationId), this.idleMs).unref();
     this.sessions.set(conversationId, { connection, idle });
     return connection;
@@ -195,6 +200,7 @@ class McpServerConnection {
   private client: Promise<Client> | undefined;
 
   constructor(
+    private readonly sdk: McpSdk,
     readonly name: string,
     private readonly server: McpServerConfig,
     private readonly timeoutMs: number,
@@ -250,6 +256,7 @@ class McpServerConnection {
     } catch (error) {
       if (signal.aborted)
         throw signal.reason instanceof Error ? signal.reason : new Error('aborted');
+      const { McpError, ErrorCode } = this.sdk;
       if (error instanceof McpError) {
         if (error.code === (ErrorCode.RequestTimeout as number)) {
           throw new Error(`MCP tool ${name} timed out after ${this.timeoutMs} ms`, {
@@ -295,14 +302,14 @@ class McpServerConnection {
     } catch (error) {
       // Opening a session is safe to repeat: once more, in case a pooled
       // connection had closed under us (a server that restarted).
-      if (error instanceof McpError) throw error;
+      if (error instanceof this.sdk.McpError) throw error;
       return await this.connectOnce();
     }
   }
 
   private async connectOnce(): Promise<Client> {
-    const client = new Client({ name: 'conversation-service', version: '1.0.0' });
-    const transport = new StreamableHTTPClientTransport(new URL(this.server.url), {
+    const client = new this.sdk.Client({ name: 'conversation-service', version: '1.0.0' });
+    const transport = new this.sdk.StreamableHTTPClientTransport(new URL(this.server.url), {
       requestInit: { headers: this.server.headers ?? {} },
       redirectPolicy: 'same-origin',
     });
