@@ -2,6 +2,7 @@
 // processes: each test reproduces one finding and checks that it holds now.
 import { randomUUID } from 'node:crypto';
 import { readFileSync } from 'node:fs';
+import { request as httpRequest } from 'node:http';
 import { connect, type Socket as NetSocket } from 'node:net';
 import { SignJWT } from 'jose';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -76,6 +77,30 @@ function stalledRequest(port: number, request: string): Promise<NetSocket> {
       resolve(socket);
     });
     socket.on('error', reject);
+  });
+}
+
+/** A GET whose path is sent byte for byte (fetch would normalise dot segments). */
+function getAsIs(
+  url: string,
+  path: string,
+  headers: Record<string, string>,
+): Promise<{ status: number; contentType: string; body: string }> {
+  return new Promise((resolve, reject) => {
+    const request = httpRequest(`${url}/`, { path, headers }, (response) => {
+      let body = '';
+      response.setEncoding('utf8');
+      response.on('data', (chunk: string) => (body += chunk));
+      response.on('end', () =>
+        resolve({
+          status: response.statusCode ?? 0,
+          contentType: response.headers['content-type'] ?? '',
+          body,
+        }),
+      );
+    });
+    request.on('error', reject);
+    request.end();
   });
 }
 
@@ -295,6 +320,33 @@ describe('hardening: the standalone app', () => {
       ws.once('unexpected-response', () => resolve(false));
     });
     expect(opened).toBe(false);
+  });
+
+  it("answers the service's paths from the service, never with the web app's files", async () => {
+    const token = await tokenOf(uniqueName('walker'));
+    const headers = { authorization: `Bearer ${token}` };
+    for (const path of [
+      '/api/conversations/..%2f..%2findex.html',
+      '/api/conversations/%2e%2e%2f%2e%2e',
+      '/API/conversations/..%2F..%2Findex.html',
+      '/api/index.html',
+      '/docs/..%2findex.html',
+      '/healthz/..%2findex.html',
+      '/readyz/index.html',
+      '/metrics/..%2f',
+    ]) {
+      const response = await getAsIs(app.url, path, headers);
+      expect(response.status, path).toBe(404);
+      expect(response.contentType, path).toMatch(/^application\/json/);
+      expect(JSON.parse(response.body), path).toMatchObject({ error: { code: 'NOT_FOUND' } });
+    }
+    // Socket.IO answers its own path (its JSON), not with the page.
+    const engine = await getAsIs(app.url, '/socket.io/..%2findex.html', headers);
+    expect(engine.contentType).toMatch(/^application\/json/);
+    // The page itself is still there.
+    const page = await getAsIs(app.url, '/', {});
+    expect(page.status).toBe(200);
+    expect(page.contentType).toMatch(/^text\/html/);
   });
 
   it('counts replayed events against the rate limit, caps them, and never answers them again', async () => {

@@ -578,10 +578,34 @@ describe.each(backends)('standalone service on $name', (backend) => {
     const docs = await fetch(`${app.url}/docs`);
     expect(docs.status).toBe(200);
     expect(docs.headers.get('content-type')).toContain('text/html');
-    // The web app: its page loads its bundle from the same origin.
+    // The web app: its page loads its bundle from the same origin, and nothing from another.
     const page = await fetch(`${app.url}/`);
     expect(page.headers.get('content-type')).toContain('text/html');
     expect(await page.text()).toMatch(/<script type="module"[^>]* src="\/assets\//);
+    const policy = new Map(
+      (page.headers.get('content-security-policy') ?? '').split(';').map((directive) => {
+        const [name = '', ...sources] = directive.trim().split(/\s+/);
+        return [name, sources];
+      }),
+    );
+    expect(policy.get('default-src')).toEqual(["'self'"]);
+    expect(policy.get('img-src')).toEqual(["'self'", 'data:']);
+    expect(policy.get('script-src')).toEqual(["'self'"]);
+    expect(policy.get('connect-src')).toEqual([
+      "'self'",
+      `ws://127.0.0.1:${app.port}`,
+      `wss://127.0.0.1:${app.port}`,
+    ]);
+    expect(policy.get('object-src')).toEqual(["'none'"]);
+    expect(policy.get('frame-src')).toEqual(["'none'"]);
+    expect(policy.get('base-uri')).toEqual(["'none'"]);
+    expect(policy.get('frame-ancestors')).toEqual(["'none'"]);
+    const asset = /src="(\/assets\/[^"]+)"/.exec(await (await fetch(`${app.url}/`)).text())?.[1];
+    const script = await fetch(`${app.url}${asset}`);
+    expect(script.status).toBe(200);
+    expect(script.headers.get('content-security-policy')).toBe(
+      page.headers.get('content-security-policy'),
+    );
   });
 
   it('patches, reports state, lists for admins, and deletes conversations', async () => {

