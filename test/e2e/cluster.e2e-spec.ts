@@ -7,6 +7,7 @@ import { ClusterKeys } from '@cs/cluster';
 import type { StoredEvent } from '@cs/protocol';
 import { ConversationClient, api, ids, isAgentReply } from '../support/clients.js';
 import { REFUSAL_ENV, refusalStoresNothing } from '../support/concurrency-refusal.js';
+import { metricTotals } from '../support/metrics.js';
 import {
   holderOf,
   readAllEvents,
@@ -410,14 +411,28 @@ describe('cluster of gateways and workers', () => {
         ),
       );
       const accepted = conversations.filter((_, n) => starts[n]!.status === 200);
+      // Each eviction or refusal is counted once, on the gateway that decided it.
+      const counted = await metricTotals(
+        gateways.map((g) => g.url),
+        ['cs_limit_evictions_total', 'cs_limit_rejections_total'],
+      );
       if (policy === 'reject') {
         expect(accepted.length).toBe(limit);
         for (const response of starts.filter((r) => r.status !== 200)) {
           expect(response.status).toBe(429);
           expect(response.body.error?.code).toBe('CONCURRENCY_LIMIT_REACHED');
         }
+        expect(counted).toEqual({
+          cs_limit_evictions_total: 0,
+          cs_limit_rejections_total: starts.length - limit,
+        });
       } else {
         expect(starts.map((r) => r.status)).toEqual(starts.map(() => 200));
+        // Each start beyond the limit evicted one (one racing a finishing run may evict again).
+        expect(counted.cs_limit_evictions_total).toBeGreaterThanOrEqual(
+          conversations.length - limit,
+        );
+        expect(counted.cs_limit_rejections_total).toBe(0);
       }
 
       // Settled: nothing is starting, and the workers host exactly the RUNNING ones.

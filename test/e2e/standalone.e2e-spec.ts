@@ -8,6 +8,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { StatusUpdate, StoredEvent } from '@cs/protocol';
 import { ConversationClient, api, devToken, ids, isAgentReply } from '../support/clients.js';
 import { REFUSAL_ENV, refusalStoresNothing } from '../support/concurrency-refusal.js';
+import { metricGrowth, metricTotals } from '../support/metrics.js';
 import { startApp, type AppProcess } from '../support/processes.js';
 import { createScratchDatabase, uniqueName, type ScratchDatabase } from '../support/services.js';
 
@@ -267,6 +268,8 @@ describe.each(backends)('standalone service on $name', (backend) => {
 
   it('evicts the least recently active conversation at the per-user limit, with a notice', async () => {
     const user = await devToken(app.url, { user_id: uniqueName('limited'), tenant_id: tenant });
+    const limitCounters = ['cs_limit_evictions_total', 'cs_limit_rejections_total'] as const;
+    const countedBefore = await metricTotals([app.url], limitCounters);
     const [a, b, c] = [
       await createConversation(app, user),
       await createConversation(app, user),
@@ -316,6 +319,11 @@ describe.each(backends)('standalone service on $name', (backend) => {
         'statuses',
       );
       expect(await statuses()).toEqual(['STOPPED', 'RUNNING', 'RUNNING']);
+      // One eviction, counted once.
+      expect(metricGrowth(countedBefore, await metricTotals([app.url], limitCounters))).toEqual({
+        cs_limit_evictions_total: 1,
+        cs_limit_rejections_total: 0,
+      });
     } finally {
       clientA.close();
       clientB.close();
@@ -453,6 +461,41 @@ describe.each(backends)('standalone service on $name', (backend) => {
       { raw: '{"title":', headers: { 'content-type': 'application/json' } },
       400,
     );
+    // Anything but JSON in UTF-8 is a 400 (latin1 was a 415; UTF-16 was decoded as garbage).
+    for (const contentType of [
+      'application/json; charset=latin1',
+      'application/json; charset=utf-16',
+      'application/json; charset=utf8',
+    ]) {
+      const refused = await bad(
+        'POST',
+        '/api/conversations',
+        { raw: '{}', headers: { 'content-type': contentType } },
+        400,
+      );
+      expect(refused.body.error.code, contentType).toBe('BAD_REQUEST');
+    }
+    const compressed = await bad(
+      'POST',
+      '/api/conversations',
+      {
+        raw: '{}',
+        headers: { 'content-type': 'application/json', 'content-encoding': 'compress' },
+      },
+      400,
+    );
+    expect(compressed.body.error.code).toBe('BAD_REQUEST');
+    for (const contentType of [
+      'application/json; charset=UTF-8',
+      'application/json; charset="utf-8"',
+    ]) {
+      const created = await api(app.url, 'POST', '/api/conversations', {
+        token,
+        raw: '{}',
+        headers: { 'content-type': contentType },
+      });
+      expect(created.status, contentType).toBe(201);
+    }
     await bad('POST', '/api/conversations', { body: { title: 'x'.repeat(1_100_000) } }, 413);
     await bad('GET', '/api/conversations?limit=0', {}, 400, 'limit');
     await bad('GET', '/api/conversations?limit=abc', {}, 400, 'limit');
@@ -554,7 +597,13 @@ describe.each(backends)('standalone service on $name', (backend) => {
   });
 
   it('serves health, readiness, Prometheus metrics and the OpenAPI document', async () => {
+    const actions = ['cs_user_actions_total'] as const;
+    const countedBefore = await metricTotals([app.url], actions);
     await createConversation(app, token, { initial_user_msg: 'something to measure' });
+    // The create and its first message: two user actions (as RATE_LIMIT_PER_MINUTE counts them).
+    expect(metricGrowth(countedBefore, await metricTotals([app.url], actions))).toEqual({
+      cs_user_actions_total: 2,
+    });
     expect((await api(app.url, 'GET', '/healthz')).body).toEqual({ status: 'ok' });
     expect((await api(app.url, 'GET', '/readyz')).status).toBe(200);
     const metrics = await api<string>(app.url, 'GET', '/metrics');
@@ -563,6 +612,9 @@ describe.each(backends)('standalone service on $name', (backend) => {
       'cs_connected_sockets',
       'cs_running_conversations',
       'cs_event_append_seconds_bucket',
+      'cs_user_actions_total',
+      'cs_limit_evictions_total',
+      'cs_limit_rejections_total',
     ]) {
       expect(metrics.body).toContain(name);
     }

@@ -225,6 +225,7 @@ async function clusterFixture(): Promise<ConversationManagerFixture> {
           connections,
           limit: options.maxConcurrentConversations,
           stopTimeoutMs: LEASE_TTL_MS + 2_000,
+          metrics: options.metrics,
         });
         managers.push(manager);
         return manager;

@@ -12,7 +12,9 @@ import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import {
   ConcurrencyLimitError,
   ConflictError,
+  NO_CLUSTER_METRICS,
   readAgentStateChange,
+  type ClusterMetrics,
   type ConversationManager,
   type ConversationRecord,
   type ConversationRef,
@@ -31,6 +33,8 @@ import { uniqueName } from '../support/services.js';
 export interface ContractManagerOptions {
   maxConcurrentConversations: number;
   concurrencyPolicy: 'evict_oldest' | 'reject';
+  /** Where the manager counts the limit's evictions and refusals. */
+  metrics: ClusterMetrics;
 }
 
 export interface ConversationOwner {
@@ -143,6 +147,32 @@ function countOf(events: readonly StoredEvent[], state: AgentState): number {
   return stateChanges(events).filter((c) => c.agentState === state).length;
 }
 
+/**
+ * A manager's `ClusterMetrics` that counts the limit's evictions and
+ * refusals; `since()` says how many of each since it was last called.
+ */
+function limitCounts(): { metrics: ClusterMetrics; since(): { evicted: number; refused: number } } {
+  let evicted = 0;
+  let refused = 0;
+  return {
+    metrics: {
+      ...NO_CLUSTER_METRICS,
+      limitEviction: () => {
+        evicted += 1;
+      },
+      limitRejection: () => {
+        refused += 1;
+      },
+    },
+    since() {
+      const counts = { evicted, refused };
+      evicted = 0;
+      refused = 0;
+      return counts;
+    },
+  };
+}
+
 export function conversationManagerContract(
   name: string,
   makeFixture: () => Promise<ConversationManagerFixture>,
@@ -231,11 +261,13 @@ export function conversationManagerContract(
 
     describe('with evict_oldest', () => {
       let manager: ConversationManager;
+      const counts = limitCounts();
 
       beforeAll(async () => {
         manager = await fixture.createManager({
           maxConcurrentConversations: LIMIT,
           concurrencyPolicy: 'evict_oldest',
+          metrics: counts.metrics,
         });
       });
 
@@ -455,8 +487,11 @@ export function conversationManagerContract(
         const [oldest, middle, newest] = await threeConversations(owner);
         await startAndWait(manager, oldest);
         await startAndWait(manager, middle);
+        counts.since();
 
         await manager.ensureRunning(newest);
+        // Counted once, by the manager that decided it, as the start returns.
+        expect(counts.since()).toEqual({ evicted: 1, refused: 0 });
 
         const evictedEvents = await eventually(async () => {
           const events = await stored(oldest);
@@ -494,6 +529,7 @@ export function conversationManagerContract(
         expect((await manager.listRunning(owner.tenantId, owner.userId)).sort()).toEqual(
           [oldest.conversationId, newest.conversationId].sort(),
         );
+        expect(counts.since()).toEqual({ evicted: 1, refused: 0 });
       });
 
       it('lists the running conversations of one user only', async () => {
@@ -610,11 +646,13 @@ export function conversationManagerContract(
 
     describe('with reject', () => {
       let manager: ConversationManager;
+      const counts = limitCounts();
 
       beforeAll(async () => {
         manager = await fixture.createManager({
           maxConcurrentConversations: LIMIT,
           concurrencyPolicy: 'reject',
+          metrics: counts.metrics,
         });
       });
 
@@ -623,10 +661,12 @@ export function conversationManagerContract(
         const [first, second, refused] = await threeConversations(owner);
         await startAndWait(manager, first);
         await startAndWait(manager, second);
+        counts.since();
 
         const attempt = manager.ensureRunning(refused);
         await expect(attempt).rejects.toBeInstanceOf(ConcurrencyLimitError);
         await expect(attempt).rejects.toMatchObject({ code: 'CONCURRENCY_LIMIT_REACHED' });
+        expect(counts.since()).toEqual({ evicted: 0, refused: 1 });
 
         expect(await manager.status(refused)).toBe('STOPPED');
         expect(await manager.status(first)).toBe('RUNNING');
@@ -644,6 +684,7 @@ export function conversationManagerContract(
         expect((await manager.listRunning(owner.tenantId, owner.userId)).sort()).toEqual(
           [second.conversationId, refused.conversationId].sort(),
         );
+        expect(counts.since()).toEqual({ evicted: 0, refused: 0 });
       });
 
       it('refuses a message that would start a conversation at the limit, storing and publishing nothing', async () => {
@@ -651,11 +692,13 @@ export function conversationManagerContract(
         const [first, second, stopped] = await threeConversations(owner);
         await startAndWait(manager, first);
         await startAndWait(manager, second);
+        counts.since();
 
         for (let n = 0; n < 2; n += 1) {
           const attempt = manager.sendUserAction(stopped, message('later', 'key-later'));
           await expect(attempt).rejects.toBeInstanceOf(ConcurrencyLimitError);
         }
+        expect(counts.since()).toEqual({ evicted: 0, refused: 2 });
         expect(await stored(stopped)).toEqual([]);
         expect(fixture.publishedEvents(stopped.conversationId)).toEqual([]);
         expect(await manager.status(stopped)).toBe('STOPPED');
@@ -677,12 +720,14 @@ export function conversationManagerContract(
         expect((await manager.listRunning(owner.tenantId, owner.userId)).sort()).toEqual(
           [first.conversationId, stopped.conversationId].sort(),
         );
+        expect(counts.since()).toEqual({ evicted: 0, refused: 0 });
       });
 
       it('gives back a slot claimed for a write that was not stored, and keeps one a start took over', async () => {
         const owner = newOwner();
         const [first, second, third] = await threeConversations(owner);
         await startAndWait(manager, first);
+        counts.since();
         // Claimed, then not stored: given back.
         const claim = await manager.claimSlot(second);
         expect(claim?.taken).toBe(true);
@@ -706,6 +751,8 @@ export function conversationManagerContract(
         expect((await manager.listRunning(owner.tenantId, owner.userId)).sort()).toEqual(
           [first.conversationId, second.conversationId].sort(),
         );
+        // Refused: the claim for `third` and its start.
+        expect(counts.since()).toEqual({ evicted: 0, refused: 2 });
       });
     });
   });

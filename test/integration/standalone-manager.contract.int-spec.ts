@@ -31,13 +31,14 @@ async function standaloneFixture(
     // stop() resolves once the session is gone; nothing runs in the background.
     untilUnheld: () => Promise.resolve(),
 
-    createManager(options) {
+    createManager({ metrics, ...limits }) {
       const manager = new StandaloneConversationManager({
         store,
         broadcaster,
         agents,
+        metrics,
         options: {
-          ...options,
+          ...limits,
           idleTimeoutMs: 3_600_000,
           maxIterations: 10,
           ownerId: OWNER_ID,

@@ -3,11 +3,14 @@
 // leaves nothing stored, publishes nothing, and does not count against
 // RATE_LIMIT_PER_MINUTE (PROTOCOL.md); once a slot frees, the same request
 // (the same conversation_id, the same idempotency key) is stored once and
-// answered once.
+// answered once. The metrics agree: each refusal is counted once in
+// `cs_limit_rejections_total`, and `cs_user_actions_total` counts what
+// RATE_LIMIT_PER_MINUTE counts.
 import { randomUUID } from 'node:crypto';
 import { expect } from 'vitest';
 import type { StoredEvent } from '@cs/protocol';
 import { ConversationClient, api, isAgentReply } from './clients.js';
+import { metricGrowth, metricTotals } from './metrics.js';
 
 /** The environment the scenario needs: one slot per user, `reject`, and this rate limit. */
 export const REFUSAL_ENV = {
@@ -19,6 +22,12 @@ export const REFUSAL_ENV = {
 
 /** How long a refused action is given to show up anyway (a publish crosses Redis in a cluster). */
 const SETTLE_MS = 500;
+/** What the scenario counts, on every process that serves `urls`. */
+const COUNTERS = [
+  'cs_limit_rejections_total',
+  'cs_limit_evictions_total',
+  'cs_user_actions_total',
+] as const;
 
 interface ErrorBody {
   error?: { code: string };
@@ -91,6 +100,7 @@ export async function refusalStoresNothing(urls: readonly string[], token: strin
       headers: { 'idempotency-key': key },
     });
 
+  const countedBefore = await metricTotals(urls, COUNTERS);
   // The user's one slot, taken by a running conversation (2 actions); and a stopped one (1).
   const busy = await create(0, { initial_user_msg: 'one' });
   expect(busy.status, JSON.stringify(busy.body)).toBe(201);
@@ -177,6 +187,13 @@ export async function refusalStoresNothing(urls: readonly string[], token: strin
     // (c) The refusals counted nothing: the 7 stored fill the limit, no more fits.
     const over = await post(1, newId, 'over', 'key-over');
     expect([over.status, over.body.error?.code]).toEqual([429, 'RATE_LIMITED']);
+
+    // (d) Counted where decided, once each: the 10 refusals of (a) and (b), the 7 actions stored.
+    expect(metricGrowth(countedBefore, await metricTotals(urls, COUNTERS))).toEqual({
+      cs_limit_rejections_total: 10,
+      cs_limit_evictions_total: 0,
+      cs_user_actions_total: Number(REFUSAL_ENV.RATE_LIMIT_PER_MINUTE),
+    });
   } finally {
     watcher.close();
   }

@@ -95,6 +95,7 @@ async function main({ config, logger: root }: ServiceContext): Promise<RunningSe
     connections,
     limit: config.limits.maxConcurrentConversations,
     stopTimeoutMs: config.cluster.leaseTtlMs + 2_000,
+    metrics: metrics.cluster(),
   });
   const readiness: ReadinessCheck[] = [databaseCheck(opened.database), redisCheck(redis)];
   const module = GatewayModule.forRoot([

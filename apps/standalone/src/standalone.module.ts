@@ -70,6 +70,7 @@ export const StandaloneModule = {
               // In one process a wake-up cannot be lost: the poll is only a safety net.
               catchUpIntervalMs: CATCH_UP_INTERVAL_MS,
             },
+            metrics: metrics.cluster(),
             reportError: (message, error) => logger.warn(`${message}: ${String(error)}`),
           });
           metrics.setRunningConversationsSource(() => manager?.runningCount ?? 0);

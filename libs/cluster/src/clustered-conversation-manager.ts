@@ -1,6 +1,7 @@
 import {
   ConcurrencyLimitError,
   HELD_SLOT,
+  NO_CLUSTER_METRICS,
   NotFoundError,
   TOO_MANY_CONVERSATIONS_NOTICE,
   agentStateChangeDraft,
@@ -11,6 +12,7 @@ import {
   storeUserAction,
   type AppendedEvent,
   type Attachment,
+  type ClusterMetrics,
   type ConversationBroadcaster,
   type ConversationManager,
   type ConversationRecord,
@@ -54,6 +56,8 @@ export class ClusteredConversationManager implements ConversationManager {
       limit: number;
       /** How long `stop` waits for the holder to stop (about the lease TTL). */
       stopTimeoutMs: number;
+      /** Where the per-user limit's evictions and refusals are counted. */
+      metrics?: ClusterMetrics;
     },
   ) {}
 
@@ -71,12 +75,10 @@ export class ClusteredConversationManager implements ConversationManager {
 
   async ensureRunning(ref: ConversationRef): Promise<ConversationStatus> {
     // Read beside the slot's acquire, so that it adds no round trip (every connect comes here).
-    const [stopMark, slot] = await Promise.all([
+    const [stopMark] = await Promise.all([
       this.deps.stops.read(ref.conversationId),
-      this.deps.limiter.acquire(ref.tenantId, ref.userId, ref.conversationId),
+      this.acquireSlot(ref),
     ]);
-    if (!slot.granted) throw new ConcurrencyLimitError(this.deps.limit);
-    if (slot.evicted) await this.evict({ ...ref, conversationId: slot.evicted });
     // STARTING before the job exists: an eviction racing with this start settles
     // the status (to STOPPED) after it, never before, so it cannot be left STARTING.
     await this.deps.store.setStatus(ref.tenantId, ref.conversationId, 'STARTING', [
@@ -115,7 +117,7 @@ export class ClusteredConversationManager implements ConversationManager {
     leaseEpoch: number,
     stopMark: number,
   ): Promise<void> {
-    const { jobs, inbox, limiter, stops, store } = this.deps;
+    const { jobs, inbox, stops, store } = this.deps;
     const deadline = Date.now() + FINISHING_RUN_WAIT_MS;
     let sawUnheldRun = false;
     while (Date.now() < deadline) {
@@ -130,9 +132,7 @@ export class ClusteredConversationManager implements ConversationManager {
         if (!record || record.status === 'ERROR') return;
         if (record.leaseEpoch !== leaseEpoch) return; // held since this start: it ran
         if ((await stops.read(ref.conversationId)) !== stopMark) return; // stopped since: it stays so
-        const slot = await limiter.acquire(ref.tenantId, ref.userId, ref.conversationId);
-        if (!slot.granted) throw new ConcurrencyLimitError(this.deps.limit);
-        if (slot.evicted) await this.evict({ ...ref, conversationId: slot.evicted });
+        await this.acquireSlot(ref);
         await store.setStatus(ref.tenantId, ref.conversationId, 'STARTING', ['STOPPED', 'ERROR']);
         await jobs.start(ref);
         if ((await stops.read(ref.conversationId)) !== stopMark) await this.stopRun(ref);
@@ -200,10 +200,7 @@ export class ClusteredConversationManager implements ConversationManager {
   private async takeSlot(owner: SlotOwner): Promise<SlotClaim> {
     const { jobs, limiter } = this.deps;
     const { tenantId, userId, conversationId } = owner;
-    const slot = await limiter.acquire(tenantId, userId, conversationId);
-    if (!slot.granted) throw new ConcurrencyLimitError(this.deps.limit);
-    if (slot.evicted) await this.evict({ tenantId, userId, conversationId: slot.evicted });
-    if (slot.held) return HELD_SLOT;
+    if ((await this.acquireSlot(owner)).held) return HELD_SLOT;
     let released = false;
     return {
       taken: true,
@@ -214,6 +211,28 @@ export class ClusteredConversationManager implements ConversationManager {
         await limiter.release(tenantId, userId, conversationId);
       },
     };
+  }
+
+  /**
+   * Takes the owner's slot (across the cluster): refused at the limit under
+   * `reject` (CONCURRENCY_LIMIT_REACHED); under `evict_oldest` the
+   * conversation evicted to make room is stopped. This gateway decided
+   * either, so it counts it, once; the worker that stops the evicted one
+   * does not. `held`: the conversation held the slot already.
+   */
+  private async acquireSlot(owner: SlotOwner): Promise<{ held: boolean }> {
+    const { limiter, metrics = NO_CLUSTER_METRICS } = this.deps;
+    const { tenantId, userId, conversationId } = owner;
+    const slot = await limiter.acquire(tenantId, userId, conversationId);
+    if (!slot.granted) {
+      metrics.limitRejection();
+      throw new ConcurrencyLimitError(this.deps.limit);
+    }
+    if (slot.evicted) {
+      metrics.limitEviction();
+      await this.evict({ tenantId, userId, conversationId: slot.evicted });
+    }
+    return { held: slot.held === true };
   }
 
   private async owns({ tenantId, userId, conversationId }: SlotOwner): Promise<boolean> {

@@ -5,6 +5,7 @@ import type { UserAction } from '@cs/protocol';
 import type { Agent } from './agent.js';
 import { refOf, type ConversationRef } from './conversation.js';
 import { ConcurrencyLimitError, UnavailableError } from './errors.js';
+import { NO_CLUSTER_METRICS, type ClusterMetrics } from './ports/cluster-metrics.port.js';
 import { readAgentStateChange } from './session/agent-state-change.js';
 import { TOO_MANY_CONVERSATIONS } from './conversation-limits.js';
 import {
@@ -35,11 +36,23 @@ function fixture(
   const broadcaster = new RecordingBroadcaster();
   const tenantId = `tenant-${randomUUID()}`;
   const factory = new TestAgentFactory({ echo: () => echoTestAgent(), ...agents });
+  /** What the per-user limit counted (`cs_limit_evictions_total`, `cs_limit_rejections_total`). */
+  const counted = { evictions: 0, rejections: 0 };
+  const metrics: ClusterMetrics = {
+    ...NO_CLUSTER_METRICS,
+    limitEviction: () => {
+      counted.evictions += 1;
+    },
+    limitRejection: () => {
+      counted.rejections += 1;
+    },
+  };
   const manager = new StandaloneConversationManager({
     store,
     broadcaster,
     agents: factory,
     clock,
+    metrics,
     options: {
       maxConcurrentConversations: 3,
       concurrencyPolicy: 'evict_oldest',
@@ -93,6 +106,7 @@ function fixture(
     store,
     broadcaster,
     manager,
+    counted,
     conversation,
     message,
     answers,
@@ -227,6 +241,8 @@ describe(StandaloneConversationManager.name, () => {
         ]);
         expect(await f.storedStatus(ref)).toBe('STOPPED');
       }
+      // Each eviction counted once, where it was decided; nothing refused.
+      expect(f.counted).toEqual({ evictions: 3, rejections: 0 });
       await f.manager.shutdown();
     });
 
@@ -261,6 +277,7 @@ describe(StandaloneConversationManager.name, () => {
       });
       expect(f.broadcaster.eventsOf(b.conversationId).at(-1)).toEqual(stopped);
       expect(await f.storedStatus(b)).toBe('STOPPED');
+      expect(f.counted).toEqual({ evictions: 1, rejections: 0 });
       await f.manager.shutdown();
     });
 
@@ -280,6 +297,8 @@ describe(StandaloneConversationManager.name, () => {
         expect((error as ConcurrencyLimitError).code).toBe('CONCURRENCY_LIMIT_REACHED');
       }
       expect(await f.manager.listRunning(refs[0]!.tenantId, 'busy-user')).toHaveLength(2);
+      // Each refusal counted once; nothing evicted.
+      expect(f.counted).toEqual({ evictions: 0, rejections: 3 });
       await f.manager.shutdown();
     });
 
@@ -296,6 +315,7 @@ describe(StandaloneConversationManager.name, () => {
       expect(f.store.allEvents(stopped.conversationId)).toEqual([]);
       expect(f.broadcaster.eventsOf(stopped.conversationId)).toEqual([]);
       expect(await f.manager.status(stopped)).toBe('STOPPED');
+      expect(f.counted).toEqual({ evictions: 0, rejections: 2 });
       // A message to the running one takes nothing more.
       expect((await f.manager.sendUserAction(running, f.message('go on'))).duplicate).toBe(false);
 
@@ -310,6 +330,8 @@ describe(StandaloneConversationManager.name, () => {
       expect(f.store.allEvents(stopped.conversationId).filter((e) => e.source === 'user')).toEqual([
         stored.event,
       ]);
+      // What was stored and started once a slot freed was not refused again.
+      expect(f.counted).toEqual({ evictions: 0, rejections: 2 });
       await f.manager.shutdown();
     });
 
@@ -345,6 +367,8 @@ describe(StandaloneConversationManager.name, () => {
       expect(await f.manager.listRunning(first.tenantId, 'claim-user')).toEqual([
         first.conversationId,
       ]);
+      // Refused: two starts of `second` and one claim for it.
+      expect(f.counted).toEqual({ evictions: 0, rejections: 3 });
       await f.manager.shutdown();
     });
 
@@ -360,6 +384,7 @@ describe(StandaloneConversationManager.name, () => {
       const theirs = await f.conversation('user-b');
       await f.manager.ensureRunning(mine);
       expect(await f.manager.ensureRunning(theirs)).toBe('RUNNING');
+      expect(f.counted).toEqual({ evictions: 0, rejections: 0 });
       await f.manager.shutdown();
     });
   });

@@ -35,6 +35,7 @@ import type { Attachment, ConversationManager, SendOptions } from './conversatio
 import { NotFoundError, UnavailableError } from './errors.js';
 import { newLiveConversation, type LiveConversation } from './live-conversation.js';
 import type { ConversationBroadcaster } from './ports/broadcaster.port.js';
+import { NO_CLUSTER_METRICS, type ClusterMetrics } from './ports/cluster-metrics.port.js';
 import { StatusWrites } from './status-writes.js';
 import { storeUserAction } from './user-action.js';
 import { UserSlots, userKeyOf } from './user-slots.js';
@@ -66,6 +67,8 @@ export interface StandaloneConversationManagerDeps {
   agents: AgentFactory;
   clock?: Clock;
   options: StandaloneConversationManagerOptions;
+  /** Where the per-user limit's evictions and refusals are counted. */
+  metrics?: ClusterMetrics;
   /** Where failures that no caller awaits are reported (a status write, a close). */
   reportError?: (message: string, error: unknown) => void;
 }
@@ -97,6 +100,7 @@ export class StandaloneConversationManager implements ConversationManager {
       live: this.live,
       limits: this.options,
       assertOpen: () => this.assertOpen(),
+      metrics: deps.metrics ?? NO_CLUSTER_METRICS,
     });
     this.statusWrites = new StatusWrites(this.store, this.reportError);
     this.cleanupTimer = this.clock.setInterval(

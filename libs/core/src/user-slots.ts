@@ -1,6 +1,7 @@
 /**
  * Each user's slots in the standalone manager: the live entries and the
  * reservations count against the limit, decided under a per-user mutex.
+ * Each eviction and each refusal is decided here, so it is counted here.
  */
 import { Mutex } from 'async-mutex';
 import type { ConcurrencyPolicy } from '@cs/protocol';
@@ -8,6 +9,7 @@ import type { ConversationRef } from './conversation.js';
 import { HELD_SLOT, type SlotClaim, type SlotOwner } from './conversation-limits.js';
 import { ConcurrencyLimitError } from './errors.js';
 import type { LiveConversation } from './live-conversation.js';
+import type { ClusterMetrics } from './ports/cluster-metrics.port.js';
 import { SlotReservations } from './slot-reservations.js';
 
 export interface UserSlotLimits {
@@ -21,6 +23,8 @@ export interface UserSlotsDeps {
   limits: UserSlotLimits;
   /** Throws when no slot may be taken any more (shutting down). */
   assertOpen: () => void;
+  /** Where evictions and refusals are counted. */
+  metrics: Pick<ClusterMetrics, 'limitEviction' | 'limitRejection'>;
 }
 
 /** What a claim got: `created` when `entry` is new; `evicted` are to be stopped before it starts. */
@@ -34,6 +38,7 @@ export class UserSlots {
   private readonly live: Map<string, LiveConversation>;
   private readonly limits: UserSlotLimits;
   private readonly assertOpen: () => void;
+  private readonly metrics: UserSlotsDeps['metrics'];
   private readonly reservations = new SlotReservations();
   private readonly userLocks = new Map<string, Mutex>();
 
@@ -41,6 +46,7 @@ export class UserSlots {
     this.live = deps.live;
     this.limits = deps.limits;
     this.assertOpen = deps.assertOpen;
+    this.metrics = deps.metrics;
   }
 
   /**
@@ -61,11 +67,12 @@ export class UserSlots {
         const mine = this.liveOf(userKey);
         const held = mine.length + this.reservations.countFor(userKey);
         if (held >= limit) {
-          if (this.limits.concurrencyPolicy === 'reject') throw new ConcurrencyLimitError(limit);
+          if (this.limits.concurrencyPolicy === 'reject') throw this.refusal();
           mine.sort((a, b) => activityOf(a) - activityOf(b) || a.seq - b.seq);
           for (const victim of mine.slice(0, held - limit + 1)) {
             victim.stopping = true;
             evicted.push(victim);
+            this.metrics.limitEviction();
           }
         }
       }
@@ -90,7 +97,7 @@ export class UserSlots {
       if (!this.reservations.has(id)) {
         const limit = this.limits.maxConcurrentConversations;
         if (this.liveOf(userKey).length + this.reservations.countFor(userKey) >= limit) {
-          throw new ConcurrencyLimitError(limit);
+          throw this.refusal();
         }
       }
       // Once started, the reservation is the entry's: a release then gives nothing back.
@@ -108,6 +115,12 @@ export class UserSlots {
   /** The user's entries that hold a slot (starting or running, not being stopped). */
   liveOf(userKey: string): LiveConversation[] {
     return [...this.live.values()].filter((e) => e.userKey === userKey && !e.stopping);
+  }
+
+  /** CONCURRENCY_LIMIT_REACHED, counted. */
+  private refusal(): ConcurrencyLimitError {
+    this.metrics.limitRejection();
+    return new ConcurrencyLimitError(this.limits.maxConcurrentConversations);
   }
 
   private userLock(key: string): Mutex {

@@ -36,9 +36,10 @@ export const PUBLIC_DIR = fileURLToPath(new URL('../../../web', import.meta.url)
 
 /**
  * Creates the HTTP + Socket.IO application of a gateway or standalone process:
- * JSON-only bodies of at most 1 MiB, the contract's error bodies everywhere,
- * OpenAPI at `/docs`, the web app at `/` (under a CSP). Nest's logger (every `new Logger()`)
- * writes through `logger`, and each request makes one line.
+ * JSON-only bodies (UTF-8) of at most 1 MiB, the contract's error bodies
+ * everywhere, OpenAPI at `/docs`, the web app at `/` under a
+ * Content-Security-Policy. Nest's logger (every `new Logger()`) writes
+ * through `logger`, and each request makes one line.
  */
 export async function createHttpApp(
   module: unknown,
@@ -99,25 +100,39 @@ function authenticateBeforeBody(tokens: TokenService) {
   };
 }
 
-/** POST/PUT/PATCH with a body must declare `application/json`. */
+/**
+ * POST/PUT/PATCH with a body must declare `application/json`, in UTF-8 if it
+ * names a charset (the body parser would decode UTF-16 and read garbage).
+ */
 function requireJsonBodies(request: Request, response: Response, next: NextFunction): void {
   const hasBody =
     request.headers['transfer-encoding'] !== undefined ||
     Number(request.headers['content-length'] ?? 0) > 0;
-  if (
-    hasBody &&
-    ['POST', 'PUT', 'PATCH'].includes(request.method) &&
-    !request.is('application/json')
-  ) {
-    response.status(400).json({
-      error: {
-        code: 'BAD_REQUEST',
-        message: 'the body must be JSON (content-type: application/json)',
-      },
-    });
-    return;
+  if (!hasBody || !['POST', 'PUT', 'PATCH'].includes(request.method)) return next();
+  if (!request.is('application/json')) {
+    refuseBody(response, 'the body must be JSON (content-type: application/json)');
+  } else if (!isUtf8(request.headers['content-type'] ?? '')) {
+    refuseBody(
+      response,
+      'the body must be JSON in UTF-8 (content-type: application/json; charset=utf-8)',
+    );
+  } else {
+    next();
   }
-  next();
+}
+
+/** A content type that names no charset, or names `utf-8` (in any case, quoted or not). */
+function isUtf8(contentType: string): boolean {
+  const charset = contentType
+    .split(';')
+    .slice(1)
+    .map((parameter) => parameter.split('=').map((part) => part.trim().toLowerCase()))
+    .find(([name]) => name === 'charset');
+  return charset === undefined || charset[1]?.replace(/^"(.*)"$/, '$1') === 'utf-8';
+}
+
+function refuseBody(response: Response, message: string): void {
+  response.status(400).json({ error: { code: 'BAD_REQUEST', message } });
 }
 
 /**

@@ -95,7 +95,7 @@ export class ServiceMetrics {
     });
     this.userActions = new Counter({
       name: 'cs_user_actions_total',
-      help: 'User actions stored',
+      help: 'User actions stored (socket and REST; a create with its initial_user_msg and replayed events), as RATE_LIMIT_PER_MINUTE counts them: no idempotent repeat, no refused action',
       registers: [this.registry],
     });
     const counter = (name: string, help: string) =>

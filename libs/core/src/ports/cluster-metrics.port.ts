@@ -16,9 +16,18 @@ export interface ClusterMetrics {
    * its holder picking it up (`cs_wakeup_pickup_seconds`).
    */
   wakeupPickedUp(seconds: number): void;
-  /** `evict_oldest` stopped a conversation to make room (`cs_limit_evictions_total`). */
+  /**
+   * `evict_oldest` chose a conversation to stop to make room
+   * (`cs_limit_evictions_total`). Counted once, by the process that decided
+   * it: the standalone manager, or the gateway whose slot acquire evicted it
+   * (not the worker that then stops it).
+   */
   limitEviction(): void;
-  /** `reject` refused a start with CONCURRENCY_LIMIT_REACHED (`cs_limit_rejections_total`). */
+  /**
+   * The per-user limit refused a start with CONCURRENCY_LIMIT_REACHED
+   * (`reject`; `cs_limit_rejections_total`). Counted once per refusal, by
+   * the process that decided it.
+   */
   limitRejection(): void;
 }
 

@@ -37,6 +37,7 @@ import {
   type UserAction,
 } from '@cs/protocol';
 import { randomUUID } from 'node:crypto';
+import { ServiceMetrics } from '@cs/observability';
 import { assertVisible, type Principal } from '../auth/principal.js';
 import {
   AGENT_FACTORY,
@@ -79,6 +80,7 @@ export class ConversationService {
     @Inject(CONVERSATION_MANAGER) private readonly manager: ConversationManager,
     @Inject(USER_ACTION_RATE_LIMITER) private readonly rateLimiter: UserActionRateLimiter,
     @Inject(AGENT_FACTORY) private readonly agents: AgentFactory,
+    @Inject(ServiceMetrics) private readonly metrics: ServiceMetrics,
     hub: ConversationRoomHub,
     @Optional() @Inject(ROOM_BROADCASTER) broadcaster: ConversationBroadcaster | null,
   ) {
@@ -158,7 +160,9 @@ export class ConversationService {
     }
     if (!result.created) await reservation.cancel();
     try {
-      return await this.created(result.conversation, result.created, body);
+      const answer = await this.created(result.conversation, result.created, body);
+      if (result.created) this.storedUserActions(actions);
+      return answer;
     } finally {
       // Given back unless the conversation started with it (a repeat may start nothing).
       await claim?.release();
@@ -352,11 +356,23 @@ export class ConversationService {
         refuseIfBusy: refusesWhenBusy(this.config.agent.multitaskStrategy, conversation, action),
       });
       if (appended.duplicate) await reservation.cancel();
+      else this.storedUserActions(1);
       return appended;
     } catch (error) {
       await reservation.cancel();
       throw error;
     }
+  }
+
+  /**
+   * Counts the user actions a request stored (`cs_user_actions_total`) as
+   * `RATE_LIMIT_PER_MINUTE` counts them (PROTOCOL.md): an action sent over
+   * the socket or REST; a create, its `initial_user_msg` and each replayed
+   * event. An idempotent repeat or a refused action is none. Called once the
+   * request that stored them is answered with success.
+   */
+  private storedUserActions(count: number): void {
+    this.metrics.userActions.inc(count);
   }
 
   async events(

@@ -26,9 +26,17 @@ const STATUS_CODES: Record<number, ErrorCode> = {
   503: 'UNAVAILABLE',
 };
 
+/** What the body parser's refusals (by their `type`) tell the client. */
+const UNREADABLE = new Map([
+  ['entity.parse.failed', 'the request body is not valid JSON'],
+  ['charset.unsupported', 'the body must be JSON in UTF-8'],
+  ['encoding.unsupported', 'the body has a content-encoding the service does not read'],
+]);
+
 /**
  * The one place where errors become `{ error: { code, message, field? } }`.
  * Unknown errors become a bare 500 message: no stack trace or SQL text leaves.
+ * Only the contract's statuses leave: any other 4xx is a 400 `BAD_REQUEST`.
  */
 export function mapError(error: unknown): MappedError {
   if (error instanceof DomainError) {
@@ -40,26 +48,46 @@ export function mapError(error: unknown): MappedError {
       headers: retryAfter === null ? {} : { 'Retry-After': String(retryAfter) },
     };
   }
+  // Nest hands the body parser's errors to filters wrapped in an HttpException.
+  const refusal = bodyParserRefusal(error instanceof HttpException ? error.cause : error);
+  if (refusal === 'entity.too.large') {
+    return body(413, 'PAYLOAD_TOO_LARGE', 'the request body is larger than 1 MiB');
+  }
+  if (refusal !== undefined) {
+    // However the parser says it (a 415 for a charset it does not know), an unreadable body is a 400.
+    return body(
+      400,
+      'BAD_REQUEST',
+      UNREADABLE.get(refusal) ?? 'the request body could not be read',
+    );
+  }
   if (error instanceof HttpException) {
     const status = error.getStatus();
-    const code = STATUS_CODES[status] ?? (status >= 500 ? 'UNAVAILABLE' : 'BAD_REQUEST');
-    const message = status === 404 ? 'not found' : httpMessage(error);
-    return { status, body: { error: { code, message } }, headers: {} };
+    if (status >= 500) {
+      return body(status, STATUS_CODES[status] ?? 'UNAVAILABLE', httpMessage(error));
+    }
+    return clientError(status, status === 404 ? 'not found' : httpMessage(error));
   }
   const transport = error as TransportError | null;
-  if (transport && typeof transport === 'object') {
-    if (transport.type === 'entity.too.large') {
-      return body(413, 'PAYLOAD_TOO_LARGE', 'the request body is larger than 1 MiB');
-    }
-    if (transport.type === 'entity.parse.failed') {
-      return body(400, 'BAD_REQUEST', 'the request body is not valid JSON');
-    }
-    const status = transport.status ?? transport.statusCode;
-    if (typeof status === 'number' && status >= 400 && status < 500) {
-      return body(status, STATUS_CODES[status] ?? 'BAD_REQUEST', 'the request could not be read');
-    }
+  const status = transport?.status ?? transport?.statusCode;
+  if (typeof status === 'number' && status >= 400 && status < 500) {
+    return clientError(status, 'the request could not be read');
   }
   return body(500, 'UNAVAILABLE', 'internal error');
+}
+
+/** The `type` of a body parser's refusal (an http-errors 4xx that has one). */
+function bodyParserRefusal(error: unknown): string | undefined {
+  const candidate = error as TransportError | null | undefined;
+  if (typeof candidate?.type !== 'string') return undefined;
+  const status = candidate.status ?? candidate.statusCode ?? 0;
+  return status >= 400 && status < 500 ? candidate.type : undefined;
+}
+
+/** A 4xx as the contract has it: its own status and code, or 400 `BAD_REQUEST`. */
+function clientError(status: number, message: string): MappedError {
+  const code = STATUS_CODES[status];
+  return code ? body(status, code, message) : body(400, 'BAD_REQUEST', message);
 }
 
 function body(status: number, code: ErrorCode, message: string): MappedError {
