@@ -80,6 +80,25 @@ function stalledRequest(port: number, request: string): Promise<NetSocket> {
   });
 }
 
+/** What the server answers to a raw request, read until it closes the connection. */
+function rawExchange(port: number, request: string): Promise<{ text: string; closed: boolean }> {
+  return new Promise((resolve, reject) => {
+    let text = '';
+    const socket = connect(port, '127.0.0.1', () => socket.write(request));
+    const timer = setTimeout(() => {
+      socket.destroy();
+      resolve({ text, closed: false });
+    }, 5_000);
+    socket.setEncoding('utf8');
+    socket.on('data', (chunk: string) => (text += chunk));
+    socket.on('close', () => {
+      clearTimeout(timer);
+      resolve({ text, closed: true });
+    });
+    socket.on('error', (error) => (text ? undefined : reject(error)));
+  });
+}
+
 /** A GET whose path is sent byte for byte (fetch would normalise dot segments). */
 function getAsIs(
   url: string,
@@ -320,6 +339,31 @@ describe('hardening: the standalone app', () => {
       ws.once('unexpected-response', () => resolve(false));
     });
     expect(opened).toBe(false);
+  });
+
+  it('answers headers over 16 KiB with the JSON error body; other malformed requests get a bare 400', async () => {
+    const tooLarge = await rawExchange(
+      app.port,
+      `GET /api/conversations HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Filler: ${'a'.repeat(20 * 1024)}\r\n\r\n`,
+    );
+    expect(tooLarge.closed).toBe(true);
+    const [head = '', body = ''] = tooLarge.text.split('\r\n\r\n');
+    expect(head).toMatch(/^HTTP\/1\.1 400 /);
+    expect(head).toMatch(/^content-type: application\/json/im);
+    expect(JSON.parse(body)).toEqual({
+      error: { code: 'BAD_REQUEST', message: expect.stringContaining('16 KiB') },
+    });
+    // A query string that long is refused the same way.
+    const query = await rawExchange(
+      app.port,
+      `GET /api/conversations?x=${'a'.repeat(20 * 1024)} HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n`,
+    );
+    expect(query.text).toMatch(/^HTTP\/1\.1 400 [^]*"code":"BAD_REQUEST"/);
+
+    const malformed = await rawExchange(app.port, 'NOT HTTP AT ALL\r\n\r\n');
+    expect(malformed.closed).toBe(true);
+    expect(malformed.text).toMatch(/^HTTP\/1\.1 400 Bad Request\r\n/);
+    expect((await api(app.url, 'GET', '/healthz')).status).toBe(200);
   });
 
   it("answers the service's paths from the service, never with the web app's files", async () => {

@@ -11,6 +11,7 @@ import type { ServiceLogger } from '@cs/observability';
 import { MAX_PAYLOAD_BYTES } from '@cs/protocol';
 import { authenticate } from './auth/http-auth.guard.js';
 import { TokenService, bearerToken } from './auth/token.service.js';
+import { answerClientErrors } from './http/client-errors.js';
 import { HttpErrorFilter } from './http/error.filter.js';
 import { mapError } from './http/error-mapping.js';
 import { webAppAssets } from './http/web-app-assets.js';
@@ -37,9 +38,9 @@ export const PUBLIC_DIR = fileURLToPath(new URL('../../../web', import.meta.url)
 /**
  * Creates the HTTP + Socket.IO application of a gateway or standalone process:
  * JSON-only bodies (UTF-8) of at most 1 MiB, the contract's error bodies
- * everywhere, OpenAPI at `/docs`, the web app at `/` under a
- * Content-Security-Policy. Nest's logger (every `new Logger()`) writes
- * through `logger`, and each request makes one line.
+ * everywhere (requests the HTTP parser refuses included), OpenAPI at `/docs`,
+ * the web app at `/` under a Content-Security-Policy. Nest's logger (every
+ * `new Logger()`) writes through `logger`, and each request makes one line.
  */
 export async function createHttpApp(
   module: unknown,
@@ -74,6 +75,7 @@ export async function createHttpApp(
   if (existsSync(PUBLIC_DIR)) app.use(webAppAssets(PUBLIC_DIR));
 
   app.useWebSocketAdapter(new ConfiguredIoAdapter(app, config.http.corsOrigins));
+  answerClientErrors(app.getHttpServer());
   configure(app);
   await app.init();
   // Errors raised by Express middleware (body parsing) get the contract's body too.
