@@ -36,10 +36,13 @@ function fixture(
   const broadcaster = new RecordingBroadcaster();
   const tenantId = `tenant-${randomUUID()}`;
   const factory = new TestAgentFactory({ echo: () => echoTestAgent(), ...agents });
-  /** What the per-user limit counted (`cs_limit_evictions_total`, `cs_limit_rejections_total`). */
-  const counted = { evictions: 0, rejections: 0 };
+  /** What was counted: leases taken, and the per-user limit's evictions and refusals. */
+  const counted = { evictions: 0, rejections: 0, leases: 0 };
   const metrics: ClusterMetrics = {
     ...NO_CLUSTER_METRICS,
+    leaseAcquired: () => {
+      counted.leases += 1;
+    },
     limitEviction: () => {
       counted.evictions += 1;
     },
@@ -149,6 +152,8 @@ describe(StandaloneConversationManager.name, () => {
     expect(f.broadcaster.eventsOf(ref.conversationId)[0]).toEqual(event);
     expect(await f.manager.status(ref)).toBe('RUNNING');
     await vi.waitFor(() => expect(f.answers(ref)).toEqual([['echo: hi there', event.id]]));
+    // Its lease taken once (`cs_lease_acquisitions_total`), as a worker counts it.
+    expect(f.counted.leases).toBe(1);
     await f.manager.shutdown();
   });
 
@@ -242,7 +247,7 @@ describe(StandaloneConversationManager.name, () => {
         expect(await f.storedStatus(ref)).toBe('STOPPED');
       }
       // Each eviction counted once, where it was decided; nothing refused.
-      expect(f.counted).toEqual({ evictions: 3, rejections: 0 });
+      expect(f.counted).toMatchObject({ evictions: 3, rejections: 0 });
       await f.manager.shutdown();
     });
 
@@ -277,7 +282,7 @@ describe(StandaloneConversationManager.name, () => {
       });
       expect(f.broadcaster.eventsOf(b.conversationId).at(-1)).toEqual(stopped);
       expect(await f.storedStatus(b)).toBe('STOPPED');
-      expect(f.counted).toEqual({ evictions: 1, rejections: 0 });
+      expect(f.counted).toMatchObject({ evictions: 1, rejections: 0 });
       await f.manager.shutdown();
     });
 
@@ -298,7 +303,7 @@ describe(StandaloneConversationManager.name, () => {
       }
       expect(await f.manager.listRunning(refs[0]!.tenantId, 'busy-user')).toHaveLength(2);
       // Each refusal counted once; nothing evicted.
-      expect(f.counted).toEqual({ evictions: 0, rejections: 3 });
+      expect(f.counted).toMatchObject({ evictions: 0, rejections: 3 });
       await f.manager.shutdown();
     });
 
@@ -315,7 +320,7 @@ describe(StandaloneConversationManager.name, () => {
       expect(f.store.allEvents(stopped.conversationId)).toEqual([]);
       expect(f.broadcaster.eventsOf(stopped.conversationId)).toEqual([]);
       expect(await f.manager.status(stopped)).toBe('STOPPED');
-      expect(f.counted).toEqual({ evictions: 0, rejections: 2 });
+      expect(f.counted).toMatchObject({ evictions: 0, rejections: 2 });
       // A message to the running one takes nothing more.
       expect((await f.manager.sendUserAction(running, f.message('go on'))).duplicate).toBe(false);
 
@@ -331,7 +336,7 @@ describe(StandaloneConversationManager.name, () => {
         stored.event,
       ]);
       // What was stored and started once a slot freed was not refused again.
-      expect(f.counted).toEqual({ evictions: 0, rejections: 2 });
+      expect(f.counted).toMatchObject({ evictions: 0, rejections: 2 });
       await f.manager.shutdown();
     });
 
@@ -368,7 +373,7 @@ describe(StandaloneConversationManager.name, () => {
         first.conversationId,
       ]);
       // Refused: two starts of `second` and one claim for it.
-      expect(f.counted).toEqual({ evictions: 0, rejections: 3 });
+      expect(f.counted).toMatchObject({ evictions: 0, rejections: 3 });
       await f.manager.shutdown();
     });
 
@@ -384,7 +389,7 @@ describe(StandaloneConversationManager.name, () => {
       const theirs = await f.conversation('user-b');
       await f.manager.ensureRunning(mine);
       expect(await f.manager.ensureRunning(theirs)).toBe('RUNNING');
-      expect(f.counted).toEqual({ evictions: 0, rejections: 0 });
+      expect(f.counted).toMatchObject({ evictions: 0, rejections: 0 });
       await f.manager.shutdown();
     });
   });

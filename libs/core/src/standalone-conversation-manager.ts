@@ -80,6 +80,7 @@ export class StandaloneConversationManager implements ConversationManager {
   private readonly clock: Clock;
   private readonly options: StandaloneConversationManagerOptions;
   private readonly reportError: (message: string, error: unknown) => void;
+  private readonly metrics: ClusterMetrics;
 
   private readonly live = new Map<string, LiveConversation>();
   private readonly slots: UserSlots;
@@ -96,11 +97,12 @@ export class StandaloneConversationManager implements ConversationManager {
     this.clock = deps.clock ?? systemClock;
     this.options = deps.options;
     this.reportError = deps.reportError ?? (() => undefined);
+    this.metrics = deps.metrics ?? NO_CLUSTER_METRICS;
     this.slots = new UserSlots({
       live: this.live,
       limits: this.options,
       assertOpen: () => this.assertOpen(),
-      metrics: deps.metrics ?? NO_CLUSTER_METRICS,
+      metrics: this.metrics,
     });
     this.statusWrites = new StatusWrites(this.store, this.reportError);
     this.cleanupTimer = this.clock.setInterval(
@@ -267,6 +269,7 @@ export class StandaloneConversationManager implements ConversationManager {
         ref.conversationId,
         this.options.ownerId,
       );
+      this.metrics.leaseAcquired();
       const session = new AgentSession({
         store: this.store,
         broadcaster: this.broadcaster,
