@@ -1,6 +1,10 @@
 import { HttpException } from '@nestjs/common';
 import { DomainError, RateLimitedError } from '@cs/core';
 import { ERROR_HTTP_STATUS, type ErrorBody, type ErrorCode } from '@cs/protocol';
+import {
+  INFRASTRUCTURE_UNAVAILABLE_MESSAGE,
+  isInfrastructureUnavailable,
+} from './infrastructure-errors.js';
 
 export interface MappedError {
   status: number;
@@ -35,7 +39,8 @@ const UNREADABLE = new Map([
 
 /**
  * The one place where errors become `{ error: { code, message, field? } }`.
- * Unknown errors become a bare 500 message: no stack trace or SQL text leaves.
+ * Postgres or Redis out of reach is a 503; other unknown errors (bugs) become
+ * a bare 500 message: no stack trace or SQL text leaves.
  * Only the contract's statuses leave: any other 4xx is a 400 `BAD_REQUEST`.
  */
 export function mapError(error: unknown): MappedError {
@@ -72,6 +77,9 @@ export function mapError(error: unknown): MappedError {
   const status = transport?.status ?? transport?.statusCode;
   if (typeof status === 'number' && status >= 400 && status < 500) {
     return clientError(status, 'the request could not be read');
+  }
+  if (isInfrastructureUnavailable(error)) {
+    return body(503, 'UNAVAILABLE', INFRASTRUCTURE_UNAVAILABLE_MESSAGE);
   }
   return body(500, 'UNAVAILABLE', 'internal error');
 }
