@@ -16,9 +16,11 @@ import {
   RedisUserActionRateLimiter,
   UserConcurrencyLimiter,
   checkEvictionPolicy,
+  connected,
   leaseTiming,
-  openPublisher,
   openRedis,
+  openRequestPublisher,
+  openRequestRedis,
 } from '@cs/cluster';
 import {
   AGENT_FACTORY,
@@ -57,9 +59,13 @@ async function main({ config, logger: root }: ServiceContext): Promise<RunningSe
     dataDir: config.database.dataDir,
     migrate: config.database.migrateOnStart,
   });
+  // What a client's request waits on fails at once while Redis is away (503,
+  // nothing carried out later); the connections' bookkeeping and the Socket.IO
+  // adapter wait the outage out.
+  const requests = openRequestRedis(redisUrl, `${gatewayId}:requests`);
+  const publisher = openRequestPublisher(redisUrl, `${gatewayId}:publish`);
   const redis = openRedis(redisUrl, `${gatewayId}:commands`);
   const subscriber = openRedis(redisUrl, `${gatewayId}:adapter-sub`);
-  const publisher = openPublisher(redisUrl, `${gatewayId}:publish`);
   const inbox = new ConversationInbox(publisher, null, keys, { traceparent: currentTraceparent });
   // A room opened mid-step gets the step's text so far from the conversation's holder.
   const rooms = new RedisRoomSubscriber(openRedis(redisUrl, `${gatewayId}:rooms`), keys, (room) => {
@@ -67,11 +73,12 @@ async function main({ config, logger: root }: ServiceContext): Promise<RunningSe
   });
   const warning = await checkEvictionPolicy(redis);
   if (warning) logger.warn(warning);
+  await Promise.all([connected(requests), connected(publisher)]);
 
   const metrics = new ServiceMetrics({ role: 'gateway', gateway_id: gatewayId });
   const store = metrics.instrument(opened.store);
   const timing = leaseTiming(config.cluster.leaseTtlMs);
-  const limiter = new UserConcurrencyLimiter(redis, keys, {
+  const limiter = new UserConcurrencyLimiter(requests, keys, {
     limit: config.limits.maxConcurrentConversations,
     policy: config.limits.concurrencyPolicy,
     slotTtlMs: timing.slotTtlMs,
@@ -79,7 +86,7 @@ async function main({ config, logger: root }: ServiceContext): Promise<RunningSe
   const connections = new ConnectionRegistry(redis, keys, gatewayId, GATEWAY_LIVENESS_MS);
   await connections.start();
   // Each start and wake-up carries the trace of the request that stored the message.
-  const jobs = new ConversationJobs(redis, keys, { traceparent: currentTraceparent });
+  const jobs = new ConversationJobs(requests, keys, { traceparent: currentTraceparent });
   metrics.setWaitingConversationsSource(async () => {
     const counts = await jobs.queue.getJobCounts('waiting', 'delayed', 'prioritized');
     return Object.values(counts).reduce((sum, count) => sum + count, 0);
@@ -90,14 +97,15 @@ async function main({ config, logger: root }: ServiceContext): Promise<RunningSe
     broadcaster,
     jobs,
     inbox,
-    stops: new ConversationStops(redis, keys),
+    stops: new ConversationStops(requests, keys),
     limiter,
     connections,
     limit: config.limits.maxConcurrentConversations,
     stopTimeoutMs: config.cluster.leaseTtlMs + 2_000,
+    redis: requests,
     metrics: metrics.cluster(),
   });
-  const readiness: ReadinessCheck[] = [databaseCheck(opened.database), redisCheck(redis)];
+  const readiness: ReadinessCheck[] = [databaseCheck(opened.database), redisCheck(requests)];
   const module = GatewayModule.forRoot([
     { provide: APP_CONFIG, useValue: config },
     { provide: ServiceMetrics, useValue: metrics },
@@ -112,7 +120,7 @@ async function main({ config, logger: root }: ServiceContext): Promise<RunningSe
     { provide: ROOM_BROADCASTER, useValue: broadcaster },
     {
       provide: USER_ACTION_RATE_LIMITER,
-      useValue: new RedisUserActionRateLimiter(redis, keys, config.limits.rateLimitPerMinute),
+      useValue: new RedisUserActionRateLimiter(requests, keys, config.limits.rateLimitPerMinute),
     },
   ]);
 
@@ -136,6 +144,7 @@ async function main({ config, logger: root }: ServiceContext): Promise<RunningSe
           await jobs.close();
         },
         afterClose: async () => {
+          requests.disconnect();
           redis.disconnect();
           subscriber.disconnect();
           publisher.disconnect();

@@ -23,12 +23,14 @@ import {
   type SlotOwner,
 } from '@cs/core';
 import { StatusId, type ConversationStatus, type UserAction } from '@cs/protocol';
+import type { Redis } from 'ioredis';
 import type { ConversationJobs } from './leases/conversation-jobs.js';
 import type { ConversationInbox } from './leases/conversation-inbox.js';
 import type { ConversationStops } from './leases/conversation-stops.js';
 import { unansweredMessages } from './leases/unanswered-messages.js';
 import type { UserConcurrencyLimiter } from './limits/user-concurrency.limiter.js';
 import type { ConnectionRegistry } from './realtime/connection-registry.js';
+import { assertConnected } from './redis/redis-connections.js';
 
 /** How long a start waits for the conversation's finishing run to go. */
 const FINISHING_RUN_WAIT_MS = 750;
@@ -56,6 +58,12 @@ export class ClusteredConversationManager implements ConversationManager {
       limit: number;
       /** How long `stop` waits for the holder to stop (about the lease TTL). */
       stopTimeoutMs: number;
+      /**
+       * The connection the hand-offs use (`openRequestRedis`): while it is
+       * down, a user action, or a create's first message, is refused
+       * (`UNAVAILABLE`) before anything is stored.
+       */
+      redis?: Pick<Redis, 'status'>;
       /** Where the per-user limit's evictions and refusals are counted. */
       metrics?: ClusterMetrics;
     },
@@ -144,8 +152,10 @@ export class ClusteredConversationManager implements ConversationManager {
     }
   }
 
-  claimSlot(owner: SlotOwner): Promise<SlotClaim | null> {
-    if (!claimsSlotBeforeStoring(this.deps.limiter.policy, true)) return Promise.resolve(null);
+  async claimSlot(owner: SlotOwner): Promise<SlotClaim | null> {
+    // A create's first message comes here before the create is stored.
+    this.assertHandOffReachable();
+    if (!claimsSlotBeforeStoring(this.deps.limiter.policy, true)) return null;
     return this.takeSlot(owner);
   }
 
@@ -160,6 +170,7 @@ export class ClusteredConversationManager implements ConversationManager {
     idempotencyKey?: string,
     options: SendOptions = {},
   ): Promise<AppendedEvent> {
+    this.assertHandOffReachable();
     return storeUserAction(this.deps.store, ref, action, idempotencyKey, options, {
       policy: this.deps.limiter.policy,
       running: options.status === 'RUNNING',
@@ -167,6 +178,15 @@ export class ClusteredConversationManager implements ConversationManager {
       ensureRunning: () => this.ensureRunning(ref),
       deliver: (appended, claimed) => this.deliver(ref, action, appended, claimed),
     });
+  }
+
+  /**
+   * Stored, a user action is the holder's to answer, but only Redis hands it
+   * on (a wake-up, a start): refused whole while Redis is away, it is neither
+   * stored nor answered later, when the client may have sent it again.
+   */
+  private assertHandOffReachable(): void {
+    if (this.deps.redis) assertConnected(this.deps.redis);
   }
 
   /** Publishes a stored user action and wakes its holder; with none, a message starts it. */

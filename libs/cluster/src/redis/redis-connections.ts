@@ -1,8 +1,11 @@
+import { UnavailableError } from '@cs/core';
 import { Redis, type RedisOptions } from 'ioredis';
 
 /**
  * Opens an ioredis connection to `REDIS_URL` (its database number honoured).
- * BullMQ needs `maxRetriesPerRequest: null`; RESP2 keeps replies in the shapes
+ * Its commands wait out an outage (BullMQ's Worker needs
+ * `maxRetriesPerRequest: null`): for those a client's request waits on, see
+ * `openRequestRedis`. RESP2 keeps replies in the shapes
  * the Socket.IO adapter and BullMQ were written for. No auto-pipelining: it
  * defers every command to the next turn of the event loop, and fails
  * commands defined with `defineCommand` (our Lua scripts).
@@ -43,6 +46,62 @@ export function openRedis(url: string, name: string, options: RedisOptions = {})
  */
 export function openPublisher(url: string, name: string): Redis {
   return openRedis(url, name, { enableAutoPipelining: true });
+}
+
+/**
+ * The longest a command on a request's path waits for its reply while the
+ * connection looks up (Redis hung, or the network dropped without a reset).
+ * Far above any answer a working Redis gives (well under a millisecond for
+ * these commands, a few with a fork or an AOF rewrite); short enough that the
+ * client hears `UNAVAILABLE` instead of giving up first.
+ */
+export const REQUEST_COMMAND_TIMEOUT_MS = 2_000;
+
+/**
+ * A connection for the commands a client's request waits on (a gateway's
+ * limits, stop marks, queue adds, wake-ups): while Redis is unreachable they
+ * fail at once instead of waiting in the offline queue for as long as the
+ * outage lasts, so that the request is answered `UNAVAILABLE` and what it
+ * asked for is not carried out later, once the client has given up (and maybe
+ * sent it again). A command in flight when the connection drops fails with it
+ * and is never sent again after the reconnect; one unanswered for
+ * `REQUEST_COMMAND_TIMEOUT_MS` fails. BullMQ takes such a connection for a
+ * Queue (a producer); never for a Worker, whose blocking connection needs
+ * `maxRetriesPerRequest: null`, nor for subscriptions. It refuses commands
+ * until it is first connected: see `connected`.
+ */
+export function openRequestRedis(url: string, name: string, options: RedisOptions = {}): Redis {
+  return openRedis(url, name, {
+    enableOfflineQueue: false,
+    maxRetriesPerRequest: 0,
+    autoResendUnfulfilledCommands: false,
+    commandTimeout: REQUEST_COMMAND_TIMEOUT_MS,
+    ...options,
+  });
+}
+
+/** `openPublisher`'s auto-pipelined PUBLISH, failing fast as `openRequestRedis`: a gateway's wake-ups. */
+export function openRequestPublisher(url: string, name: string): Redis {
+  return openRequestRedis(url, name, { enableAutoPipelining: true });
+}
+
+/** Resolves once the connection is up (at start, before it takes requests). */
+export function connected(redis: Redis): Promise<void> {
+  if (redis.status === 'ready') return Promise.resolve();
+  return new Promise((resolve) => redis.once('ready', () => resolve()));
+}
+
+/**
+ * Refuses (`UNAVAILABLE`) unless the connection is up: checked before
+ * anything is stored that Redis must hand on, so that an outage refuses the
+ * request whole instead of leaving it stored and not handed on. No round
+ * trip: a Redis that stopped or restarts closes the connection at once (one
+ * that hangs is caught by the commands' timeout).
+ */
+export function assertConnected(redis: Pick<Redis, 'status'>): void {
+  if (redis.status !== 'ready') {
+    throw new UnavailableError('the service cannot reach Redis; try again shortly');
+  }
 }
 
 /**

@@ -5,6 +5,7 @@ import {
   BadRequestError,
   ConcurrencyLimitError,
   ConflictError,
+  DomainError,
   RateLimitedError,
   refOf,
   roomKey,
@@ -18,6 +19,7 @@ import {
   type ConversationRecord,
   type ConversationRef,
   type ConversationStore,
+  type RateLimitReservation,
   type SendOptions,
   type SlotClaim,
   type UserActionRateLimiter,
@@ -163,10 +165,33 @@ export class ConversationService {
       const answer = await this.created(result.conversation, result.created, body);
       if (result.created) this.storedUserActions(actions);
       return answer;
+    } catch (error) {
+      if (result.created) await this.undoFailedCreate(result.conversation, error, reservation);
+      throw error;
     } finally {
       // Given back unless the conversation started with it (a repeat may start nothing).
       await claim?.release();
     }
+  }
+
+  /**
+   * A new conversation whose first message could not be handed on (Redis
+   * away, or a failure: 503 or 500) goes again. The client heard that the
+   * create failed and may send it again: nothing of it may stay, to be listed
+   * twice or to start when a socket or a repeat asks. A refusal the contract
+   * names (`CONCURRENCY_LIMIT_REACHED`) keeps it, and a repeat starts it.
+   */
+  private async undoFailedCreate(
+    conversation: ConversationRecord,
+    error: unknown,
+    reservation: RateLimitReservation,
+  ): Promise<void> {
+    if (error instanceof DomainError && error.code !== 'UNAVAILABLE') return;
+    // Best effort: with Postgres away too, it stays, unstarted, as a refused start leaves it.
+    await Promise.all([
+      this.store.deleteConversation(conversation.tenantId, conversation.id).catch(() => false),
+      reservation.cancel().catch(() => undefined),
+    ]);
   }
 
   /**
