@@ -7,6 +7,7 @@ import { ClusterKeys } from '@cs/cluster';
 import type { StoredEvent } from '@cs/protocol';
 import { ConversationClient, api, ids, isAgentReply } from '../support/clients.js';
 import { REFUSAL_ENV, refusalStoresNothing } from '../support/concurrency-refusal.js';
+import { openFrozenSocket } from '../support/frozen-socket.js';
 import { metricTotals } from '../support/metrics.js';
 import {
   holderOf,
@@ -872,6 +873,25 @@ describe('cluster of gateways and workers', () => {
       leaving.close();
       staying.close();
       resumed?.close();
+    }
+  });
+
+  it('drains a gateway promptly although one of its socket clients stopped answering', async () => {
+    const c = await cluster_({ gateways: 1, workers: 1 });
+    const [gateway] = c.gateways as [AppProcess];
+    const token = await c.token('frozen');
+    const id = await createConversation(gateway.url, token);
+    const frozen = await openFrozenSocket(gateway.url, token, { conversation_id: id });
+    try {
+      const signalledAt = Date.now();
+      gateway.signal('SIGTERM');
+      // Well within the drain's deadline (9 s), which it waited out for the frozen client.
+      const code = await Promise.race([gateway.exited, sleep(8_000).then(() => 'still running')]);
+      expect(code, gateway.output()).toBe(0);
+      expect(Date.now() - signalledAt).toBeLessThan(4_000);
+      expect(gateway.output()).not.toMatch(/drain timed out/);
+    } finally {
+      frozen.destroy();
     }
   });
 });

@@ -1,4 +1,4 @@
-import { Module, type DynamicModule, type INestApplication } from '@nestjs/common';
+import { Logger, Module, type DynamicModule, type INestApplication } from '@nestjs/common';
 import { NestFactory } from '@nestjs/core';
 import type { NestExpressApplication } from '@nestjs/platform-express';
 import { DocumentBuilder, SwaggerModule } from '@nestjs/swagger';
@@ -18,6 +18,7 @@ import { webAppAssets } from './http/web-app-assets.js';
 import { ConfiguredIoAdapter } from './realtime/configured-io.adapter.js';
 import { ConversationGateway } from './realtime/conversation.gateway.js';
 import { EventStreamService } from './realtime/event-stream.service.js';
+import { UpgradedConnections } from './realtime/upgraded-connections.js';
 import { LifecycleService } from './observability/lifecycle.service.js';
 import { requestLoggingModule } from './observability/request-logging.js';
 
@@ -31,6 +32,15 @@ class HttpAppModule {
     };
   }
 }
+
+/**
+ * How long a socket told to disconnect has to close its side (a live client
+ * answers within milliseconds) before its connection is cut.
+ */
+export const SOCKET_CLOSE_GRACE_MS = 1_000;
+
+/** Each app's upgraded (WebSocket) connections, for its drain. */
+const upgradedConnections = new WeakMap<INestApplication, UpgradedConnections>();
 
 /** The web app (web/), built by scripts/build.mjs with Vite into `dist/web`. */
 export const PUBLIC_DIR = fileURLToPath(new URL('../../../web', import.meta.url));
@@ -75,6 +85,7 @@ export async function createHttpApp(
   if (existsSync(PUBLIC_DIR)) app.use(webAppAssets(PUBLIC_DIR));
 
   app.useWebSocketAdapter(new ConfiguredIoAdapter(app, config.http.corsOrigins));
+  upgradedConnections.set(app, new UpgradedConnections(app.getHttpServer()));
   answerClientErrors(app.getHttpServer());
   configure(app);
   await app.init();
@@ -142,6 +153,10 @@ function refuseBody(response: Response, message: string): void {
  * signal): readiness turns 503, sockets and streams close (clients reconnect
  * elsewhere and resume), then `beforeClose` runs (stop sessions, leave the
  * cluster), the app closes, and `afterClose` closes connections and stores.
+ * The app's close waits for every socket's client to answer the close: the
+ * connections of those that have not `SOCKET_CLOSE_GRACE_MS` into it (a
+ * client frozen, or not reading) are cut, rather than holding the drain to its
+ * deadline.
  */
 export async function drainHttpApp(
   app: INestApplication,
@@ -156,6 +171,18 @@ export async function drainHttpApp(
   app.get(ConversationGateway).disconnectAll();
   app.get(EventStreamService).closeAll();
   await options.beforeClose();
-  await app.close();
+  const cut = setTimeout(() => {
+    const count = upgradedConnections.get(app)?.destroyAll() ?? 0;
+    if (count > 0) {
+      new Logger(drainHttpApp.name).log(
+        `cut ${count} socket connection(s) whose client did not answer the close within ${SOCKET_CLOSE_GRACE_MS} ms`,
+      );
+    }
+  }, SOCKET_CLOSE_GRACE_MS);
+  try {
+    await app.close();
+  } finally {
+    clearTimeout(cut);
+  }
   await options.afterClose?.();
 }
