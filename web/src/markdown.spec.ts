@@ -1,11 +1,15 @@
 // @vitest-environment jsdom
 import { describe, expect, it } from 'vitest';
-import { renderMarkdown } from './markdown.js';
+import { renderMarkdown, sanitizeHtml } from './markdown.js';
 
 /** The rendered message as a DOM, as the page would hold it. */
 function render(text: string): HTMLElement {
+  return parse(renderMarkdown(text));
+}
+
+function parse(html: string): HTMLElement {
   const container = document.createElement('div');
-  container.innerHTML = renderMarkdown(text);
+  container.innerHTML = html;
   return container;
 }
 
@@ -38,17 +42,109 @@ describe(renderMarkdown.name, () => {
     expect(container.querySelector('a')?.textContent).toBe('https://evil.example/x.png');
   });
 
-  it('turns HTML images into links too, keeping DOMPurify on the result', () => {
+  it('shows HTML written in a message as text, every character of it', () => {
+    const text = 'echo: hello <b>there</b> & <script>window.__xss=9</script>';
+    const container = render(text);
+    expect(container.querySelector('b, script')).toBeNull();
+    expect(container.textContent?.trim()).toBe(text);
+  });
+
+  it('shows an HTML block as its lines of text, Markdown around it still rendered', () => {
+    const container = render(
+      [
+        '**before**',
+        '',
+        '<div onclick="alert(1)">',
+        '<iframe src="https://evil.example/"></iframe>',
+        '</div>',
+        '',
+        '<!-- a comment -->',
+        '',
+        'a `<code>` span and <img src="https://evil.example/i.png" alt="inline">',
+      ].join('\n'),
+    );
+    expect(container.querySelector('strong')?.textContent).toBe('before');
+    expect(container.querySelector('div, iframe, img, [onclick]')).toBeNull();
+    expect(fetchedUrls(container)).toEqual([]);
+    const paragraphs = [...container.querySelectorAll('p')].map(
+      (p) => p.innerText ?? p.textContent,
+    );
+    expect(container.querySelectorAll('p')[1]?.innerHTML).toBe(
+      '&lt;div onclick="alert(1)"&gt;<br>&lt;iframe src="https://evil.example/"&gt;&lt;/iframe&gt;<br>&lt;/div&gt;',
+    );
+    expect(paragraphs[2]).toBe('<!-- a comment -->');
+    expect(container.querySelector('code')?.textContent).toBe('<code>');
+    expect(paragraphs[3]).toBe(
+      'a <code> span and <img src="https://evil.example/i.png" alt="inline">',
+    );
+  });
+
+  it('shows HTML images and media as text, loading nothing', () => {
     const container = render(
       [
         '<img src="https://evil.example/a.png" alt="html image" onerror="alert(1)">',
-        '<img src="javascript:alert(2)" alt="unsafe">',
-        '<img src="data:image/png;base64,AAAA">',
-        '<picture><source srcset="https://evil.example/b.png"><img src="https://evil.example/c.png" alt="in a picture"></picture>',
-        '[![linked image](https://evil.example/d.png)](https://example.com/page)',
+        '<picture><source srcset="https://evil.example/b.png"><img src="https://evil.example/c.png"></picture>',
+        '<video src="https://evil.example/v.mp4" poster="https://evil.example/p.png"></video>',
+        '<table background="https://evil.example/bg.png"><tr><td>cell</td></tr></table>',
       ].join('\n\n'),
     );
-    expect(container.querySelector('img, source, [onerror]')).toBeNull();
+    expect(container.querySelector('img, picture, source, video, table, [onerror]')).toBeNull();
+    expect(fetchedUrls(container)).toEqual([]);
+    expect(container.querySelector('a')).toBeNull();
+    expect(container.textContent).toContain(
+      '<img src="https://evil.example/a.png" alt="html image"',
+    );
+  });
+
+  it('keeps ordinary Markdown, makes no unsafe link, and shows a script as text', () => {
+    const container = render(
+      '**bold** and [a link](https://example.com)\n\n[x](javascript:alert(1))\n\n<script>alert(1)</script>',
+    );
+    expect(container.querySelector('strong')?.textContent).toBe('bold');
+    expect(container.querySelector('script')).toBeNull();
+    expect(container.textContent).toContain('<script>alert(1)</script>');
+    const hrefs = [...container.querySelectorAll('a')].map((link) => link.getAttribute('href'));
+    expect(hrefs).toEqual(['https://example.com', null]);
+    expect(container.querySelector('a:not([href])')?.textContent).toBe('x');
+  });
+
+  it('shows a linked image as its link, labelled with the alt text', () => {
+    const container = render(
+      '[![linked image](https://evil.example/d.png)](https://example.com/page)',
+    );
+    expect(container.querySelector('img')).toBeNull();
+    expect(fetchedUrls(container)).toEqual([]);
+    const links = [...container.querySelectorAll('a')];
+    // Inside a link only the label is left: the outer link is what was meant to be clicked.
+    expect(links.map((link) => [link.textContent, link.getAttribute('href')])).toEqual([
+      ['linked image', 'https://example.com/page'],
+    ]);
+  });
+});
+
+// The last line of defence, should HTML reach it: what DOMPurify is told to keep.
+describe(sanitizeHtml.name, () => {
+  it('turns images into links and removes what is unsafe or fetches by itself', () => {
+    const container = parse(
+      sanitizeHtml(
+        [
+          '<p><img src="https://evil.example/a.png" alt="html image" onerror="alert(1)"></p>',
+          '<img src="javascript:alert(2)" alt="unsafe">',
+          '<img src="data:image/png;base64,AAAA">',
+          '<picture><source srcset="https://evil.example/b.png"><img src="https://evil.example/c.png" alt="in a picture"></picture>',
+          '<video src="https://evil.example/v.mp4" poster="https://evil.example/p.png"></video>',
+          '<audio src="https://evil.example/a.mp3"><track src="https://evil.example/t.vtt"></audio>',
+          '<table background="https://evil.example/bg.png"><tr><td background="https://evil.example/td.png">cell</td></tr></table>',
+          '<script>alert(3)</script><iframe src="https://evil.example/"></iframe><form><input></form>',
+          '<a href="javascript:alert(4)">js</a>',
+        ].join(''),
+      ),
+    );
+    expect(
+      container.querySelector(
+        'img, source, video, audio, track, script, iframe, form, input, [onerror]',
+      ),
+    ).toBeNull();
     expect(fetchedUrls(container)).toEqual([]);
     const links = [...container.querySelectorAll('a')].map((link) => [
       link.textContent,
@@ -57,34 +153,10 @@ describe(renderMarkdown.name, () => {
     expect(links).toEqual([
       ['html image', 'https://evil.example/a.png'],
       ['in a picture', 'https://evil.example/c.png'],
-      // Inside a link only the label is left: the outer link is what was meant to be clicked.
-      ['linked image', 'https://example.com/page'],
+      ['js', null],
     ]);
     expect(container.textContent).toContain('unsafe');
     expect(container.textContent).toContain('image');
-  });
-
-  it('removes media and the attributes that load a URL by themselves', () => {
-    const container = render(
-      [
-        '<video src="https://evil.example/v.mp4" poster="https://evil.example/p.png"></video>',
-        '<audio src="https://evil.example/a.mp3"><track src="https://evil.example/t.vtt"></audio>',
-        '<table background="https://evil.example/bg.png"><tr><td background="https://evil.example/td.png">cell</td></tr></table>',
-      ].join('\n\n'),
-    );
-    expect(container.querySelector('video, audio, track')).toBeNull();
-    expect(fetchedUrls(container)).toEqual([]);
     expect(container.textContent).toContain('cell');
-  });
-
-  it('keeps ordinary Markdown and strips what DOMPurify always stripped', () => {
-    const container = render(
-      '**bold** and [a link](https://example.com)\n\n[x](javascript:alert(1))\n\n<script>alert(1)</script>',
-    );
-    expect(container.querySelector('strong')?.textContent).toBe('bold');
-    expect(container.querySelector('script')).toBeNull();
-    const hrefs = [...container.querySelectorAll('a')].map((link) => link.getAttribute('href'));
-    expect(hrefs).toEqual(['https://example.com', null]);
-    expect(container.querySelector('a:not([href])')?.textContent).toBe('x');
   });
 });
