@@ -93,8 +93,9 @@ describe('web app', () => {
     await page.getByRole('button', { name: 'Send' }).click();
   }
 
+  /** The messages whose text (under the line naming who wrote it and when) has `text`. */
   const article = (page: Page, text: string | RegExp) =>
-    page.getByRole('article').filter({ hasText: text });
+    page.getByRole('article').filter({ has: page.locator('.message-body', { hasText: text }) });
 
   async function seeReply(page: Page, text: string) {
     await article(page, `echo: ${text}`).waitFor({ timeout: TIMEOUT });
@@ -102,7 +103,7 @@ describe('web app', () => {
 
   /** The text of every message shown, in order. */
   async function articleTexts(page: Page): Promise<string[]> {
-    const texts = await page.getByRole('article').allTextContents();
+    const texts = await page.getByRole('article').locator('.message-body').allTextContents();
     return texts.map((text) => text.trim());
   }
 
@@ -210,6 +211,15 @@ describe('web app', () => {
     await send(page, 'hello from the browser');
     await seeReply(page, 'hello from the browser');
     await expect(article(page, 'hello from the browser').count()).resolves.toBe(2); // the message and its echo
+    // Each message is named by who wrote it and when, as a person reads a time;
+    // the exact time is its <time>'s datetime.
+    const mine = page.getByRole('article', { name: /^You \d{1,2}:\d{2}(\s[AP]M)?$/ });
+    const reply = page.getByRole('article', { name: /^Agent \d{1,2}:\d{2}(\s[AP]M)?$/ });
+    for (const message of [mine, reply]) {
+      await expect(message.count()).resolves.toBe(1);
+      const datetime = await message.locator('time').getAttribute('datetime');
+      expect(new Date(datetime ?? '').toISOString()).toBe(datetime);
+    }
     await expect(page.getByRole('textbox', { name: 'Message' }).inputValue()).resolves.toBe('');
     expect(id).toMatch(/^[0-9a-f-]{36}$/);
 

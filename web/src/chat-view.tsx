@@ -1,12 +1,15 @@
 // The open conversation: header with its state and controls, notices, the
 // message log (stored messages as articles, streamed text, folded tool calls),
 // the approval panel, the composer.
+import type { ComponentChildren } from 'preact';
 import { useEffect, useLayoutEffect, useRef, useState } from 'preact/hooks';
-import type { ConversationInfo, ConversationServiceClient } from '@cs/client';
+import type { ConversationInfo, ConversationServiceClient, StoredEvent } from '@cs/client';
 import { renderMarkdownOnce } from './markdown.js';
 import {
   agentStateLabel,
   buildTimeline,
+  messageTime,
+  SPEAKER_LABELS,
   statusLabel,
   unansweredCalls,
   type TimelineItem,
@@ -240,19 +243,19 @@ function TimelineEntry({
   switch (item.kind) {
     case 'user':
       return (
-        <article class="message user" title={item.event.timestamp}>
-          <div class="message-text">{item.text}</div>
-        </article>
+        <Message kind="user" event={item.event}>
+          <div class="message-body message-text">{item.text}</div>
+        </Message>
       );
     case 'agent':
       return (
         <>
-          <article class="message agent" title={item.event.timestamp}>
+          <Message kind="agent" event={item.event}>
             <div
-              class="markdown"
+              class="message-body markdown"
               dangerouslySetInnerHTML={{ __html: renderMarkdownOnce(item.event, item.text) }}
             />
-          </article>
+          </Message>
           {item.interrupted && <p class="note">Interrupted before the answer was complete.</p>}
         </>
       );
@@ -292,6 +295,36 @@ function TimelineEntry({
     case 'note':
       return <p class={`note note-${item.tone}`}>{item.text}</p>;
   }
+}
+
+/**
+ * A stored message: an article named by who wrote it and when ("You 17:33"),
+ * both shown above its text; the exact time is the <time>'s datetime.
+ */
+function Message({
+  kind,
+  event,
+  children,
+}: {
+  kind: 'user' | 'agent';
+  event: StoredEvent;
+  children: ComponentChildren;
+}) {
+  const id = `message-${event.id}`;
+  const time = messageTime(event.timestamp);
+  return (
+    <article class={`message ${kind}`} aria-labelledby={`${id}-speaker ${id}-time`}>
+      <p class="message-head">
+        <span id={`${id}-speaker`} class="speaker">
+          {SPEAKER_LABELS[kind]}
+        </span>{' '}
+        <time id={`${id}-time`} dateTime={event.timestamp} title={time.full}>
+          {time.short}
+        </time>
+      </p>
+      {children}
+    </article>
+  );
 }
 
 function describeError(error: NonNullable<ConversationView['error']>): string {

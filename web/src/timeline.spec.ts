@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import type { StoredEvent } from '@cs/client';
-import { buildTimeline, TOO_MANY_CONVERSATIONS, unansweredCalls } from './timeline.js';
+import { buildTimeline, messageTime, TOO_MANY_CONVERSATIONS, unansweredCalls } from './timeline.js';
 
 const at = '2026-12-01T00:00:00.000Z';
 let nextId = 0;
@@ -90,5 +90,34 @@ describe(buildTimeline.name, () => {
       { id: 3 },
     ] as unknown as StoredEvent[];
     expect(buildTimeline(odd)).toEqual([]);
+  });
+});
+
+describe(messageTime.name, () => {
+  const now = new Date('2026-12-02T20:00:00.000Z');
+  const london = { locale: 'en-GB', timeZone: 'Europe/London' };
+
+  it("says the time of day of today's message, and the date and time of an older one", () => {
+    expect(messageTime('2026-12-02T17:33:20.105Z', now, london)).toEqual({
+      short: '17:33',
+      full: 'Wednesday, 2 December 2026 at 17:33:20',
+    });
+    expect(messageTime('2026-11-30T07:05:00.000Z', now, london).short).toBe('30 Nov 2026, 07:05');
+  });
+
+  it("speaks the reader's language and counts days in the reader's time zone", () => {
+    const newYork = { locale: 'en-US', timeZone: 'America/New_York' };
+    // 02:00 on 3 December in UTC is still 2 December, like now, in New York.
+    // (Some ICU versions put a narrow no-break space before PM.)
+    const short = messageTime('2026-12-03T02:00:00.000Z', now, newYork).short;
+    expect(short.replace(/\s/g, ' ')).toBe('9:00 PM');
+    expect(messageTime('2026-12-03T02:00:00.000Z', now, london).short).toBe('3 Dec 2026, 02:00');
+  });
+
+  it('shows a timestamp it cannot read as it is', () => {
+    expect(messageTime('not a time', now, london)).toEqual({
+      short: 'not a time',
+      full: 'not a time',
+    });
   });
 });

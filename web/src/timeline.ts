@@ -123,3 +123,53 @@ const STATUS_LABELS: Record<string, string> = {
 export function statusLabel(status: string): string {
   return STATUS_LABELS[status] ?? status;
 }
+
+/** Who wrote a message, as the page names them. */
+export const SPEAKER_LABELS = { user: 'You', agent: 'Agent' } as const;
+
+/**
+ * A message's time as a reader would say it, in the reader's language and
+ * time zone: the time of day for one of today, with the date for an older
+ * one. `full` (date and time to the second) is for a tooltip.
+ */
+export function messageTime(
+  timestamp: string,
+  now: Date = new Date(),
+  zone: { locale?: string; timeZone?: string } = {},
+): { short: string; full: string } {
+  const date = new Date(timestamp);
+  if (Number.isNaN(date.getTime())) return { short: timestamp, full: timestamp };
+  // en-CA writes the calendar day as YYYY-MM-DD, whatever the reader's language.
+  const day = formatter('en-CA', zone.timeZone, CALENDAR_DAY);
+  const today = day.format(date) === day.format(now);
+  return {
+    short: formatter(zone.locale, zone.timeZone, today ? TIME_OF_DAY : DATED).format(date),
+    full: formatter(zone.locale, zone.timeZone, FULL).format(date),
+  };
+}
+
+const CALENDAR_DAY: Intl.DateTimeFormatOptions = {
+  year: 'numeric',
+  month: '2-digit',
+  day: '2-digit',
+};
+const TIME_OF_DAY: Intl.DateTimeFormatOptions = { timeStyle: 'short' };
+const DATED: Intl.DateTimeFormatOptions = { dateStyle: 'medium', timeStyle: 'short' };
+const FULL: Intl.DateTimeFormatOptions = { dateStyle: 'full', timeStyle: 'medium' };
+
+// Every message is drawn again on each streamed delta: formatters are made once.
+const formatters = new Map<string, Intl.DateTimeFormat>();
+
+function formatter(
+  locale: string | undefined,
+  timeZone: string | undefined,
+  options: Intl.DateTimeFormatOptions,
+): Intl.DateTimeFormat {
+  const key = JSON.stringify([locale, timeZone, options]);
+  let made = formatters.get(key);
+  if (made === undefined) {
+    made = new Intl.DateTimeFormat(locale, { ...options, timeZone });
+    formatters.set(key, made);
+  }
+  return made;
+}
