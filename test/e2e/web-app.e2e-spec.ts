@@ -9,6 +9,7 @@ import { createServer } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { SignJWT } from 'jose';
 import type { Browser, BrowserContext, Page } from 'playwright-core';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { AGENT_MODULE } from '../support/agent-runtime.js';
@@ -232,6 +233,72 @@ describe('web app', () => {
     await live.waitFor({ timeout: TIMEOUT });
     await expect(live.count()).resolves.toBe(1);
     expect(errors).toEqual([]);
+  });
+
+  it('asks for a development token only to sign in with one; where they are off, offers the token sign-in alone, without an error', async () => {
+    const asked = (page: Page) => {
+      const requests: string[] = [];
+      page.on('request', (request) => {
+        if (new URL(request.url()).pathname === '/api/dev/token') requests.push(request.url());
+      });
+      return requests;
+    };
+    const consoleErrors = (page: Page) => {
+      const errors: string[] = [];
+      page.on('console', (message) => {
+        if (message.type() === 'error') errors.push(message.text());
+      });
+      return errors;
+    };
+
+    // On: the button is there from the start, and only its click asks the service.
+    const on = await newPage();
+    const onRequests = asked(on.page);
+    const onErrors = consoleErrors(on.page);
+    await on.page.goto(app.url);
+    const devSignIn = on.page.getByRole('button', { name: 'Sign in with a development token' });
+    await devSignIn.waitFor({ timeout: TIMEOUT });
+    await on.page.waitForTimeout(300);
+    expect(onRequests).toEqual([]);
+    await devSignIn.click();
+    await on.page.getByRole('button', { name: 'New conversation' }).waitFor({ timeout: TIMEOUT });
+    expect(onRequests).toHaveLength(1);
+    expect(onErrors).toEqual([]);
+
+    // Off (a service with an operator's key): no button, no request, no error; a token signs in.
+    const secret = 'web-e2e-secret-0123456789abcdef-0123';
+    const offDir = mkdtempSync(join(tmpdir(), 'cs-web-off-'));
+    const offApp = await startApp('standalone', {
+      DATA_DIR: offDir,
+      PORT: String(await freePort()),
+      AUTH_JWT_SECRET: secret,
+    });
+    try {
+      const off = await newPage();
+      const offRequests = asked(off.page);
+      const offErrors = consoleErrors(off.page);
+      await off.page.goto(offApp.url);
+      const pasteSignIn = off.page.getByRole('button', { name: 'Sign in with this token' });
+      await pasteSignIn.waitFor({ timeout: TIMEOUT });
+      await off.page.waitForTimeout(300);
+      await expect(
+        off.page.getByRole('button', { name: 'Sign in with a development token' }).count(),
+      ).resolves.toBe(0);
+      const token = await new SignJWT({ sub: uniqueName('user'), tid: uniqueName('tenant') })
+        .setProtectedHeader({ alg: 'HS256' })
+        .setExpirationTime('1h')
+        .sign(new TextEncoder().encode(secret));
+      await off.page.getByLabel('Bearer token').fill(token);
+      await pasteSignIn.click();
+      await off.page
+        .getByRole('button', { name: 'New conversation' })
+        .waitFor({ timeout: TIMEOUT });
+      expect(offRequests).toEqual([]);
+      expect(offErrors).toEqual([]);
+    } finally {
+      await offApp.stop();
+      rmSync(offDir, { recursive: true, force: true });
+    }
   });
 
   it('updates two tabs on one conversation, whichever sends', async () => {

@@ -30,18 +30,12 @@ export function clearSession(): void {
   localStorage.removeItem(STORAGE_KEY);
 }
 
-/** Whether this service hands out development tokens (`POST /api/dev/token` answers). */
-export async function devTokensEnabled(): Promise<boolean> {
-  try {
-    const response = await fetch('/api/dev/token', {
-      method: 'POST',
-      headers: { 'content-type': 'application/json' },
-      body: '{}',
-    });
-    return response.ok;
-  } catch {
-    return false;
-  }
+/**
+ * Whether this service hands out development tokens: the page it served says
+ * so (its `cs-dev-tokens` meta tag), so that no request is made to find out.
+ */
+export function devTokensEnabled(): boolean {
+  return document.querySelector<HTMLMetaElement>('meta[name="cs-dev-tokens"]')?.content === 'on';
 }
 
 export async function fetchDevToken(userId: string): Promise<string> {

@@ -1,21 +1,17 @@
 // Sign-in: a development token from the service (when it hands them out), or
 // a bearer token pasted in.
-import { useEffect, useState } from 'preact/hooks';
+import { useState } from 'preact/hooks';
 import { devTokensEnabled, fetchDevToken, type Session } from './session.js';
 
 export function SignIn(props: {
   reason: string | undefined;
   onSignedIn: (session: Session) => void;
 }) {
-  const [devTokens, setDevTokens] = useState<boolean | null>(null);
+  const devTokens = devTokensEnabled();
   const [userId, setUserId] = useState('');
   const [pasted, setPasted] = useState('');
   const [error, setError] = useState<string>();
   const [busy, setBusy] = useState(false);
-
-  useEffect(() => {
-    void devTokensEnabled().then(setDevTokens);
-  }, []);
 
   const signInWithDevToken = async (event: Event) => {
     event.preventDefault();

@@ -82,7 +82,9 @@ export async function createHttpApp(
       .build(),
   );
   SwaggerModule.setup('docs', app, document, { jsonDocumentUrl: 'docs-json' });
-  if (existsSync(PUBLIC_DIR)) app.use(webAppAssets(PUBLIC_DIR));
+  if (existsSync(PUBLIC_DIR)) {
+    app.use(webAppAssets(PUBLIC_DIR, { devTokens: app.get(TokenService).devTokensEnabled }));
+  }
 
   app.useWebSocketAdapter(new ConfiguredIoAdapter(app, config.http.corsOrigins));
   upgradedConnections.set(app, new UpgradedConnections(app.getHttpServer()));

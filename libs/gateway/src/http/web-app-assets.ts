@@ -4,8 +4,12 @@
 // conversation away (web/src/markdown.ts turns images into links; this is the
 // second line). The service's own paths are never answered from the files, so
 // `/api/conversations/..%2f..%2findex.html` is the API's JSON 404, not the page.
+// The page says whether the service hands out development tokens (its
+// `cs-dev-tokens` meta tag), so that it shows that sign-in without asking for
+// a token on each load, a 404 in the browser's console where they are off.
+import { readFile } from 'node:fs/promises';
 import type { IncomingMessage } from 'node:http';
-import { posix } from 'node:path';
+import { join, posix } from 'node:path';
 import express, {
   type NextFunction,
   type Request,
@@ -63,14 +67,39 @@ function sameOriginSocket(request: IncomingMessage): string {
   return HOST.test(host) ? `ws://${host} wss://${host}` : '';
 }
 
-/** Serves the files in `dir` (index.html at `/`) on any path the service does not own. */
-export function webAppAssets(dir: string): RequestHandler {
-  const files = express.static(dir, { index: 'index.html', redirect: false });
+/** What the page is told about the service it is served by. */
+export interface WebAppSettings {
+  devTokens: boolean;
+}
+
+const DEV_TOKENS_META = /<meta name="cs-dev-tokens" content="[a-z]*"/;
+
+/**
+ * Serves the files in `dir` on any path the service does not own; index.html
+ * (at `/` too) with `settings` written into it.
+ */
+export function webAppAssets(dir: string, settings: WebAppSettings): RequestHandler {
+  const files = express.static(dir, { index: false, redirect: false });
+  const meta = `<meta name="cs-dev-tokens" content="${settings.devTokens ? 'on' : 'off'}"`;
+  const page = (response: Response, next: NextFunction) => {
+    // Read on each request: a rebuild of the web app is served without a restart.
+    readFile(join(dir, 'index.html'), 'utf8').then(
+      (html) => {
+        response
+          .type('html')
+          .set('cache-control', 'no-cache')
+          .send(html.replace(DEV_TOKENS_META, meta));
+      },
+      (error: NodeJS.ErrnoException) => next(error.code === 'ENOENT' ? undefined : error),
+    );
+  };
   return (request: Request, response: Response, next: NextFunction): void => {
     if (isServicePath(request.path)) return next();
     headers(request, response, (error?: unknown) => {
       if (error) return next(error);
-      files(request, response, next);
+      const isPage = request.path === '/' || request.path === '/index.html';
+      if (isPage && (request.method === 'GET' || request.method === 'HEAD')) page(response, next);
+      else files(request, response, next);
     });
   };
 }
