@@ -11,7 +11,13 @@ import type { StoredEvent } from '@cs/protocol';
 import { ConversationClient, api } from '../support/clients.js';
 import { holderOf, startCluster, until, type TestCluster } from '../support/cluster.js';
 import { uniqueName } from '../support/services.js';
-import { AGENT_MODULE, assemble, deltasOf, watchSse } from '../support/agent-runtime.js';
+import {
+  AGENT_MODULE,
+  assemble,
+  deltasOf,
+  expectSignalAbortedOnlyWhenCut,
+  watchSse,
+} from '../support/agent-runtime.js';
 
 const LEASE_TTL_MS = 3000;
 
@@ -124,6 +130,13 @@ describe('agent runtime (cluster)', () => {
       expect(assemble(late)).toBe(text);
     }
     for (const client of [onA, lateOnB]) client.close();
+  });
+
+  it("aborts an agent module's signal only when its turn is cut, on a worker behind the other gateway: not when it answers under enqueue or reject; an interrupt within 1 s", async () => {
+    const token = await cluster.token(uniqueName('rollback'));
+    await expectSignalAbortedOnlyWhenCut(cluster.gateways[1]!.url, token, toolLog, (body) =>
+      conversation(token, body),
+    );
   });
 
   it('stops, through gateway A, the step running on the worker behind gateway B within 1 s', async () => {

@@ -6,7 +6,14 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { ServerEvent, StoredEvent } from '@cs/protocol';
-import { AGENT_MODULE, assemble, deltasOf, signFor, watchSse } from '../support/agent-runtime.js';
+import {
+  AGENT_MODULE,
+  assemble,
+  deltasOf,
+  expectSignalAbortedOnlyWhenCut,
+  signFor,
+  watchSse,
+} from '../support/agent-runtime.js';
 import { ConversationClient, api, isAgentReply } from '../support/clients.js';
 import { until } from '../support/cluster.js';
 import { startApp, type AppProcess } from '../support/processes.js';
@@ -406,6 +413,13 @@ describe('agent runtime (standalone)', () => {
     client.close();
   });
 
+  it("aborts an agent module's signal only when its turn is cut: not when it answers under enqueue or reject with a message sent meanwhile; an interrupt within 1 s", async () => {
+    const token = await userToken();
+    await expectSignalAbortedOnlyWhenCut(app.url, token, toolLog, (body) =>
+      conversation(token, body),
+    );
+  });
+
   it('interrupt cuts the running step within 1 s and answers the new message; enqueue answers each once in order; reject refuses with AGENT_BUSY, yet acknowledges a repeat of the message it answers', async () => {
     const token = await userToken();
     const interrupting = await conversation(token, {
@@ -581,12 +595,12 @@ describe('agent runtime (standalone)', () => {
     client.close();
   });
 
-  it('ends a step that streams more than a message may hold in agent_error, and stores what fits as interrupted', async () => {
+  it('ends a step that streams more than an agent message may hold (1,048,577 characters) in agent_error, and stores the 1,048,576 that fit as interrupted', async () => {
     const token = await userToken();
-    // 3 bytes a character in UTF-8: a megabyte of characters would not fit one stored event.
+    // 3 bytes a character in UTF-8, stored twice in the event: 6 MiB of JSON.
     const id = await conversation(token, {
       agent: 'streamer',
-      agent_config: { text: '中', repeat: 1_100_000, chunks: 68, delay_ms: 0 },
+      agent_config: { text: '中', repeat: 1_048_577, chunks: 68, delay_ms: 0 },
     });
     const client = await ConversationClient.connect(app.url, token, { conversation_id: id });
     const cause = ((await client.message('write a lot')) as { event_id: number }).event_id;
@@ -604,7 +618,7 @@ describe('agent runtime (standalone)', () => {
     expect(failure).toMatchObject({ extras: { reason: 'agent_error' } });
     const [partial] = agentMessages(client.stored, cause);
     expect(partial?.args).toMatchObject({ interrupted: true });
-    expect(String(partial?.args['content'])).toBe('中'.repeat(262_144));
+    expect(String(partial?.args['content'])).toBe('中'.repeat(1_048_576));
     const state = await api(app.url, 'GET', `/api/conversations/${id}/state`, { token });
     expect(state.body.metrics.iterations).toBe(1);
     client.close();

@@ -7,7 +7,7 @@ import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { SignJWT } from 'jose';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import type { StatusUpdate, StoredEvent } from '@cs/protocol';
+import { MAX_MESSAGE_CONTENT_CHARS, type StatusUpdate, type StoredEvent } from '@cs/protocol';
 import { ConversationClient, api, devToken, ids, isAgentReply } from '../support/clients.js';
 import { REFUSAL_ENV, refusalStoresNothing } from '../support/concurrency-refusal.js';
 import { openFrozenSocket } from '../support/frozen-socket.js';
@@ -144,6 +144,40 @@ describe.each(backends)('standalone service on $name', (backend) => {
       expect(reply && 'args' in reply ? String(reply.args.content) : '').toContain('hi there');
       const received = ids(client.events);
       expect(received).toEqual(received.map((_, index) => index));
+    } finally {
+      client.close();
+    }
+  });
+
+  it('answers the longest message a user may send (262,144 characters) with its whole text, over the socket and over REST', async () => {
+    const longest = (tail: string) => `${'語'.repeat(MAX_MESSAGE_CONTENT_CHARS - 2)}${tail}`;
+    const id = await createConversation(app, token, { title: 'longest' });
+    const client = await ConversationClient.connect(app.url, token, { conversation_id: id });
+    try {
+      const bySocket = longest('👋');
+      const ack = await client.message(bySocket);
+      expect(ack.ok).toBe(true);
+      const socketId = ack.ok ? ack.event_id : -1;
+      await client.waitForReply(socketId, 30_000);
+      const reply = client.stored.find((e) => isAgentReply(e, socketId));
+      expect(reply && 'args' in reply ? reply.args.content : null).toBe(`echo: ${bySocket}`);
+
+      const byRest = longest('!?');
+      const posted = await api(app.url, 'POST', `/api/conversations/${id}/events`, {
+        token,
+        body: { action: 'message', args: { content: byRest } },
+      });
+      expect(posted.status).toBe(201);
+      const restId = posted.body.event_id as number;
+      await client.waitForReply(restId, 30_000);
+      const page = await api(
+        app.url,
+        'GET',
+        `/api/conversations/${id}/events?start_id=${restId}&limit=10`,
+        { token },
+      );
+      const stored = (page.body.events as StoredEvent[]).find((e) => isAgentReply(e, restId));
+      expect(stored && 'args' in stored ? stored.args.content : null).toBe(`echo: ${byRest}`);
     } finally {
       client.close();
     }

@@ -1,8 +1,11 @@
 // Helpers of the agent runtime's end-to-end tests: the test agent module,
 // tokens, the streamed text a client assembles, and an SSE stream's deltas.
+import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { SignJWT } from 'jose';
+import { expect } from 'vitest';
 import type { ServerEvent, StreamDelta } from '@cs/protocol';
+import { ConversationClient } from './clients.js';
 import { until } from './cluster.js';
 import { ROOT } from './processes.js';
 
@@ -57,4 +60,59 @@ export async function watchSse(baseUrl: string, id: string, token: string, lastE
         .map((line) => JSON.parse(line.slice(6)) as StreamDelta);
     },
   };
+}
+
+/** The turns (trigger ids) whose signal the `rollback_watcher` agent saw abort, and when. */
+function rollbacks(toolLog: string, conversationId: string): Map<number, number> {
+  const seen = new Map<number, number>();
+  for (const line of readFileSync(toolLog, 'utf8').split('\n')) {
+    const [word, conversation, trigger, at] = line.split(' ');
+    if (word === 'rollback' && conversation === conversationId)
+      seen.set(Number(trigger), Number(at));
+  }
+  return seen;
+}
+
+/**
+ * PROTOCOL.md, "Agent modules": a turn's signal aborts when the turn is cut
+ * (here: an interrupt, within 1 s) and never when it ends with its answer,
+ * under each strategy with a message sent during the turn. A third message
+ * answered afterwards proves the earlier turns are over (each turn begins
+ * after the one before it has ended).
+ */
+export async function expectSignalAbortedOnlyWhenCut(
+  url: string,
+  token: string,
+  toolLog: string,
+  create: (body: Record<string, unknown>) => Promise<string>,
+): Promise<void> {
+  const idOf = (ack: unknown) => (ack as { event_id: number }).event_id;
+  for (const strategy of ['enqueue', 'reject', 'interrupt'] as const) {
+    const id = await create({ agent: 'rollback_watcher', multitask_strategy: strategy });
+    const client = await ConversationClient.connect(url, token, { conversation_id: id });
+    try {
+      const first = idOf(await client.message('one'));
+      await client.waitFor((events) => deltasOf(events, first).length >= 1);
+      const sentAt = Date.now();
+      const during = await client.message('two');
+      const second = strategy === 'reject' ? null : idOf(during);
+      if (strategy === 'reject') {
+        expect(during).toMatchObject({ ok: false, error: { code: 'AGENT_BUSY' } });
+        await client.waitForReply(first);
+      } else {
+        await client.waitForReply(second!);
+      }
+      const third = idOf(await client.message('three'));
+      await client.waitForReply(third);
+      const aborted = rollbacks(toolLog, id);
+      if (strategy === 'interrupt') {
+        expect([...aborted.keys()], strategy).toEqual([first]);
+        expect(aborted.get(first)! - sentAt, strategy).toBeLessThan(1_000);
+      } else {
+        expect([...aborted.keys()], strategy).toEqual([]);
+      }
+    } finally {
+      client.close();
+    }
+  }
 }

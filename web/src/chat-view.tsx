@@ -3,7 +3,12 @@
 // the approval panel, the composer.
 import type { ComponentChildren } from 'preact';
 import { useEffect, useLayoutEffect, useRef, useState } from 'preact/hooks';
-import type { ConversationInfo, ConversationServiceClient, StoredEvent } from '@cs/client';
+import {
+  MAX_MESSAGE_CONTENT_CHARS,
+  type ConversationInfo,
+  type ConversationServiceClient,
+  type StoredEvent,
+} from '@cs/client';
 import { renderMarkdownOnce } from './markdown.js';
 import {
   agentStateLabel,
@@ -218,6 +223,7 @@ export function ChatView(props: {
         <textarea
           id="message"
           rows={2}
+          maxLength={MAX_MESSAGE_CONTENT_CHARS}
           placeholder="Write a message (Enter sends, Shift+Enter adds a line)"
           value={draft}
           onInput={(event) => setDraft(event.currentTarget.value)}

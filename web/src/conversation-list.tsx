@@ -3,7 +3,7 @@
 // and overlaid with what the open conversation reports live; create, rename,
 // delete.
 import { useCallback, useEffect, useRef, useState } from 'preact/hooks';
-import type { ConversationInfo, ConversationServiceClient } from '@cs/client';
+import { MAX_TITLE_CHARS, type ConversationInfo, type ConversationServiceClient } from '@cs/client';
 import { agentStateLabel, statusLabel } from './timeline.js';
 
 const PAGE = 20;
@@ -248,7 +248,7 @@ function RenameForm(props: {
         <input
           ref={input}
           value={value}
-          maxLength={512}
+          maxLength={MAX_TITLE_CHARS}
           onInput={(event) => setValue(event.currentTarget.value)}
           onKeyDown={(event) => {
             if (event.key === 'Escape') props.onCancel();

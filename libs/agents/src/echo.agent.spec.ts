@@ -1,6 +1,12 @@
 import { describe, expect, it } from 'vitest';
 import type { AgentContext } from '@cs/core';
-import { MAX_MESSAGE_CONTENT_CHARS, type AgentOutput, type StoredEvent } from '@cs/protocol';
+import {
+  AgentOutputSchema,
+  MAX_AGENT_MESSAGE_CHARS,
+  MAX_MESSAGE_CONTENT_CHARS,
+  type AgentOutput,
+  type StoredEvent,
+} from '@cs/protocol';
 import { EchoAgent } from './echo.agent.js';
 
 function turnFor(trigger: StoredEvent): AgentContext {
@@ -49,12 +55,13 @@ describe(EchoAgent.name, () => {
     expect(outputs).toEqual([{ type: 'message', content: `echo: ${text}` }]);
   });
 
-  it('answers the longest message a user may send, cut to the longest a step may store, on a whole character', async () => {
-    const text = `${'x'.repeat(MAX_MESSAGE_CONTENT_CHARS - 7)}👋`;
+  it('answers the longest message a user may send with its whole text, within what an agent message may hold', async () => {
+    const text = `${'x'.repeat(MAX_MESSAGE_CONTENT_CHARS - 2)}👋`;
     const outputs = await collect(new EchoAgent().step(turnFor(userMessage(text))));
     const content = (outputs[0] as { content: string }).content;
-    expect(content).toBe(`echo: ${'x'.repeat(MAX_MESSAGE_CONTENT_CHARS - 7)}`);
-    expect(content.length).toBeLessThanOrEqual(MAX_MESSAGE_CONTENT_CHARS);
+    expect(content).toBe(`echo: ${text}`);
+    expect(content.length).toBeLessThanOrEqual(MAX_AGENT_MESSAGE_CHARS);
+    expect(AgentOutputSchema.safeParse(outputs[0]).success).toBe(true);
   });
 
   it('is deterministic', async () => {

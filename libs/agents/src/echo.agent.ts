@@ -3,7 +3,7 @@
  * Deterministic and instant; the default agent, used by the demo and the
  * end-to-end tests of the exactly-once guarantee.
  */
-import { MAX_MESSAGE_CONTENT_CHARS, cutText, isAction, type AgentOutput } from '@cs/protocol';
+import { isAction, type AgentOutput } from '@cs/protocol';
 import type { Agent, AgentContext } from '@cs/core';
 
 export const ECHO_AGENT = 'echo';
@@ -15,9 +15,8 @@ export class EchoAgent implements Agent {
     const { trigger } = context;
     if (!isAction(trigger) || trigger.action !== 'message') return;
     const text = trigger.args['content'];
-    // A message of the longest length a user may send is answered cut to the
-    // longest a step's text may be, rather than not at all.
-    const answer = ECHO_PREFIX + (typeof text === 'string' ? text : '');
-    yield { type: 'message', content: cutText(answer, MAX_MESSAGE_CONTENT_CHARS) };
+    // Whole also for the longest message a user may send: an agent's message
+    // may be four times as long (MAX_AGENT_MESSAGE_CHARS).
+    yield { type: 'message', content: ECHO_PREFIX + (typeof text === 'string' ? text : '') };
   }
 }

@@ -22,3 +22,9 @@ export {
   isStreamDelta,
 } from './wire-guards.js';
 export * from './wire.js';
+// The text limits of the contract, from the very file of libs/protocol that defines them.
+export {
+  MAX_AGENT_MESSAGE_CHARS,
+  MAX_MESSAGE_CONTENT_CHARS,
+  MAX_TITLE_CHARS,
+} from './protocol/limits.js';

@@ -774,6 +774,46 @@ describe(AgentSession.name, () => {
     });
   });
 
+  describe("the agent's signal", () => {
+    it.each(['enqueue', 'reject'] as const)(
+      'is never aborted for turns that end with their answer (%s, a message sent during the turn)',
+      async (multitaskStrategy) => {
+        const f = await fixture();
+        const agent = new GatedAgent();
+        const session = await f.newSession(agent, 10, CATCH_UP_MS, 0, { multitaskStrategy });
+        await session.start();
+        const first = await f.userSays('first', session);
+        await agent.entered;
+        // Under `reject` the gateway refuses a message during the turn; the session only wakes.
+        const second = multitaskStrategy === 'enqueue' ? await f.userSays('second', session) : null;
+        if (second === null) session.wake();
+        agent.release();
+        const expected: [string, number][] = [['echo: first', first]];
+        if (second !== null) expected.push(['echo: second', second]);
+        await vi.waitFor(() => expect(f.answers()).toEqual(expected));
+        await vi.waitFor(() => expect(session.agentState).toBe('awaiting_user_input'));
+        expect(agent.signals).toHaveLength(expected.length);
+        expect(agent.signals.map((signal) => signal.aborted)).toEqual(expected.map(() => false));
+        await session.close();
+      },
+    );
+
+    it('is aborted by an interrupt: a newer message cuts the running turn', async () => {
+      const f = await fixture();
+      const agent = new GatedAgent();
+      const session = await f.newSession(agent, 10, CATCH_UP_MS, 0, {
+        multitaskStrategy: 'interrupt',
+      });
+      await session.start();
+      await f.userSays('first', session);
+      await agent.entered;
+      await f.userSays('second', session);
+      await vi.waitFor(() => expect(agent.signals[0]?.aborted).toBe(true));
+      agent.release();
+      await session.close();
+    });
+  });
+
   describe('stop() and close()', () => {
     it('stop(reason, notice) publishes the notice, stores stopped with the reason and closes', async () => {
       const f = await fixture();
@@ -966,7 +1006,7 @@ describe(AgentSession.name, () => {
         yield say('ok');
         return;
       }
-      for (;;) yield { type: 'delta', delta: 'x' };
+      for (;;) yield { type: 'delta', delta: 'x'.repeat(64) };
     });
     const session = await f.newSession(agent);
     await session.start();

@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { AgentOutputSchema } from './agent-outputs.js';
-import { MAX_JSON_DEPTH, MAX_PAYLOAD_BYTES } from './limits.js';
+import { MAX_AGENT_MESSAGE_CHARS, MAX_JSON_DEPTH, MAX_PAYLOAD_BYTES } from './limits.js';
 
 describe('AgentOutputSchema', () => {
   it("takes an event of the agent's own, and refuses one of the kinds the runtime stores", () => {
@@ -77,5 +77,10 @@ describe('AgentOutputSchema', () => {
     expect(
       AgentOutputSchema.safeParse({ type: 'state', delta: { big: big.slice(100) } }).success,
     ).toBe(true);
+  });
+
+  it("takes a message as long as an agent's message may be, past a client's payload size", () => {
+    const content = '中'.repeat(MAX_AGENT_MESSAGE_CHARS);
+    expect(AgentOutputSchema.safeParse({ type: 'message', content }).success).toBe(true);
   });
 });

@@ -63,7 +63,9 @@ const AgentOutputShapeSchema = z.discriminatedUnion('type', [
  * unpaired surrogate). Such an output would otherwise fail when stored (too
  * deep a value overflows the stack of every recursive step on its way),
  * taking its whole step with it. A delta is stored only as part of its step's
- * text, which is checked then: a surrogate pair may be split across two.
+ * text, which is checked then: a surrogate pair may be split across two. A
+ * message's text is bounded by characters instead (`MAX_AGENT_MESSAGE_CHARS`,
+ * by the step, which keeps what fits).
  */
 export const AgentOutputSchema = AgentOutputShapeSchema.superRefine((output, ctx) => {
   if (output.type === 'delta') return;
@@ -85,7 +87,7 @@ export const AgentOutputSchema = AgentOutputShapeSchema.superRefine((output, ctx
     });
     return;
   }
-  if (jsonByteLength(output) > MAX_PAYLOAD_BYTES) {
+  if (output.type !== 'message' && jsonByteLength(output) > MAX_PAYLOAD_BYTES) {
     ctx.addIssue({ code: 'custom', message: `larger than ${MAX_PAYLOAD_BYTES} bytes as JSON` });
   }
 });

@@ -1,5 +1,18 @@
-/** Size limits of the wire contract (PROTOCOL.md). */
+/**
+ * Size limits of the wire contract (PROTOCOL.md). Plain TypeScript that
+ * imports nothing, on purpose: the client SDK, and through it the web app,
+ * compiles this very file (libs/client/src/protocol/limits.ts is a symlink to
+ * it), so that the runtime, the store and the web app share one definition.
+ */
+/** A user message's `content` (socket, REST, `initial_user_msg`, `replay_json`). */
 export const MAX_MESSAGE_CONTENT_CHARS = 262_144;
+/**
+ * An agent's message, and the text one step streams: four times the longest
+ * user message, so that an answer quoting it whole (the echo agent's) fits.
+ * Text beyond it ends the step in `agent_error`, what fits stored as
+ * interrupted.
+ */
+export const MAX_AGENT_MESSAGE_CHARS = 1_048_576;
 export const MAX_CLIENT_EVENT_ID_CHARS = 128;
 /** A socket message or REST body above this is refused with PAYLOAD_TOO_LARGE. */
 export const MAX_PAYLOAD_BYTES = 1024 * 1024;

@@ -21,6 +21,7 @@ import {
   eventType,
   isObservation,
   isSameEvent,
+  MAX_AGENT_MESSAGE_CHARS,
   readAgentState,
 } from '@cs/protocol';
 import type {
@@ -47,10 +48,13 @@ export interface PreparedDraft {
 }
 
 /**
- * The largest event body the log takes: a user action is at most 1 MiB on
- * the wire; an agent's output, a tool's result, no more than twice that.
+ * The largest event body the log takes. A user action is at most 1 MiB on
+ * the wire; the largest is an agent's message, whose text (up to
+ * `MAX_AGENT_MESSAGE_CHARS` UTF-16 units) is stored twice (`args.content` and
+ * `message`), each unit at most 6 bytes as JSON (the `\u0001` escape of a
+ * control character; 3 for any other), and a little room for the rest.
  */
-export const MAX_EVENT_BYTES = 2 * 1024 * 1024;
+export const MAX_EVENT_BYTES = 2 * 6 * MAX_AGENT_MESSAGE_CHARS + 64 * 1024;
 
 export function prepareDraft(draft: EventDraft): PreparedDraft {
   if (!EventSourceSchema.safeParse(draft.source).success) {
@@ -80,7 +84,7 @@ export function prepareDraft(draft: EventDraft): PreparedDraft {
   const payloadJson = JSON.stringify(stripped);
   const payloadBytes = Buffer.byteLength(payloadJson);
   if (payloadBytes > MAX_EVENT_BYTES) {
-    throw new BadRequestError(`an event is at most ${MAX_EVENT_BYTES >> 20} MiB`, 'body');
+    throw new BadRequestError(`an event is at most ${MAX_EVENT_BYTES} bytes as JSON`, 'body');
   }
   const payload = JSON.parse(payloadJson) as Record<string, unknown>;
 

@@ -11,11 +11,8 @@ import { agentStateChangeDraft } from './agent-state-change.js';
 import type { TurnRunner } from './turn-runner.js';
 
 const RUNNING_DEFER_MS = 20;
-/**
- * What a turn's signal gives as its reason: made once, since a DOMException
- * made at each abort (every turn's end) cost a worker 3% of its CPU.
- */
-const TURN_ABORTED = new DOMException('The turn was cut or is over.', 'AbortError');
+/** What a turn's signal gives as its reason: made once, not at each cut. */
+const TURN_CUT = new DOMException('The turn was cut.', 'AbortError');
 
 /**
  * Why a running turn was cut: a user's pause or stop read from the store, a
@@ -26,7 +23,15 @@ const TURN_ABORTED = new DOMException('The turn was cut or is over.', 'AbortErro
 export type Cut = 'pause' | 'stop_request' | 'interrupt' | 'stop' | 'close';
 
 export class ActiveTurn {
-  readonly controller = new AbortController();
+  /**
+   * The agent's and its tools' signal: aborted when the turn is cut (stop,
+   * pause, interrupt, lease loss, shutdown) and never when it ends otherwise,
+   * so that an agent's abort handlers (a rollback) run only when its work was
+   * cut. A finished turn holds nothing this signal would have to release: the
+   * step runner returns an unfinished agent iterator, and a tool's own
+   * timeout ends its call.
+   */
+  private readonly cutSignal = new AbortController();
   private why: Cut | null = null;
   private runningStored = false;
   private writes: Promise<unknown> = Promise.resolve();
@@ -48,9 +53,13 @@ export class ActiveTurn {
     this.abort();
   }
 
-  /** Fires the turn's signal (once). */
+  get signal(): AbortSignal {
+    return this.cutSignal.signal;
+  }
+
+  /** Fires the turn's signal (once): only for a cut. */
   abort(): void {
-    if (!this.controller.signal.aborted) this.controller.abort(TURN_ABORTED);
+    if (!this.cutSignal.signal.aborted) this.cutSignal.abort(TURN_CUT);
   }
 
   /** Only notes why, for a cut that a later `abort` carries out. */
@@ -84,10 +93,9 @@ export class ActiveTurn {
     await this.writes.catch(() => undefined);
   }
 
-  /** The turn is over, however it ended. */
+  /** The turn is over, however it ended; its signal fires only if it was cut. */
   async end(): Promise<void> {
     clearTimeout(this.runningTimer);
-    this.abort();
     await this.writes.catch(() => undefined);
   }
 }

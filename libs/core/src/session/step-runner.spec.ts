@@ -2,12 +2,8 @@ import { describe, expect, it } from 'vitest';
 import type { AgentOutput, StoredEvent } from '@cs/protocol';
 import type { Agent, AgentContext } from '../agent.js';
 import { DeltaStream } from './delta-stream.js';
-import {
-  InvalidAgentOutputError,
-  MAX_OUTPUTS_PER_STEP,
-  MAX_STEP_TEXT_CHARS,
-  runStep,
-} from './step-runner.js';
+import { MAX_AGENT_MESSAGE_CHARS } from '@cs/protocol';
+import { InvalidAgentOutputError, MAX_OUTPUTS_PER_STEP, runStep } from './step-runner.js';
 
 const trigger = {
   id: 0,
@@ -82,7 +78,7 @@ describe('runStep', () => {
     expect(result).toMatchObject({ end: 'done', answered: true, text: 'Hello' });
   });
 
-  it('fails a step that streams more than MAX_STEP_TEXT_CHARS, keeps what fits and closes the agent', async () => {
+  it('fails a step that streams more than MAX_AGENT_MESSAGE_CHARS, keeps what fits and closes the agent', async () => {
     const piece = 'x'.repeat(100_000);
     const agent = agentOf(function* () {
       for (;;) yield { type: 'delta', delta: piece };
@@ -90,7 +86,7 @@ describe('runStep', () => {
     const result = await runStep(agent, context(), new DeltaStream(0, () => undefined));
     expect(result.end).toBe('failed');
     expect(result.error).toBeInstanceOf(InvalidAgentOutputError);
-    expect(result.text).toHaveLength(MAX_STEP_TEXT_CHARS);
+    expect(result.text).toHaveLength(MAX_AGENT_MESSAGE_CHARS);
     await new Promise((resolve) => setImmediate(resolve));
     expect(agent.closed).toBe(true);
   });
@@ -150,22 +146,22 @@ describe('runStep', () => {
     expect(result).toMatchObject({ end: 'done', text: 'the answer', finished: {} });
   });
 
-  it('fails a step whose message is longer than MAX_STEP_TEXT_CHARS', async () => {
+  it('fails a step whose message is longer than MAX_AGENT_MESSAGE_CHARS', async () => {
     const agent = agentOf(() => [
-      { type: 'message', content: 'y'.repeat(MAX_STEP_TEXT_CHARS + 1) },
+      { type: 'message', content: 'y'.repeat(MAX_AGENT_MESSAGE_CHARS + 1) },
     ]);
     const result = await runStep(agent, context(), new DeltaStream(0, () => undefined));
     expect(result.end).toBe('failed');
-    expect(result.text).toHaveLength(MAX_STEP_TEXT_CHARS);
+    expect(result.text).toHaveLength(MAX_AGENT_MESSAGE_CHARS);
   });
 
   it('keeps whole characters when the cut falls inside an emoji (a lone surrogate cannot be stored)', async () => {
     const agent = agentOf(() => [
-      { type: 'message', content: `${'y'.repeat(MAX_STEP_TEXT_CHARS - 1)}😀 and more` },
+      { type: 'message', content: `${'y'.repeat(MAX_AGENT_MESSAGE_CHARS - 1)}😀 and more` },
     ]);
     const result = await runStep(agent, context(), new DeltaStream(0, () => undefined));
     expect(result.end).toBe('failed');
-    expect(result.text).toBe('y'.repeat(MAX_STEP_TEXT_CHARS - 1));
+    expect(result.text).toBe('y'.repeat(MAX_AGENT_MESSAGE_CHARS - 1));
   });
 
   it('closes the agent whose output is refused, so that it stops its work', async () => {

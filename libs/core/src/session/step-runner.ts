@@ -6,7 +6,7 @@
  */
 import {
   AgentOutputSchema,
-  MAX_MESSAGE_CONTENT_CHARS,
+  MAX_AGENT_MESSAGE_CHARS,
   cutText,
   type AgentOutput,
   type EventBody,
@@ -60,19 +60,12 @@ const ABORTED: unique symbol = Symbol('aborted');
 /**
  * An agent that never ends its step (a loop of outputs) is cut off here.
  * Deltas that add text do not count: the step's text is bounded on its own
- * (`MAX_STEP_TEXT_CHARS`), and a model streams a long answer in as many
+ * (`MAX_AGENT_MESSAGE_CHARS`: past it the step fails, and what fits is
+ * stored as interrupted, so that an agent that never stops cannot fill the
+ * worker's memory), and a model streams a long answer in as many
  * deltas as it has tokens.
  */
 export const MAX_OUTPUTS_PER_STEP = 10_000;
-/**
- * The most text one step may stream: past it the step fails, and what fits
- * is stored as interrupted (an agent, a model server or a remote agent that
- * never stops must not fill the worker's memory). As long as a user message
- * may be, above any model's longest answer: stored twice in its event
- * (`args.content` and `message`), in any script it fits the 2 MiB an event
- * may take (1 MiB did not: such a step's text could not be stored at all).
- */
-export const MAX_STEP_TEXT_CHARS = MAX_MESSAGE_CONTENT_CHARS;
 /** Every so many outputs the step lets timers and I/O run (a stop, a timeout must get through). */
 const YIELD_EVERY = 64;
 
@@ -127,8 +120,10 @@ export async function runStep(
       }
       if (parsed.data.type !== 'delta' || parsed.data.delta === '') counted += 1;
       collect(parsed.data, result, stream);
-      if (Math.max(stream.content.length, result.text.length) > MAX_STEP_TEXT_CHARS) {
-        throw new InvalidAgentOutputError(`more than ${MAX_STEP_TEXT_CHARS} characters of text`);
+      if (Math.max(stream.content.length, result.text.length) > MAX_AGENT_MESSAGE_CHARS) {
+        throw new InvalidAgentOutputError(
+          `more than ${MAX_AGENT_MESSAGE_CHARS} characters of text`,
+        );
       }
     }
   } catch (error) {
@@ -150,7 +145,7 @@ export async function runStep(
   // after streamed text ends the step without taking back what was shown.
   if (!result.answered || result.text === '') result.text = stream.content;
   // A step cut for its size keeps what fits.
-  result.text = cutText(result.text, MAX_STEP_TEXT_CHARS);
+  result.text = cutText(result.text, MAX_AGENT_MESSAGE_CHARS);
   return result;
 }
 

@@ -219,7 +219,7 @@ export class TurnDriver {
     try {
       // Under `reject` the door reads `running` to refuse a second message: store it first.
       if (deps.strategy() === 'reject') await turn.append([]);
-      const outcome = await runner.run(turn.controller.signal);
+      const outcome = await runner.run(turn.signal);
       await turn.settle();
       if (outcome.kind === 'settled') {
         this.settled(trigger.id);

@@ -160,10 +160,15 @@ export class LiveConnection implements ConversationSubscriber {
 
   // ------------------------------------------------------------- internals
 
+  /**
+   * Checks the backlog before it adds to it: a client that stopped reading is
+   * closed at its next message, while one message larger than the limit (an
+   * agent's longest answer, as JSON) reaches a client that reads.
+   */
   private send(message: ServerEvent): void {
+    this.checkBacklog();
     if (this.ended) return;
     this.options.transport.send(message);
-    this.checkBacklog();
   }
 
   /** Unsent: what the transport holds for the client, and what the feed holds back. */
