@@ -23,18 +23,27 @@ const FRAMEWORKS = [
 ];
 /** A relative import into another lib's sources (`../../cluster/src/…`). */
 const intoLib = (...libs) => `^(\\.\\./)+(libs/)?(${libs.join('|')})/`;
-const restrict = (message, { packages = [], libs = [], relative = [] }) => ({
-  'no-restricted-imports': [
-    'error',
-    {
-      patterns: [
-        ...(packages.length > 0 ? [{ group: packages, message }] : []),
-        ...(libs.length > 0 ? [{ group: libs, message }] : []),
-        ...(relative.length > 0 ? [{ regex: intoLib(...relative), message }] : []),
-      ],
-    },
-  ],
-});
+const directions = (message, { packages = [], libs = [], relative = [] }) => [
+  ...(packages.length > 0 ? [{ group: packages, message }] : []),
+  ...(libs.length > 0 ? [{ group: libs, message }] : []),
+  ...(relative.length > 0 ? [{ regex: intoLib(...relative), message }] : []),
+];
+/** Test support (fakes, the in-memory store, test agents) never reaches the shipped build. */
+const TEST_SUPPORT = [
+  { regex: '(^|/)testing/', message: 'test support (testing/) is for specs and tests only' },
+  { regex: '^(\\.\\./)+test/', message: 'the test tree is for specs and tests only' },
+];
+/** Sources that ship in dist/: not specs, not test support. */
+const PRODUCTION = { ignores: ['**/*.spec.ts', 'libs/*/src/testing/**'] };
+const rule = (patterns) => ({ 'no-restricted-imports': ['error', { patterns }] });
+/**
+ * A lib's import directions for all its files, and for its production files
+ * the same plus no test support (a later block's rule replaces an earlier one's).
+ */
+const restrict = (files, message, options) => [
+  { files, rules: rule(directions(message, options)) },
+  { files, ...PRODUCTION, rules: rule([...directions(message, options), ...TEST_SUPPORT]) },
+];
 const OTHER_LIBS = [
   'store',
   'cluster',
@@ -93,40 +102,34 @@ export default tseslint.config(
     languageOptions: { globals: { ...globals.browser } },
   },
   {
-    files: ['libs/protocol/src/**/*.ts'],
-    rules: restrict('libs/protocol holds wire schemas: it imports zod and nothing of the domain', {
+    files: ['apps/*/src/**/*.ts', 'libs/*/src/**/*.{ts,tsx}'],
+    ...PRODUCTION,
+    rules: rule(TEST_SUPPORT),
+  },
+  ...restrict(
+    ['libs/protocol/src/**/*.ts'],
+    'libs/protocol holds wire schemas: it imports zod and nothing of the domain',
+    { packages: FRAMEWORKS, libs: ['@cs/*'], relative: OTHER_LIBS },
+  ),
+  ...restrict(
+    ['libs/core/src/**/*.ts'],
+    'libs/core is the plain domain: it imports libs/protocol only, no store, cluster, gateway or framework',
+    {
       packages: FRAMEWORKS,
-      libs: ['@cs/*'],
-      relative: OTHER_LIBS,
-    }),
-  },
-  {
-    files: ['libs/core/src/**/*.ts'],
-    rules: restrict(
-      'libs/core is the plain domain: it imports libs/protocol only, no store, cluster, gateway or framework',
-      {
-        packages: FRAMEWORKS,
-        libs: ['@cs/*', '!@cs/protocol'],
-        relative: OTHER_LIBS.filter((lib) => lib !== 'core'),
-      },
-    ),
-  },
-  {
-    files: ['libs/store/src/**/*.ts'],
-    rules: restrict('libs/store and libs/cluster never import each other', {
-      packages: ['ioredis', 'bullmq'],
-      libs: ['@cs/cluster'],
-      relative: ['cluster'],
-    }),
-  },
-  {
-    files: ['libs/cluster/src/**/*.ts'],
-    rules: restrict('libs/store and libs/cluster never import each other', {
-      packages: ['pg', '@electric-sql/*'],
-      libs: ['@cs/store'],
-      relative: ['store'],
-    }),
-  },
+      libs: ['@cs/*', '!@cs/protocol'],
+      relative: OTHER_LIBS.filter((lib) => lib !== 'core'),
+    },
+  ),
+  ...restrict(['libs/store/src/**/*.ts'], 'libs/store and libs/cluster never import each other', {
+    packages: ['ioredis', 'bullmq'],
+    libs: ['@cs/cluster'],
+    relative: ['cluster'],
+  }),
+  ...restrict(['libs/cluster/src/**/*.ts'], 'libs/store and libs/cluster never import each other', {
+    packages: ['pg', '@electric-sql/*'],
+    libs: ['@cs/store'],
+    relative: ['store'],
+  }),
   {
     files: ['**/*.spec.ts', 'test/**/*.ts'],
     rules: {

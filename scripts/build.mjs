@@ -52,6 +52,9 @@ if (!existsSync(nest)) {
   process.stderr.write('\nthe build tools are missing: run `npm install` first\n');
   process.exit(1);
 }
+// A whole compile: nothing a source no longer makes (a moved or deleted file) stays behind.
+for (const dir of ['apps', 'libs'])
+  rmSync(join(root, 'dist', dir), { recursive: true, force: true });
 const result = spawnSync(nest, ['build', 'standalone'], { cwd: root, stdio: 'inherit' });
 if (result.status !== 0) process.exit(result.status ?? 1);
 

@@ -12,8 +12,8 @@ import {
   FakeAnthropicServer,
   anthropicStream,
   type AnthropicReply,
-} from '../../libs/agents/src/testing/fake-anthropic-server.js';
-import { FakeMcpServer } from '../../libs/agents/src/testing/fake-mcp-server.js';
+} from '../fakes/fake-anthropic-server.js';
+import { FakeMcpServer } from '../fakes/fake-mcp-server.js';
 import {
   metricsOf,
   openConversation,

@@ -11,13 +11,13 @@ import {
   FakeModelServer,
   openAiCompletion,
   openAiStream,
-} from '../../libs/agents/src/testing/fake-model-server.js';
-import { FakeMcpServer } from '../../libs/agents/src/testing/fake-mcp-server.js';
+} from '../fakes/fake-model-server.js';
+import { FakeMcpServer } from '../fakes/fake-mcp-server.js';
 import {
   FakeRemoteAgent,
   type RemoteAgentRequest,
   type RemoteAnswer,
-} from '../../libs/agents/src/testing/fake-remote-agent.js';
+} from '../fakes/fake-remote-agent.js';
 import {
   createConversation,
   isDelta,

@@ -13,8 +13,8 @@ import {
   FakeModelServer,
   openAiCompletion,
   openAiStream,
-} from '../../libs/agents/src/testing/fake-model-server.js';
-import { FakeMcpServer } from '../../libs/agents/src/testing/fake-mcp-server.js';
+} from '../fakes/fake-model-server.js';
+import { FakeMcpServer } from '../fakes/fake-mcp-server.js';
 import { api, devToken, isAgentReply } from '../support/clients.js';
 import {
   isDelta,

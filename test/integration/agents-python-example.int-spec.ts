@@ -16,7 +16,7 @@ import {
   events,
   resetEventIds,
   settle,
-} from '../../libs/agents/src/testing/agent-context.js';
+} from '../fakes/agent-context.js';
 
 const script = fileURLToPath(new URL('../../examples/http-agent-python/agent.py', import.meta.url));
 const SECRET = 'python-example-secret-0123456789';

@@ -7,7 +7,7 @@ import type { ServerEvent, StoredEvent } from '@cs/protocol';
 import type {
   FakeModelServer,
   FakeReply,
-} from '../../libs/agents/src/testing/fake-model-server.js';
+} from '../fakes/fake-model-server.js';
 import { ConversationClient, api, isAgentReply } from './clients.js';
 
 type Body = Record<string, unknown>;

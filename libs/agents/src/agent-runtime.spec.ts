@@ -1,6 +1,6 @@
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { loadConfig } from '@cs/config';
-import { FakeMcpServer } from './testing/fake-mcp-server.js';
+import { FakeMcpServer } from '../../../test/fakes/fake-mcp-server.js';
 import { createAgentRuntime, type AgentRuntime } from './agent-runtime.js';
 
 let server: FakeMcpServer;

@@ -8,8 +8,8 @@ import {
   events,
   resetEventIds,
   settle,
-} from '../testing/agent-context.js';
-import { FakeRemoteAgent, pause } from '../testing/fake-remote-agent.js';
+} from '../../../../test/fakes/agent-context.js';
+import { FakeRemoteAgent, pause } from '../../../../test/fakes/fake-remote-agent.js';
 import { HTTP_AGENT_MAX_BYTES, HttpAgent } from './http.agent.js';
 
 const SECRET = 'the-hmac-secret-of-this-test';

@@ -5,13 +5,13 @@ import type { ReadableSpan } from '@opentelemetry/sdk-trace-base';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { withSpan } from '@cs/observability';
 import { useInMemoryTracing } from '../../../../test/support/in-memory-tracing.js';
-import { contextOf, events, resetEventIds, settle } from '../testing/agent-context.js';
+import { contextOf, events, resetEventIds, settle } from '../../../../test/fakes/agent-context.js';
 import {
   FakeModelServer,
   fakeModelLlmConfig,
   openAiCompletion,
   openAiStream,
-} from '../testing/fake-model-server.js';
+} from '../../../../test/fakes/fake-model-server.js';
 import { LlmAgent } from './llm.agent.js';
 
 const API_KEY = 'sk-span-test-THE-KEY-0123456789';

@@ -8,14 +8,14 @@ import {
   events,
   resetEventIds,
   settle,
-} from '../testing/agent-context.js';
+} from '../../../../test/fakes/agent-context.js';
 import {
   FakeModelServer,
   anthropicStream,
   fakeModelLlmConfig,
   openAiCompletion,
   openAiStream,
-} from '../testing/fake-model-server.js';
+} from '../../../../test/fakes/fake-model-server.js';
 import { LLM_RETRY_STATUS, LlmAgent, cleanTitle } from './llm.agent.js';
 import { EMPTY_RESULT, EMPTY_USER_MESSAGE } from './prompt-messages.js';
 

@@ -1,7 +1,7 @@
 import { createServer } from 'node:net';
 import { inspect } from 'node:util';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { FakeMcpServer } from '../testing/fake-mcp-server.js';
+import { FakeMcpServer } from '../../../../test/fakes/fake-mcp-server.js';
 import { MODEL_TOOL_NAME } from '../llm/model-client.js';
 import { loadMcpTools, resultText, type McpTools } from './mcp-tools.js';
 

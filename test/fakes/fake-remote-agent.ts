@@ -6,11 +6,7 @@
  * pauses, a status, or a connection it never ends.
  */
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
-import {
-  SIGNATURE_HEADER,
-  TIMESTAMP_HEADER,
-  verifyRequestSignature,
-} from '../http/request-signature.js';
+import { SIGNATURE_HEADER, TIMESTAMP_HEADER, verifyRequestSignature } from '@cs/agents';
 import {
   closeServer,
   jsonBody,

@@ -23,7 +23,6 @@ export class ArrayHistory implements ConversationHistory {
     return Promise.resolve(page);
   }
 
-  // eslint-disable-next-line @typescript-eslint/require-await -- an async iterable by contract
   async *range(start: number, end: number): AsyncIterable<StoredEvent> {
     for (const event of this.events) {
       if (event.id < start || event.id > end) continue;
