@@ -15,6 +15,7 @@ import {
   RedisRoomSubscriber,
   RedisUserActionRateLimiter,
   UserConcurrencyLimiter,
+  assertConnected,
   checkEvictionPolicy,
   connected,
   leaseTiming,
@@ -32,6 +33,7 @@ import {
   READINESS_CHECKS,
   ROOM_BROADCASTER,
   ROOM_TRAFFIC_SOURCE,
+  SOCKET_ADAPTER_CHECK,
   ServiceMetrics,
   USER_ACTION_RATE_LIMITER,
   createHttpApp,
@@ -60,8 +62,8 @@ async function main({ config, logger: root }: ServiceContext): Promise<RunningSe
     migrate: config.database.migrateOnStart,
   });
   // What a client's request waits on fails at once while Redis is away (503,
-  // nothing carried out later); the connections' bookkeeping and the Socket.IO
-  // adapter wait the outage out.
+  // nothing carried out later), and so do the Socket.IO adapter's publishes;
+  // the connections' bookkeeping and the subscriptions wait the outage out.
   const requests = openRequestRedis(redisUrl, `${gatewayId}:requests`);
   const publisher = openRequestPublisher(redisUrl, `${gatewayId}:publish`);
   const redis = openRedis(redisUrl, `${gatewayId}:commands`);
@@ -119,6 +121,13 @@ async function main({ config, logger: root }: ServiceContext): Promise<RunningSe
     { provide: ROOM_TRAFFIC_SOURCE, useValue: rooms },
     { provide: ROOM_BROADCASTER, useValue: broadcaster },
     {
+      provide: SOCKET_ADAPTER_CHECK,
+      useValue: () => {
+        assertConnected(publisher);
+        assertConnected(subscriber);
+      },
+    },
+    {
       provide: USER_ACTION_RATE_LIMITER,
       useValue: new RedisUserActionRateLimiter(requests, keys, config.limits.rateLimitPerMinute),
     },
@@ -126,7 +135,7 @@ async function main({ config, logger: root }: ServiceContext): Promise<RunningSe
 
   const app = await createHttpApp(module, config, logger, (nest) => {
     nest.useWebSocketAdapter(
-      new RedisIoAdapter(nest, config.http.corsOrigins, redis, subscriber, keys.socketIo),
+      new RedisIoAdapter(nest, config.http.corsOrigins, publisher, subscriber, keys.socketIo),
     );
   });
   // After a Redis outage, whatever was published meanwhile is read from Postgres.
