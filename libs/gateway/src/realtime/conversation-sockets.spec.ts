@@ -1,7 +1,11 @@
 import { afterEach, describe, expect, it, vi } from 'vitest';
 import { UnavailableError } from '@cs/core';
 import { StatusId, type StatusUpdate } from '@cs/protocol';
-import { ConversationSockets, type SocketRoomsServer } from './conversation-sockets.js';
+import {
+  CROSS_GATEWAY_TIMEOUT_MS,
+  ConversationSockets,
+  type SocketRoomsServer,
+} from './conversation-sockets.js';
 
 /** A Socket.IO server whose rooms answer `fetchSockets` as the test says, and record the rest. */
 function fakeServer(
@@ -44,7 +48,7 @@ describe(ConversationSockets.name, () => {
     sockets.serve(server);
     expect(await sockets.count('c.1', 1500)).toBe(3);
     expect(await sockets.count('c.2')).toBe(0);
-    expect(server.timeouts).toEqual([1500, 2000]);
+    expect(server.timeouts).toEqual([1500, CROSS_GATEWAY_TIMEOUT_MS]);
   });
 
   it('refuses at once with UNAVAILABLE while the adapter cannot reach the other gateways', async () => {
