@@ -44,7 +44,7 @@ import { conversationOfRoom } from '@cs/core';
 import { currentTraceparent, databaseCheck, redisCheck } from '@cs/observability';
 import { runService, type RunningService, type ServiceContext } from '@cs/process';
 import { openStore } from '@cs/store';
-import { RedisIoAdapter } from './redis-io.adapter.js';
+import { RedisIoAdapter, checkShardedPubSub } from './redis-io.adapter.js';
 
 /** Within the 10 s the contract gives a gateway to exit after SIGTERM. */
 const SHUTDOWN_TIMEOUT_MS = 9_000;
@@ -75,6 +75,7 @@ async function main({ config, logger: root }: ServiceContext): Promise<RunningSe
   });
   const warning = await checkEvictionPolicy(redis);
   if (warning) logger.warn(warning);
+  await checkShardedPubSub(redis, 'REDIS_URL');
   await Promise.all([connected(requests), connected(publisher)]);
 
   const metrics = new ServiceMetrics({ role: 'gateway', gateway_id: gatewayId });

@@ -1,5 +1,6 @@
 import type { INestApplicationContext } from '@nestjs/common';
 import { createShardedAdapter } from '@socket.io/redis-adapter';
+import { StartupError } from '@cs/config';
 import { ConfiguredIoAdapter } from '@cs/gateway';
 import type { Cluster, Redis } from 'ioredis';
 import type { Server, ServerOptions } from 'socket.io';
@@ -37,5 +38,28 @@ export class RedisIoAdapter extends ConfiguredIoAdapter {
       }),
     );
     return server;
+  }
+}
+
+/**
+ * Sharded pub/sub came with Redis 7.0: on an older Redis the adapter's first
+ * `SSUBSCRIBE` would fail, so the start is refused with one line instead.
+ * A Redis that does not answer `INFO` is let through.
+ */
+export async function checkShardedPubSub(
+  redis: Pick<Redis, 'info'> | Pick<Cluster, 'info'>,
+  variable: string,
+): Promise<void> {
+  let info: string;
+  try {
+    info = await redis.info('server');
+  } catch {
+    return;
+  }
+  const version = /^redis_version:(\d+)\.([\d.]+)/m.exec(info);
+  if (version && Number(version[1]) < 7) {
+    throw new StartupError(
+      `${variable}: Redis ${version[1]}.${version[2]} has no sharded pub/sub, which the gateway's Socket.IO adapter needs: use Redis 7.0 or later`,
+    );
   }
 }
