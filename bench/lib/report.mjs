@@ -962,7 +962,7 @@ export function renderMarkdown(data, chart) {
     'The round trip\'s "vs building blocks" ratio divides its percentile by the sum of the same' +
       ' percentile of the building blocks on its path (Socket.IO ack, two durable Postgres' +
       ' INSERTs, a Redis PUBLISH → subscriber hop for the wake-up and one for the answer, which' +
-      " travels on the conversation's own channel; the emitter → adapter hop, Socket.IO's way, is" +
+      " travels on the conversation's own channel; one gateway's Socket.IO adapter to another's is" +
       ' measured for reference),' +
       ' all measured in the same run; the second ratio uses the path as the service builds it' +
       ' (two append statements per answer: the user event; `running`, the answer and' +

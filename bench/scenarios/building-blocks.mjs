@@ -1,11 +1,10 @@
 // The building blocks a round trip is made of, measured alone on the same
 // machine in the same run: a Socket.IO acknowledgement, a Redis PUBLISH to a
-// subscriber, the Socket.IO Redis emitter to an adapter, a durable Postgres
+// subscriber, the Socket.IO sharded Redis adapter to another, a durable Postgres
 // INSERT (and an append-shaped statement), a BullMQ job from add to its
 // processor.
 import { createServer } from 'node:http';
-import { Emitter } from '@socket.io/redis-emitter';
-import { createAdapter } from '@socket.io/redis-adapter';
+import { createShardedAdapter } from '@socket.io/redis-adapter';
 import { Queue, Worker } from 'bullmq';
 import { Redis } from 'ioredis';
 import pg from 'pg';
@@ -94,22 +93,28 @@ async function redisHop(redisUrl, prefix, count, warmup) {
 }
 
 /**
- * The Socket.IO way for a worker to reach the gateways (`@socket.io/redis-emitter` →
- * `@socket.io/redis-adapter`), for reference: the service publishes on a channel per
- * conversation instead (a plain PUBLISH → subscriber hop), which only the gateways
- * with a subscriber to that conversation receive.
+ * One gateway's Socket.IO adapter to another's, as the gateways use it (the
+ * sharded adapter in `static` mode, SPUBLISH → SSUBSCRIBE), for reference:
+ * the conversations' live traffic does not take it, but a conversation's own
+ * channel (a plain PUBLISH → subscriber hop), which only the gateways with a
+ * subscriber to that conversation receive.
  */
-async function emitterHop(redisUrl, prefix, count, warmup) {
-  const emitterRedis = new Redis(redisUrl, redisOptions);
-  const pub = new Redis(redisUrl, redisOptions);
-  const sub = new Redis(redisUrl, redisOptions);
+async function adapterHop(redisUrl, prefix, count, warmup) {
+  const clients = Array.from({ length: 4 }, () => new Redis(redisUrl, redisOptions));
   const key = `${prefix}:bench:socket.io`;
-  // Attached to an HTTP server that never listens: only the adapter is used.
-  const server = new Server(createServer());
-  server.adapter(createAdapter(pub, sub, { key }));
+  // Attached to HTTP servers that never listen: only the adapters are used.
+  const [sender, receiver] = [0, 1].map((n) => {
+    const server = new Server(createServer());
+    server.adapter(
+      createShardedAdapter(clients[2 * n], clients[2 * n + 1], {
+        channelPrefix: key,
+        subscriptionMode: 'static',
+      }),
+    );
+    return server;
+  });
   const arrival = oneShot();
-  server.on('bench:events', () => arrival.fire(performance.now()));
-  const emitter = new Emitter(emitterRedis, { key });
+  receiver.on('bench:events', () => arrival.fire(performance.now()));
   const event = {
     id: 12,
     timestamp: new Date().toISOString(),
@@ -120,18 +125,16 @@ async function emitterHop(redisUrl, prefix, count, warmup) {
     cause: 11,
   };
   try {
-    await new Promise((resolve) => setTimeout(resolve, 200)); // the adapter's SUBSCRIBEs
+    await new Promise((resolve) => setTimeout(resolve, 200)); // the adapters' SSUBSCRIBEs
     return await sample(count, warmup, async () => {
       const waiting = arrival.wait();
       const started = performance.now();
-      emitter.serverSideEmit('bench:events', 'conversation-id', [event]);
+      sender.serverSideEmit('bench:events', 'conversation-id', [event]);
       return (await waiting) - started;
     });
   } finally {
-    await server.close();
-    emitterRedis.disconnect();
-    pub.disconnect();
-    sub.disconnect();
+    await Promise.all([sender.close(), receiver.close()]);
+    for (const client of clients) client.disconnect();
   }
 }
 
@@ -244,8 +247,8 @@ export async function runBuildingBlocks(ctx) {
   await measure('redis_hop', 'Redis PUBLISH → subscriber', () =>
     redisHop(cluster.redisUrl, cluster.keyPrefix, count, warmup),
   );
-  await measure('emitter_hop', 'Socket.IO Redis emitter → adapter', () =>
-    emitterHop(cluster.redisUrl, cluster.keyPrefix, count, warmup),
+  await measure('adapter_hop', 'Socket.IO sharded adapter → adapter', () =>
+    adapterHop(cluster.redisUrl, cluster.keyPrefix, count, warmup),
   );
   await measure('pg_insert', 'Postgres INSERT (autocommit, durable)', () =>
     postgresInsert(cluster.databaseUrl, count, warmup),

@@ -219,6 +219,10 @@ describe('a cluster gateway while Redis is down', () => {
             action: 'message',
             args: { content: `refused while idle (${gateway.name})` },
           }).then((answer) => [`message to an idle one on ${gateway.name}`, answer] as const),
+          // Presence asks every gateway through the Socket.IO adapter, over Redis.
+          timedCall(gateway.url, 'GET', `/api/conversations/${running}/presence`, token).then(
+            (answer) => [`presence on ${gateway.name}`, answer] as const,
+          ),
         ]),
       ]);
       const started = Date.now();
@@ -265,6 +269,13 @@ describe('a cluster gateway while Redis is down', () => {
         { token },
       );
       expect(idleInfo.body.status).toBe('STOPPED');
+      // The adapter is back on both gateways: the socket on one is counted from the other.
+      await until(
+        async () =>
+          (await api(unlimited.url, 'GET', `/api/conversations/${running}/presence`, { token }))
+            .body?.sockets === 1,
+        'the socket counted again through the adapter',
+      );
 
       // Redis hangs (stopped, its connections open): the create is stored
       // before the first command that goes unanswered. It fails once that
@@ -272,16 +283,26 @@ describe('a cluster gateway while Redis is down', () => {
       const pid = await redisPid(redis.url);
       process.kill(pid, 'SIGSTOP');
       let hung: TimedAnswer;
+      let presence: TimedAnswer;
       try {
         hung = await timedCall(unlimited.url, 'POST', '/api/conversations', token, {
           initial_user_msg: 'refused while Redis hangs',
         });
+        // The other gateway cannot be asked: presence gives up (503) rather than hang.
+        presence = await timedCall(
+          limited.url,
+          'GET',
+          `/api/conversations/${running}/presence`,
+          token,
+        );
       } finally {
         process.kill(pid, 'SIGCONT');
       }
       expect(hung.status, JSON.stringify(hung.body)).toBe(503);
       expect(hung.body?.error?.code).toBe('UNAVAILABLE');
       expect(hung.ms).toBeLessThan(REQUEST_COMMAND_TIMEOUT_MS + PROMPT_MS);
+      expect(presence.status, JSON.stringify(presence.body)).toBe(503);
+      expect(presence.body?.error?.code).toBe('UNAVAILABLE');
       expect(await listConversationIds(limited.url, token)).toEqual([running, idle].sort());
     } finally {
       socket.close();

@@ -5,7 +5,7 @@ import { Redis } from 'ioredis';
 import { afterEach, describe, expect, it, onTestFailed } from 'vitest';
 import { ClusterKeys } from '@cs/cluster';
 import type { StoredEvent } from '@cs/protocol';
-import { ConversationClient, api, ids, isAgentReply } from '../support/clients.js';
+import { ConversationClient, api, devToken, ids, isAgentReply } from '../support/clients.js';
 import { REFUSAL_ENV, refusalStoresNothing } from '../support/concurrency-refusal.js';
 import { openFrozenSocket } from '../support/frozen-socket.js';
 import { metricTotals } from '../support/metrics.js';
@@ -20,7 +20,7 @@ import {
 } from '../support/cluster.js';
 import type { AppProcess } from '../support/processes.js';
 import { startPrivateRedis, type PrivateRedis } from '../support/redis-server.js';
-import { testRedisUrl } from '../support/services.js';
+import { testRedisUrl, uniqueName } from '../support/services.js';
 
 const LEASE_TTL_MS = 3000;
 /** What a bound measured from outside may exceed the contract's by (polling, scheduling). */
@@ -271,6 +271,90 @@ describe('cluster of gateways and workers', () => {
     } finally {
       controller.abort();
       await reading;
+    }
+  });
+
+  it("counts a conversation's sockets on both gateways; a delete tells each of them once and closes it, on both", async () => {
+    const c = await cluster_({ gateways: 2, workers: 1 });
+    const [g1, g2] = c.gateways as [AppProcess, AppProcess];
+    const token = await c.token('presence');
+    const id = await createConversation(g1.url, token);
+    const other = await createConversation(g1.url, token);
+    const presence = (url: string, conversationId: string, as = token) =>
+      api<{ sockets: number }>(url, 'GET', `/api/conversations/${conversationId}/presence`, {
+        token: as,
+      });
+    const open = (url: string, conversationId: string) =>
+      ConversationClient.connect(url, token, { conversation_id: conversationId, start: 'false' });
+    const sockets = await Promise.all([g1, g1, g2, g2].map((g) => open(g.url, id)));
+    const bystander = await open(g2.url, other);
+    const controller = new AbortController();
+    const response = await fetch(`${g1.url}/api/conversations/${id}/stream`, {
+      headers: { authorization: `Bearer ${token}` },
+      signal: controller.signal,
+    });
+    expect(response.status).toBe(200);
+    let text = '';
+    const reader = response.body!.getReader();
+    const streamEnded = (async () => {
+      for (;;) {
+        const { value, done } = await reader.read();
+        if (done) return;
+        text += new TextDecoder().decode(value);
+      }
+    })();
+    try {
+      await until(
+        async () => (await presence(g1.url, id)).body.sockets === 4,
+        'the four sockets counted',
+      );
+      for (const gateway of [g1, g2]) {
+        expect(await presence(gateway.url, id)).toMatchObject({
+          status: 200,
+          body: { sockets: 4 },
+        });
+        expect((await presence(gateway.url, other)).body).toEqual({ sockets: 1 });
+      }
+      // Another user of the tenant, and the same user id in another tenant, find nothing.
+      const stranger = await c.token('stranger');
+      const foreign = await devToken(g1.url, {
+        user_id: 'presence',
+        tenant_id: uniqueName('elsewhere'),
+      });
+      for (const as of [stranger, foreign]) {
+        expect((await presence(g2.url, id, as)).status).toBe(404);
+      }
+      sockets[3]!.close();
+      await until(
+        async () => (await presence(g1.url, id)).body.sockets === 3,
+        'the closed socket of gateway 2 no longer counted',
+      );
+
+      // Deleted through gateway 2: the sockets of both gateways hear why, once, and close.
+      expect((await api(g2.url, 'DELETE', `/api/conversations/${id}`, { token })).status).toBe(204);
+      const attached = sockets.slice(0, 3);
+      await until(
+        () => attached.every((client) => client.socket.disconnected),
+        'every socket of the deleted conversation closed',
+      );
+      for (const client of attached) {
+        const notices = client.events.filter(
+          (e) => 'status_update' in e && e.id === 'STATUS$CONVERSATION_DELETED',
+        );
+        expect(notices.length).toBe(1);
+      }
+      // The SSE stream closes too, after the same notice.
+      await streamEnded;
+      expect(text).toContain('STATUS$CONVERSATION_DELETED');
+      for (const gateway of [g1, g2]) {
+        expect((await presence(gateway.url, id)).status).toBe(404);
+        expect((await presence(gateway.url, other)).body).toEqual({ sockets: 1 });
+      }
+      expect(bystander.socket.connected).toBe(true);
+    } finally {
+      for (const client of [...sockets, bystander]) client.close();
+      controller.abort();
+      await streamEnded.catch(() => undefined);
     }
   });
 

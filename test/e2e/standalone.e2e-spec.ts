@@ -661,6 +661,7 @@ describe.each(backends)('standalone service on $name', (backend) => {
       expect.arrayContaining([
         '/api/conversations',
         '/api/conversations/{id}/events',
+        '/api/conversations/{id}/presence',
         '/api/dev/token',
       ]),
     );
@@ -774,6 +775,39 @@ describe.each(backends)('standalone service on $name', (backend) => {
     expect((await api(app.url, 'GET', `/api/conversations/${id}/events`, { token })).status).toBe(
       404,
     );
+  });
+
+  it("counts a conversation's sockets (presence); another user's conversation is not found", async () => {
+    const id = await createConversation(app, token, { title: 'presence' });
+    const other = await createConversation(app, token, { title: 'elsewhere' });
+    const presence = (conversationId: string, as = token) =>
+      api(app.url, 'GET', `/api/conversations/${conversationId}/presence`, { token: as });
+    const counted = async (conversationId: string) =>
+      (await presence(conversationId)).body?.sockets as number | undefined;
+    expect(await presence(id)).toMatchObject({ status: 200, body: { sockets: 0 } });
+    const clients = await Promise.all(
+      [id, id, other].map((conversationId) =>
+        ConversationClient.connect(app.url, token, {
+          conversation_id: conversationId,
+          start: 'false',
+        }),
+      ),
+    );
+    try {
+      await until(async () => (await counted(id)) === 2, 'both sockets counted');
+      expect(await presence(id)).toMatchObject({ status: 200, body: { sockets: 2 } });
+      expect(await counted(other)).toBe(1);
+      const stranger = await devToken(app.url, {
+        user_id: uniqueName('stranger'),
+        tenant_id: tenant,
+      });
+      expect((await presence(id, stranger)).status).toBe(404);
+      expect((await presence('not-a-uuid')).status).toBe(404);
+      clients[0]!.close();
+      await until(async () => (await counted(id)) === 1, 'the closed socket no longer counted');
+    } finally {
+      for (const client of clients) client.close();
+    }
   });
 
   it('streams events over SSE, resumable with Last-Event-ID', async () => {

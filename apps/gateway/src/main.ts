@@ -15,6 +15,7 @@ import {
   RedisRoomSubscriber,
   RedisUserActionRateLimiter,
   UserConcurrencyLimiter,
+  assertConnected,
   checkEvictionPolicy,
   connected,
   leaseTiming,
@@ -32,6 +33,7 @@ import {
   READINESS_CHECKS,
   ROOM_BROADCASTER,
   ROOM_TRAFFIC_SOURCE,
+  SOCKET_ADAPTER_CHECK,
   ServiceMetrics,
   USER_ACTION_RATE_LIMITER,
   createHttpApp,
@@ -42,7 +44,7 @@ import { conversationOfRoom } from '@cs/core';
 import { currentTraceparent, databaseCheck, redisCheck } from '@cs/observability';
 import { runService, type RunningService, type ServiceContext } from '@cs/process';
 import { openStore } from '@cs/store';
-import { RedisIoAdapter } from './redis-io.adapter.js';
+import { RedisIoAdapter, checkShardedPubSub } from './redis-io.adapter.js';
 
 /** Within the 10 s the contract gives a gateway to exit after SIGTERM. */
 const SHUTDOWN_TIMEOUT_MS = 9_000;
@@ -60,8 +62,8 @@ async function main({ config, logger: root }: ServiceContext): Promise<RunningSe
     migrate: config.database.migrateOnStart,
   });
   // What a client's request waits on fails at once while Redis is away (503,
-  // nothing carried out later); the connections' bookkeeping and the Socket.IO
-  // adapter wait the outage out.
+  // nothing carried out later), and so do the Socket.IO adapter's publishes;
+  // the connections' bookkeeping and the subscriptions wait the outage out.
   const requests = openRequestRedis(redisUrl, `${gatewayId}:requests`);
   const publisher = openRequestPublisher(redisUrl, `${gatewayId}:publish`);
   const redis = openRedis(redisUrl, `${gatewayId}:commands`);
@@ -73,6 +75,7 @@ async function main({ config, logger: root }: ServiceContext): Promise<RunningSe
   });
   const warning = await checkEvictionPolicy(redis);
   if (warning) logger.warn(warning);
+  await checkShardedPubSub(redis, 'REDIS_URL');
   await Promise.all([connected(requests), connected(publisher)]);
 
   const metrics = new ServiceMetrics({ role: 'gateway', gateway_id: gatewayId });
@@ -119,6 +122,13 @@ async function main({ config, logger: root }: ServiceContext): Promise<RunningSe
     { provide: ROOM_TRAFFIC_SOURCE, useValue: rooms },
     { provide: ROOM_BROADCASTER, useValue: broadcaster },
     {
+      provide: SOCKET_ADAPTER_CHECK,
+      useValue: () => {
+        assertConnected(publisher);
+        assertConnected(subscriber);
+      },
+    },
+    {
       provide: USER_ACTION_RATE_LIMITER,
       useValue: new RedisUserActionRateLimiter(requests, keys, config.limits.rateLimitPerMinute),
     },
@@ -126,7 +136,7 @@ async function main({ config, logger: root }: ServiceContext): Promise<RunningSe
 
   const app = await createHttpApp(module, config, logger, (nest) => {
     nest.useWebSocketAdapter(
-      new RedisIoAdapter(nest, config.http.corsOrigins, redis, subscriber, keys.socketIo),
+      new RedisIoAdapter(nest, config.http.corsOrigins, publisher, subscriber, keys.socketIo),
     );
   });
   // After a Redis outage, whatever was published meanwhile is read from Postgres.

@@ -7,6 +7,7 @@ import { DevTokenController } from './http/dev-token.controller.js';
 import { HealthController } from './observability/health.controller.js';
 import { LifecycleService } from './observability/lifecycle.service.js';
 import { ConversationRoomHub } from './realtime/conversation-room-hub.js';
+import { ConversationSockets } from './realtime/conversation-sockets.js';
 import { ConversationGateway } from './realtime/conversation.gateway.js';
 import { EventStreamService } from './realtime/event-stream.service.js';
 import { ConnectionLimiter } from './realtime/connection-limiter.js';
@@ -30,6 +31,7 @@ export class GatewayModule {
         HttpAuthGuard,
         ConversationService,
         ConversationRoomHub,
+        ConversationSockets,
         ConversationGateway,
         EventStreamService,
         LifecycleService,

@@ -11,6 +11,7 @@ export * from './rate-limit/user-action-rate-limiter.js';
 export * from './realtime/configured-io.adapter.js';
 export * from './realtime/connection-limiter.js';
 export * from './realtime/conversation-room-hub.js';
+export * from './realtime/conversation-sockets.js';
 export * from './realtime/live-connection.js';
 export * from './realtime/conversation.gateway.js';
 export * from './realtime/ordered-event-feed.js';

@@ -12,3 +12,9 @@ export const ROOM_TRAFFIC_SOURCE = Symbol('ROOM_TRAFFIC_SOURCE');
  * deletion) in a cluster (the Redis broadcaster); the local room hub otherwise.
  */
 export const ROOM_BROADCASTER = Symbol('ROOM_BROADCASTER');
+/**
+ * Optional: throws (`UNAVAILABLE`) while the Socket.IO adapter cannot reach
+ * the other gateways (a cluster gateway's adapter connections to Redis are
+ * down), so that a question to every gateway is refused at once.
+ */
+export const SOCKET_ADAPTER_CHECK = Symbol('SOCKET_ADAPTER_CHECK');

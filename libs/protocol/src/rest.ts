@@ -146,6 +146,10 @@ export const ConversationStateResponseSchema = z.object({
 });
 export type ConversationStateResponse = z.infer<typeof ConversationStateResponseSchema>;
 
+/** `GET /conversations/:id/presence`: the sockets attached to it on every gateway. */
+export const ConversationPresenceSchema = z.object({ sockets: z.number().int().min(0) });
+export type ConversationPresence = z.infer<typeof ConversationPresenceSchema>;
+
 /**
  * A user or tenant id, as Postgres stores it: no NUL (refused) and no lone
  * surrogate (stored as U+FFFD, so that two such ids would be one).

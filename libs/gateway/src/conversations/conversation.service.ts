@@ -29,6 +29,7 @@ import {
   isAction,
   type ConversationInfo,
   type ConversationPage,
+  type ConversationPresence,
   type ConversationStateResponse,
   type ConversationStatus,
   type CreateConversationBody,
@@ -50,6 +51,7 @@ import {
   USER_ACTION_RATE_LIMITER,
 } from '../tokens.js';
 import { ConversationRoomHub } from '../realtime/conversation-room-hub.js';
+import { ConversationSockets } from '../realtime/conversation-sockets.js';
 import { parseReplay, withReplayedMarkers } from './conversation-replay.js';
 import { settingsOf } from './conversation-settings.js';
 import { checkAgentBusy, findRepeat, refusesWhenBusy } from './user-action-admission.js';
@@ -83,13 +85,14 @@ export class ConversationService {
     @Inject(USER_ACTION_RATE_LIMITER) private readonly rateLimiter: UserActionRateLimiter,
     @Inject(AGENT_FACTORY) private readonly agents: AgentFactory,
     @Inject(ServiceMetrics) private readonly metrics: ServiceMetrics,
+    private readonly sockets: ConversationSockets,
     hub: ConversationRoomHub,
     @Optional() @Inject(ROOM_BROADCASTER) broadcaster: ConversationBroadcaster | null,
   ) {
     this.rooms = broadcaster ?? hub;
   }
 
-  /** Where rooms are told of a deletion: every gateway's (cluster) or this process's. */
+  /** Where SSE streams are told of a deletion: every gateway's (cluster) or this process's. */
   private readonly rooms: ConversationBroadcaster;
 
   /** The conversation if the caller may see it; `NOT_FOUND` otherwise. */
@@ -298,20 +301,30 @@ export class ConversationService {
 
   /**
    * Stops and deletes the conversation, then closes every socket and stream
-   * of it, on every gateway: its room hears the deletion and each member
-   * closes (a reused id gets another room, so none can stay behind).
+   * of it, on every gateway, after telling each why: sockets through the
+   * Socket.IO adapter, SSE streams through the conversation's room (a reused
+   * id gets another room, so none can stay behind).
    */
   async delete(principal: Principal, conversationId: string): Promise<void> {
     const conversation = await this.find(principal, conversationId);
     const ref = refOf(conversation);
     await this.manager.stop(ref);
     await this.store.deleteConversation(principal.tenantId, conversationId);
-    this.rooms.publishStatus(roomKey(ref), {
+    const room = roomKey(ref);
+    const status = {
       status_update: true,
       type: 'error',
       id: StatusId.ConversationDeleted,
       message: 'the conversation was deleted',
-    });
+    } as const;
+    this.sockets.closeDeleted(room, status);
+    this.rooms.publishStatus(room, status);
+  }
+
+  /** The sockets attached to the conversation on every gateway. */
+  async presence(principal: Principal, conversationId: string): Promise<ConversationPresence> {
+    const conversation = await this.find(principal, conversationId);
+    return { sockets: await this.sockets.count(roomKey(refOf(conversation))) };
   }
 
   async start(principal: Principal, conversationId: string): Promise<ConversationStatus> {

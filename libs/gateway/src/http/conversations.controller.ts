@@ -13,12 +13,13 @@ import {
   Res,
   UseGuards,
 } from '@nestjs/common';
-import { ApiBearerAuth, ApiBody, ApiTags } from '@nestjs/swagger';
+import { ApiBearerAuth, ApiBody, ApiOkResponse, ApiTags } from '@nestjs/swagger';
 import type { Request, Response } from 'express';
 import { NotFoundError } from '@cs/core';
 import {
   ClientEventIdSchema,
   ConversationIdSchema,
+  ConversationPresenceSchema,
   CreateConversationBodySchema,
   EmptyBodySchema,
   ListConversationsQuerySchema,
@@ -27,6 +28,7 @@ import {
   UserActionSchema,
   type ConversationInfo,
   type ConversationPage,
+  type ConversationPresence,
   type ConversationStateResponse,
   type ConversationStatus,
 } from '@cs/protocol';
@@ -170,6 +172,18 @@ export class ConversationsController {
     @Param('id') id: string,
   ): Promise<ConversationStateResponse> {
     return this.conversations.state(principal, conversationId(id));
+  }
+
+  @Get(':id/presence')
+  @ApiOkResponse({
+    description: 'the sockets attached to the conversation on every gateway',
+    schema: openApiSchema(ConversationPresenceSchema),
+  })
+  presence(
+    @CurrentPrincipal() principal: Principal,
+    @Param('id') id: string,
+  ): Promise<ConversationPresence> {
+    return this.conversations.presence(principal, conversationId(id));
   }
 
   @Get(':id/stream')

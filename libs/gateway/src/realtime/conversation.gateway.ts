@@ -6,7 +6,7 @@ import {
   type OnGatewayDisconnect,
   type OnGatewayInit,
 } from '@nestjs/websockets';
-import type { ConversationRecord } from '@cs/core';
+import { refOf, roomKey, type ConversationRecord } from '@cs/core';
 import {
   ConnectQuerySchema,
   ConversationIdSchema,
@@ -26,6 +26,7 @@ import { assertJsonDepth, parseInput } from '../http/validation.js';
 import { ServiceMetrics } from '@cs/observability';
 import { ConnectionLimiter } from './connection-limiter.js';
 import { ConversationRoomHub } from './conversation-room-hub.js';
+import { ConversationSockets } from './conversation-sockets.js';
 import {
   LiveConnection,
   REPLAY_LOW_WATER_BYTES,
@@ -34,12 +35,19 @@ import {
   type ConnectionTransport,
 } from './live-connection.js';
 
-/** What a socket carries once its handshake was accepted. */
+/**
+ * What a socket carries once its handshake was accepted: plain data, which
+ * the adapter's `fetchSockets` hands to other gateways.
+ */
 interface ConversationSocketData {
   principal: Principal;
   conversation: ConversationRecord;
   latestEventId: number;
   start: boolean;
+}
+
+/** What only this process keeps of a socket. */
+interface LocalSocketState {
   connection?: LiveConnection;
   /** Gives the user's connection place back (idempotent). */
   release?: () => void;
@@ -88,21 +96,24 @@ export class ConversationGateway
 
   @WebSocketServer()
   private server!: ConversationServer;
+  private readonly local = new WeakMap<ConversationSocket, LocalSocketState>();
 
   constructor(
     private readonly tokens: TokenService,
     private readonly conversations: ConversationService,
     private readonly hub: ConversationRoomHub,
     private readonly limiter: ConnectionLimiter,
+    private readonly sockets: ConversationSockets,
     @Inject(ServiceMetrics) private readonly metrics: ServiceMetrics,
   ) {}
 
   afterInit(server: ConversationServer): void {
+    this.sockets.serve(server);
     server.use((socket, next) => {
       this.authenticate(socket).then(
         () => next(),
         (error: unknown) => {
-          socket.data.release?.();
+          this.local.get(socket)?.release?.();
           next(handshakeError(error));
         },
       );
@@ -123,6 +134,8 @@ export class ConversationGateway
   async handleConnection(socket: ConversationSocket): Promise<void> {
     const { conversation, latestEventId, start, principal } = socket.data;
     this.metrics.socketsConnected.inc();
+    // The conversation's Socket.IO room: presence counts it, a delete closes it.
+    void socket.join(roomKey(refOf(conversation)));
     socket.on('oh_user_action', (payload, ack) => {
       this.onUserAction(socket, payload).then(
         (response) => {
@@ -138,12 +151,13 @@ export class ConversationGateway
       afterId: latestEventId,
       read: (fromId, toId, limit) => this.conversations.readPage(conversation, fromId, toId, limit),
       transport: socketTransport(socket),
+      endsOnDeletion: false,
       onEnd: (why) =>
         this.logger.log({ msg: `socket closed: ${why}`, ...logFieldsOf(conversation) }),
       onError: (error) =>
         this.logger.warn({ msg: `replay failed: ${String(error)}`, ...logFieldsOf(conversation) }),
     });
-    socket.data.connection = connection;
+    this.localOf(socket).connection = connection;
     try {
       await this.conversations.attach(socket.id, conversation);
       // A client that left during the handshake must not stay counted.
@@ -173,10 +187,11 @@ export class ConversationGateway
   }
 
   async handleDisconnect(socket: ConversationSocket): Promise<void> {
-    socket.data.release?.();
-    if (!socket.data.connection) return;
+    const { connection, release } = this.localOf(socket);
+    release?.();
+    if (!connection) return;
     this.metrics.socketsConnected.dec();
-    socket.data.connection.dispose();
+    connection.dispose();
     await this.conversations
       .detach(socket.id)
       .catch((error: unknown) => this.logger.warn(String(error)));
@@ -185,6 +200,9 @@ export class ConversationGateway
   private async authenticate(socket: ConversationSocket): Promise<void> {
     const auth = socket.handshake.auth as { token?: unknown } | undefined;
     const principal = await this.tokens.verify(auth?.token);
+    // Not kept once verified: the adapter's `fetchSockets` hands a socket's
+    // handshake to other gateways.
+    socket.handshake.auth = {};
     const query = socket.handshake.query;
     const raw = query.conversation_id;
     if (raw === undefined || raw === '') {
@@ -200,13 +218,22 @@ export class ConversationGateway
     });
     // The place is taken before any lookup, and given back however the socket ends.
     const release = this.limiter.acquire(principal);
-    socket.data.release = release;
+    this.localOf(socket).release = release;
     socket.conn.once('close', release);
     const conversation = await this.conversations.find(principal, conversation_id);
     socket.data.principal = principal;
     socket.data.conversation = conversation;
     socket.data.latestEventId = latest_event_id;
     socket.data.start = start;
+  }
+
+  private localOf(socket: ConversationSocket): LocalSocketState {
+    let state = this.local.get(socket);
+    if (!state) {
+      state = {};
+      this.local.set(socket, state);
+    }
+    return state;
   }
 
   private async onUserAction(socket: ConversationSocket, payload: unknown): Promise<UserActionAck> {

@@ -72,6 +72,13 @@ export interface LiveConnectionOptions {
   afterId: number;
   read: EventPageReader;
   transport: ConnectionTransport;
+  /**
+   * Whether the room's deletion notice ends this connection (default: yes,
+   * an SSE stream's). A socket hears it and is closed through the Socket.IO
+   * adapter instead (`ConversationSockets.closeDeleted`), so it ignores the
+   * room's copy: the client reads it once.
+   */
+  endsOnDeletion?: boolean;
   /** Why the connection was ended by the server (logged by the caller). */
   onEnd?: (why: 'expired' | 'deleted' | 'overflow' | 'closed') => void;
   onError?: (error: unknown) => void;
@@ -138,6 +145,7 @@ export class LiveConnection implements ConversationSubscriber {
   }
 
   sendStatus(status: StatusUpdate): void {
+    if (status.id === StatusId.ConversationDeleted && this.options.endsOnDeletion === false) return;
     this.send(status);
     if (CLOSING_STATUS_IDS.has(status.id)) {
       this.end(status.id === StatusId.TokenExpired ? 'expired' : 'deleted');

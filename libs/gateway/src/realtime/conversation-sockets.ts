@@ -1,0 +1,89 @@
+/**
+ * The sockets of each conversation on every gateway, reached through the
+ * Socket.IO adapter: each socket is in its conversation's Socket.IO room,
+ * named as the service names the conversation's room (`roomKey`: its id and
+ * incarnation, so that an id reused after a delete is another room). A
+ * cluster gateway's adapter is the sharded Redis adapter (every gateway
+ * answers); the standalone process's is Socket.IO's in-memory one.
+ */
+import { Inject, Injectable, Optional } from '@nestjs/common';
+import { UnavailableError } from '@cs/core';
+import type { StatusUpdate } from '@cs/protocol';
+import { SOCKET_ADAPTER_CHECK } from '../tokens.js';
+
+/**
+ * The longest a question to every gateway waits for the answers. A gateway
+ * answers in about a millisecond; one that does not within this (hung, or
+ * its Redis connection gone unnoticed) fails the question rather than hold
+ * the request.
+ */
+export const CROSS_GATEWAY_TIMEOUT_MS = 2_000;
+
+/** The part of the Socket.IO server that rooms are reached through. */
+export interface SocketRoomsServer {
+  in(room: string): {
+    timeout(ms: number): { fetchSockets(): Promise<readonly unknown[]> };
+    emit(event: 'oh_event', message: StatusUpdate): unknown;
+    disconnectSockets(close: boolean): void;
+  };
+}
+
+@Injectable()
+export class ConversationSockets {
+  private server: SocketRoomsServer | null = null;
+
+  constructor(
+    @Optional()
+    @Inject(SOCKET_ADAPTER_CHECK)
+    private readonly assertReachable: (() => void) | null = null,
+  ) {}
+
+  /** Called by the Socket.IO gateway once its server is up. */
+  serve(server: SocketRoomsServer): void {
+    this.server = server;
+  }
+
+  /**
+   * The sockets in the room on every gateway (the adapter's `fetchSockets`).
+   * `UNAVAILABLE` at once while the adapter cannot reach the other gateways,
+   * and when one of them does not answer within `timeoutMs`.
+   */
+  async count(room: string, timeoutMs = CROSS_GATEWAY_TIMEOUT_MS): Promise<number> {
+    if (!this.server) throw new Error('Socket.IO is not serving yet');
+    this.assertReachable?.();
+    let timer: NodeJS.Timeout | undefined;
+    // The adapter's own timeout starts only once it has counted the servers,
+    // which is itself a round trip to Redis: this one bounds the whole question.
+    const deadline = new Promise<never>((_, reject) => {
+      timer = setTimeout(() => reject(unanswered()), timeoutMs);
+    });
+    try {
+      const sockets = await Promise.race([
+        this.server.in(room).timeout(timeoutMs).fetchSockets(),
+        deadline,
+      ]);
+      return sockets.length;
+    } catch (error) {
+      if (error instanceof Error && error.message.startsWith('timeout reached')) {
+        throw unanswered();
+      }
+      throw error;
+    } finally {
+      clearTimeout(timer);
+    }
+  }
+
+  /**
+   * Every socket of a deleted conversation, on every gateway, gets `status`
+   * and is closed. Both go on the adapter's one channel (`static` mode), one
+   * after the other, so that each gateway sends the status before it closes.
+   */
+  closeDeleted(room: string, status: StatusUpdate): void {
+    this.server?.in(room).emit('oh_event', status);
+    this.server?.in(room).disconnectSockets(true);
+  }
+}
+
+function unanswered(): UnavailableError {
+  return new UnavailableError('a gateway did not answer in time; try again shortly');
+}
