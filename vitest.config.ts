@@ -59,8 +59,10 @@ export default defineConfig({
   resolve: { alias },
   test: {
     // Projects with the same groupOrder run together, groups one after the
-    // other: first the files that may share the machine (group 0, several
-    // files at a time), then the serial end-to-end files alone.
+    // other, so that the processes of end-to-end files never share the
+    // machine with the integration suites' timings: unit, manifests and
+    // integration two files at a time, then the e2e files two at a time, then
+    // the serial e2e files one at a time.
     projects: [
       {
         plugins,
@@ -113,7 +115,7 @@ export default defineConfig({
           testTimeout: 120_000,
           hookTimeout: 120_000,
           maxWorkers: 2,
-          sequence: { groupOrder: 0 },
+          sequence: { groupOrder: 1 },
         },
       },
       {
@@ -127,7 +129,7 @@ export default defineConfig({
           testTimeout: 120_000,
           hookTimeout: 120_000,
           maxWorkers: 1,
-          sequence: { groupOrder: 1 },
+          sequence: { groupOrder: 2 },
         },
       },
       {
@@ -143,7 +145,7 @@ export default defineConfig({
           testTimeout: 600_000,
           hookTimeout: 120_000,
           maxWorkers: 1,
-          sequence: { groupOrder: 2 },
+          sequence: { groupOrder: 3 },
         },
       },
     ],
