@@ -68,6 +68,10 @@ export default defineConfig({
           name: 'unit',
           include: ['apps/**/*.spec.ts', 'libs/**/*.spec.ts', 'web/src/**/*.spec.ts'],
           environment: 'node',
+          // A few specs spin the CPU on purpose (an agent that never ends its
+          // step, a 1 MiB nested body): 5 s was too short beside another file
+          // on two busy cores.
+          testTimeout: 20_000,
           maxWorkers: 2,
           sequence: { groupOrder: 0 },
         },
