@@ -21,11 +21,45 @@ const alias = {
 // SWC compiles the sources so that Nest's decorator metadata works in tests.
 const plugins = [swc.vite({ module: { type: 'es6' } })];
 
+// Checks that Postgres and Redis answer, once per project that needs them:
+// the unit and manifests projects run with both down.
+const needsServices = ['./test/global-setup.ts'];
+
+// The deployment files' checks read files and run no service.
+const MANIFESTS = ['test/integration/deploy-manifests.int-spec.ts'];
+
+// End-to-end files that run one at a time, after everything else, because
+// they measure time (a failover, a stop, a drain, a refusal "at once" is
+// asserted in milliseconds and would fail on a machine busy with other
+// files' processes) or load the machine on purpose:
+const E2E_SERIAL = [
+  // a worker killed or paused: failover within LEASE_TTL_MS + 2 s, hand-off
+  // within 2.5 s, a drained gateway's exit within 4 s
+  'test/e2e/cluster.e2e-spec.ts',
+  // 503 from a gateway within 3 s of Redis or Postgres going away
+  'test/e2e/cluster-outages.e2e-spec.ts',
+  // a standalone's SIGTERM exit within 4 s with a frozen client
+  'test/e2e/standalone.e2e-spec.ts',
+  // a stop reaches the agent's tool within 1 s
+  'test/e2e/agent-runtime.e2e-spec.ts',
+  'test/e2e/agent-runtime-cluster.e2e-spec.ts',
+  // a stop closes the HTTP agent's request within 1 s
+  'test/e2e/agents.e2e-spec.ts',
+  // the chaos smoke kills, pauses and restarts processes on a timer and
+  // loads both cores; the bench smoke measures latencies
+  'test/e2e/chaos.e2e-spec.ts',
+  'test/e2e/bench.e2e-spec.ts',
+];
+
 export default defineConfig({
   plugins,
   resolve: { alias },
   test: {
-    globalSetup: ['./test/global-setup.ts'],
+    // Projects with the same groupOrder run together, groups one after the
+    // other, so that the processes of end-to-end files never share the
+    // machine with the integration suites' timings: unit, manifests and
+    // integration two files at a time, then the e2e files two at a time, then
+    // the serial e2e files one at a time.
     projects: [
       {
         plugins,
@@ -34,6 +68,25 @@ export default defineConfig({
           name: 'unit',
           include: ['apps/**/*.spec.ts', 'libs/**/*.spec.ts', 'web/src/**/*.spec.ts'],
           environment: 'node',
+          // A few specs spin the CPU on purpose (an agent that never ends its
+          // step, a 1 MiB nested body): 5 s was too short beside another file
+          // on two busy cores.
+          testTimeout: 20_000,
+          maxWorkers: 2,
+          sequence: { groupOrder: 0 },
+        },
+      },
+      {
+        plugins,
+        resolve: { alias },
+        test: {
+          name: 'manifests',
+          include: MANIFESTS,
+          environment: 'node',
+          testTimeout: 60_000,
+          hookTimeout: 60_000,
+          maxWorkers: 2,
+          sequence: { groupOrder: 0 },
         },
       },
       {
@@ -42,9 +95,13 @@ export default defineConfig({
         test: {
           name: 'integration',
           include: ['test/integration/**/*.int-spec.ts'],
+          exclude: MANIFESTS,
           environment: 'node',
+          globalSetup: needsServices,
           testTimeout: 60_000,
           hookTimeout: 60_000,
+          maxWorkers: 2,
+          sequence: { groupOrder: 0 },
         },
       },
       {
@@ -53,10 +110,43 @@ export default defineConfig({
         test: {
           name: 'e2e',
           include: ['test/e2e/**/*.e2e-spec.ts'],
+          exclude: E2E_SERIAL,
           environment: 'node',
+          globalSetup: needsServices,
           testTimeout: 120_000,
           hookTimeout: 120_000,
-          fileParallelism: false,
+          maxWorkers: 2,
+          sequence: { groupOrder: 1 },
+        },
+      },
+      {
+        plugins,
+        resolve: { alias },
+        test: {
+          name: 'e2e-serial',
+          include: E2E_SERIAL,
+          environment: 'node',
+          globalSetup: needsServices,
+          testTimeout: 120_000,
+          hookTimeout: 120_000,
+          maxWorkers: 1,
+          sequence: { groupOrder: 2 },
+        },
+      },
+      {
+        // `npm run test:soak`, never part of `npm test`: the 60 s chaos run
+        // and every benchmark scenario.
+        plugins,
+        resolve: { alias },
+        test: {
+          name: 'soak',
+          include: ['test/soak/**/*.soak-spec.ts'],
+          environment: 'node',
+          globalSetup: needsServices,
+          testTimeout: 600_000,
+          hookTimeout: 120_000,
+          maxWorkers: 1,
+          sequence: { groupOrder: 3 },
         },
       },
     ],

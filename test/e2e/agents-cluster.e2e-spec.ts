@@ -355,9 +355,26 @@ describe('the http agent on two gateways and two workers', () => {
       expect(second!.headers['idempotency-key']).toBe(key);
       expect(second!.body['trigger']).toMatchObject({ id: cause });
 
-      // Settle: nothing more is stored for the turn.
-      await new Promise((resolve) => setTimeout(resolve, 1500));
-      const stored = await readAllEvents(cluster.gateways[0]!.url, token, id);
+      // Settle: the turn has ended (the state change that settles it is stored after
+      // its answer), so nothing more is stored for it, and no third request came.
+      let stored: StoredEvent[] = [];
+      await until(
+        async () => {
+          stored = await readAllEvents(cluster.gateways[0]!.url, token, id);
+          const answer = agentMessages(stored).at(-1);
+          return stored.some(
+            (e) =>
+              answer !== undefined &&
+              e.id > answer.id &&
+              'observation' in e &&
+              e.extras['agent_state'] === 'awaiting_user_input',
+          );
+        },
+        'the turn to end after its answer',
+        20_000,
+        100,
+      );
+      expect(mine()).toHaveLength(2);
       const answers = agentMessages(stored);
       expect(answers).toHaveLength(1);
       expect(answers[0]).toMatchObject({

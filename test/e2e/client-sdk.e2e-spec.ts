@@ -236,7 +236,9 @@ describe.each(backends)('@cs/client against $name', ({ name, start }) => {
       resolved = true;
       return result;
     });
-    await new Promise((resolve) => setTimeout(resolve, 1000));
+    // Not resolved while the SDK's attempts to reconnect are refused.
+    const refusedBefore = proxy.refused;
+    await until(() => proxy.refused >= refusedBefore + 2, 'two refused reconnections');
     expect(resolved).toBe(false);
     proxy.refusing = false;
     const { eventId } = await sent;

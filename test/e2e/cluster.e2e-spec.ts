@@ -3,7 +3,7 @@
 // paused and drained, Redis restarted and a gateway drained mid-conversation.
 import { Redis } from 'ioredis';
 import { afterEach, describe, expect, it, onTestFailed } from 'vitest';
-import { ClusterKeys } from '@cs/cluster';
+import { ClusterKeys, leaseTiming } from '@cs/cluster';
 import type { StoredEvent } from '@cs/protocol';
 import { ConversationClient, api, devToken, ids, isAgentReply } from '../support/clients.js';
 import { REFUSAL_ENV, refusalStoresNothing } from '../support/concurrency-refusal.js';
@@ -215,6 +215,44 @@ async function firstAnswerFrom(
     25,
   );
   return Date.now() - since;
+}
+
+/**
+ * Waits until the job lock of each conversation has been renewed, under the
+ * token it holds now, for `spanMs` of lock time: its holder kept it that long
+ * and no one else took it (a fixed sleep would pass as well on a machine too
+ * busy to run the holder).
+ */
+async function keptThrough(
+  c: TestCluster,
+  redisUrl: string,
+  conversationIds: readonly string[],
+  spanMs: number,
+): Promise<void> {
+  const { lockRenewTime } = leaseTiming(LEASE_TTL_MS);
+  const lock = (id: string) => `${c.prefix}:{conversations}:conversation-${id}:lock`;
+  const redis = new Redis(redisUrl, { maxRetriesPerRequest: 1 });
+  try {
+    const tokens = await Promise.all(conversationIds.map((id) => redis.get(lock(id))));
+    const ttls = await Promise.all(conversationIds.map((id) => redis.pttl(lock(id))));
+    const renewals = conversationIds.map(() => 0);
+    await until(
+      async () => {
+        for (const [n, id] of conversationIds.entries()) {
+          const [token, ttl] = await Promise.all([redis.get(lock(id)), redis.pttl(lock(id))]);
+          expect(token, `the job lock of ${id}`).toBe(tokens[n]);
+          if (ttl > ttls[n]!) renewals[n]! += 1;
+          ttls[n] = ttl;
+        }
+        return renewals.every((count) => count * lockRenewTime >= spanMs);
+      },
+      `the job locks renewed for ${spanMs} ms`,
+      spanMs + 30_000,
+      Math.floor(lockRenewTime / 4),
+    );
+  } finally {
+    redis.disconnect();
+  }
 }
 
 describe('cluster of gateways and workers', () => {
@@ -558,8 +596,9 @@ describe('cluster of gateways and workers', () => {
       );
       expect(settled.running.length).toBe(limit);
       if (policy === 'reject') expect(settled.running).toEqual([...accepted].sort());
-      // And it stays so: no evicted conversation comes back, no slot leaks away.
-      await sleep(LEASE_TTL_MS);
+      // And it stays so: no evicted conversation comes back, no slot leaks away,
+      // while the holders keep their conversations for a lease's time.
+      await keptThrough(c, testRedisUrl(), settled.running, LEASE_TTL_MS);
       expect(await running()).toEqual(settled);
 
       if (policy === 'evict_oldest') {
@@ -647,7 +686,24 @@ describe('cluster of gateways and workers', () => {
     await sendMessage(gateway.url, token, id, 'while no worker runs');
     // No worker renews the slot: it lapses (2 × LEASE_TTL_MS), and the next
     // start of the same user sweeps it away.
-    await sleep(2 * LEASE_TTL_MS + 500);
+    const slots = new Redis(testRedisUrl(), { maxRetriesPerRequest: 1 });
+    try {
+      const expiry = new ClusterKeys(c.prefix).userSlotExpiry(c.tenant, 'heidi');
+      expect(Object.keys(await slots.hgetall(expiry))).toContain(id);
+      // Lapsed by Redis' clock, the one the slot scripts read.
+      await until(
+        async () => {
+          const [seconds, micros] = await slots.time();
+          const now = Number(seconds) * 1000 + Math.floor(Number(micros) / 1000);
+          return Object.values(await slots.hgetall(expiry)).every((at) => Number(at) < now);
+        },
+        'the slot to lapse',
+        2 * LEASE_TTL_MS + 10_000,
+        100,
+      );
+    } finally {
+      slots.disconnect();
+    }
     const other = await createConversation(gateway.url, token);
     expect(
       (await api(gateway.url, 'POST', `/api/conversations/${other}/start`, { token })).status,
@@ -787,7 +843,8 @@ describe('cluster of gateways and workers', () => {
   it.each([
     { outage: 'a quick restart', downMs: 0, workers: 2, leaseMoves: false },
     // Long enough for the job's lock to lapse: BullMQ hands the job out again
-    // once Redis is back, here necessarily to the worker that held it.
+    // once Redis is back, here necessarily to the worker that held it. A timed
+    // outage: with Redis down, nothing shows when the lock would have lapsed.
     {
       outage: 'an outage longer than the lease',
       downMs: LEASE_TTL_MS + 1000,
@@ -861,7 +918,7 @@ describe('cluster of gateways and workers', () => {
         const lease = await leaseOf(c, id);
         expect(lease.owner).toBe(await workerIdOf(holder));
         // And it stays there: the job is not handed out again and again.
-        await sleep(LEASE_TTL_MS + 1000);
+        await keptThrough(c, redis.url, [id], LEASE_TTL_MS + 1000);
         expect(await leaseOf(c, id)).toEqual(lease);
         expect(await holderOf(c.workers, id)).toBe(holder);
         await expectEveryEventOnce(client, g1.url, token, id);

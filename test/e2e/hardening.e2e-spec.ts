@@ -238,7 +238,12 @@ describe('hardening: the standalone app', () => {
       conversation_id: created.body.conversation_id as string,
       start: 'false',
     });
-    await new Promise((resolve) => setTimeout(resolve, 1_500));
+    // The server has set the connection up and answers on it (an expiry at connect
+    // would have come first, and closed it).
+    expect(await socket.send({ action: 'dance' })).toMatchObject({
+      ok: false,
+      error: { code: 'BAD_REQUEST' },
+    });
     // It lasts to the end of the tolerance (25 s from here), not a moment.
     expect(socket.socket.connected).toBe(true);
     expect(socket.events.some((e) => isStatus(e, 'STATUS$TOKEN_EXPIRED'))).toBe(false);
@@ -535,7 +540,29 @@ describe('hardening: the standalone app', () => {
       );
     }
     for (let n = 0; n < 4; n++) sockets.push(await stalledSocket(app.port, token, id));
-    await new Promise((resolve) => setTimeout(resolve, 3_000));
+    // Measured once the server holds them all and its memory has stopped growing
+    // (four readings 250 ms apart within 4 MB of each other), or has grown too much.
+    await until(
+      async () =>
+        (await gauge(app, 'cs_open_event_streams')) >= 6 &&
+        (await gauge(app, 'cs_connected_sockets')) >= 4,
+      'the stalled clients served',
+      30_000,
+    );
+    const readings: number[] = [];
+    await until(
+      () => {
+        readings.push(rssOf(app.child.pid!));
+        const last = readings.slice(-4);
+        return (
+          last.at(-1)! - before >= 200 * 1024 * 1024 ||
+          (last.length === 4 && Math.max(...last) - Math.min(...last) < 4 * 1024 * 1024)
+        );
+      },
+      'the memory to stop growing',
+      30_000,
+      250,
+    );
     const grown = rssOf(app.child.pid!) - before;
     // Was 1.6 GB for six such streams: the replay now waits for each client.
     expect(grown).toBeLessThan(200 * 1024 * 1024);

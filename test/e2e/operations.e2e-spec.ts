@@ -256,13 +256,16 @@ describe('readiness', () => {
     };
     for (const proc of probes) expect(await ready(proc), proc.name).toBe(200);
 
-    // Down for 6 s: each probe must say 503 meanwhile, and answer in time.
-    const restarted = redis.restart(6_000);
+    // Down until each probe has said 503 (answering in time).
+    let outageOver!: () => void;
+    const over = new Promise<void>((resolve) => (outageOver = resolve));
+    const restarted = redis.restart(() => over);
     await Promise.all(
       probes.map((proc) =>
         until(async () => (await ready(proc)) === 503, `${proc.name} /readyz 503`, 5_000, 100),
       ),
     );
+    outageOver();
     await restarted;
     await Promise.all(
       probes.map((proc) =>

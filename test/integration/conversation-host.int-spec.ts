@@ -540,8 +540,22 @@ describe(ConversationHost.name, () => {
     );
 
     // The first run is over; the second's lock outlives several lock durations, so the
-    // job is not handed out again (each time a failover, until too_many_failovers).
-    await new Promise((resolve) => setTimeout(resolve, 3 * LEASE_TTL_MS));
+    // job is not handed out again (each time a failover, until too_many_failovers):
+    // it is renewed, under the same token, until it has lived three lock durations
+    // on renewals alone (one missed renewal too many and it would have lapsed).
+    const { lockDuration, lockRenewTime } = leaseTiming(LEASE_TTL_MS);
+    let renewals = 0;
+    let lastTtl = await redis.pttl(lock);
+    await vi.waitFor(
+      async () => {
+        expect(await redis.get(lock)).toBe(secondToken);
+        const ttl = await redis.pttl(lock);
+        if (ttl > lastTtl) renewals += 1;
+        lastTtl = ttl;
+        expect(renewals * lockRenewTime).toBeGreaterThanOrEqual(3 * lockDuration);
+      },
+      { timeout: 30_000, interval: 50 },
+    );
     expect(await redis.get(lock)).toBe(secondToken);
     expect(await leaseEpoch()).toBe(firstEpoch + 1);
     expect(await jobs.state(ref.conversationId)).toBe('active');

@@ -47,7 +47,10 @@ describe(openRequestRedis.name, () => {
     try {
       await connected(redis);
       await queue.add('before', {});
-      const back = server.restart(1_500);
+      // Down until what is tried meanwhile has failed.
+      let outageOver!: () => void;
+      const over = new Promise<void>((resolve) => (outageOver = resolve));
+      const back = server.restart(() => over);
       await expect.poll(() => redis.status, { timeout: 2_000 }).not.toBe('ready');
 
       expect(() => assertConnected(redis)).toThrow(UnavailableError);
@@ -56,6 +59,7 @@ describe(openRequestRedis.name, () => {
         expect(ms).toBeLessThan(AT_ONCE_MS);
       }
 
+      outageOver();
       await back;
       await connected(redis);
       expect(() => assertConnected(redis)).not.toThrow();

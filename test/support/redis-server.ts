@@ -14,9 +14,10 @@ export interface PrivateRedis {
   dir: string;
   /**
    * SIGTERM (Redis writes its append-only file and exits), wait for the exit,
-   * stay down for `downMs`, start again.
+   * stay down for `downMs` (or until `down()` settles: an outage that lasts
+   * until the test has seen what it waits for), start again.
    */
-  restart(downMs?: number): Promise<void>;
+  restart(down?: number | (() => Promise<unknown>)): Promise<void>;
   /** Stops the server and removes its folder. */
   stop(): Promise<void>;
 }
@@ -29,9 +30,10 @@ export async function startPrivateRedis(): Promise<PrivateRedis> {
     url: `redis://127.0.0.1:${port}`,
     port,
     dir,
-    async restart(downMs = 0) {
+    async restart(down = 0) {
       await terminate(child);
-      await new Promise((resolve) => setTimeout(resolve, downMs));
+      if (typeof down === 'number') await new Promise((resolve) => setTimeout(resolve, down));
+      else await down().catch(() => undefined);
       child = await launch(port, dir);
     },
     async stop() {

@@ -13,6 +13,8 @@ interface ProxiedConnection {
 export class TcpProxy {
   /** New connections are closed at once (the service looks down). */
   refusing = false;
+  /** How many connections were closed at once while `refusing`. */
+  refused = 0;
   /** Bytes from the servers are dropped (answers are lost on the way back). */
   mutedDownstream = false;
   private readonly connections = new Set<ProxiedConnection>();
@@ -64,6 +66,7 @@ export class TcpProxy {
   private accept(client: Socket): void {
     client.on('error', () => undefined);
     if (this.refusing) {
+      this.refused += 1;
       client.destroy();
       return;
     }
