@@ -475,6 +475,43 @@ describe.each(backends)('PostgresConversationStore on $name', (backend) => {
       expect(counted.calls.statements).toBeLessThan(conversations.length / 2);
     });
 
+    it('writes each append in a statement of its own conversation with cross-conversation batches off', async () => {
+      const tenantId = uniqueName('tenant');
+      const conversations = await Promise.all(
+        Array.from({ length: 12 }, () => created({ tenantId })),
+      );
+      const counted = countingDatabase(database);
+      const recorded: string[] = [];
+      const query = counted.database.query.bind(counted.database);
+      counted.database.query = (sql, params, options) => {
+        recorded.push(sql);
+        return query(sql, params, options);
+      };
+      const unbatched = new PostgresConversationStore(counted.database, {
+        crossConversationBatches: false,
+      });
+      const results = await Promise.all(
+        conversations.map((conversation, i) =>
+          unbatched.append(tenantId, conversation.id, [
+            message(`m${i}`, { stateDelta: { n: i } }),
+            agentStateChanged('running'),
+          ]),
+        ),
+      );
+      for (const [i, result] of results.entries()) {
+        expect(result.map((a) => [a.event.id, a.duplicate])).toEqual([
+          [0, false],
+          [1, false],
+        ]);
+        expect(await store.getSnapshot(tenantId, conversations[i]!.id)).toMatchObject({
+          conversation: { lastEventId: 1, agentState: 'running' },
+          state: { n: i },
+        });
+      }
+      expect(counted.calls).toEqual({ statements: 12, transactions: 0, errors: [] });
+      expect(recorded.some((sql) => sql.includes('jsonb_to_recordset($1::jsonb)'))).toBe(false);
+    });
+
     it('never deadlocks when two processes append to the same conversations in opposite orders', async () => {
       const tenantId = uniqueName('tenant');
       const conversations = await Promise.all(
