@@ -28,6 +28,7 @@ import {
   openStore,
 } from '@cs/store';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { startPgBouncer } from '../support/pgbouncer.js';
 import { createScratchDatabase, uniqueName } from '../support/services.js';
 
 interface Backend {
@@ -51,6 +52,26 @@ const backends: Backend[] = [
         another: () => openPostgres(scratch.url, { poolSize: 10 }),
         async teardown() {
           await database.close();
+          await scratch.drop();
+        },
+      };
+    },
+  },
+  {
+    // Nothing prepared, no session state: every statement and transaction may
+    // meet another server connection.
+    name: 'Postgres through PgBouncer in transaction mode',
+    async open() {
+      const scratch = await createScratchDatabase('cs_store_bouncer');
+      const bouncer = await startPgBouncer();
+      const url = bouncer.urlFor(scratch.url);
+      const database = openPostgres(url, { poolSize: 24, preparedStatements: false });
+      return {
+        database,
+        another: () => openPostgres(url, { poolSize: 10, preparedStatements: false }),
+        async teardown() {
+          await database.close();
+          await bouncer.stop();
           await scratch.drop();
         },
       };
@@ -1168,6 +1189,26 @@ describe('migrate on Postgres', () => {
     } finally {
       await first.close();
       await second.close();
+      await scratch.drop();
+    }
+  });
+
+  it('applies each migration once when two migrators start at once through PgBouncer', async () => {
+    const scratch = await createScratchDatabase('cs_migrate');
+    const bouncer = await startPgBouncer();
+    const url = bouncer.urlFor(scratch.url);
+    const first = openPostgres(url, { poolSize: 2, preparedStatements: false });
+    const second = openPostgres(url, { poolSize: 2, preparedStatements: false });
+    try {
+      const [a, b] = await Promise.all([migrate(first), migrate(second)]);
+      const all = (await loadMigrations()).map((m) => m.name);
+      expect([...a, ...b].sort()).toEqual(all);
+      const { rows } = await first.query<{ name: string }>('SELECT name FROM schema_migrations');
+      expect(rows.map((row) => row.name).sort()).toEqual(all);
+    } finally {
+      await first.close();
+      await second.close();
+      await bouncer.stop();
       await scratch.drop();
     }
   });
