@@ -19,6 +19,7 @@ import {
   type TestCluster,
 } from '../support/cluster.js';
 import type { AppProcess } from '../support/processes.js';
+import { startPgBouncer, type PrivatePgBouncer } from '../support/pgbouncer.js';
 import { startPrivateRedis, type PrivateRedis } from '../support/redis-server.js';
 import { testRedisUrl, uniqueName } from '../support/services.js';
 
@@ -28,6 +29,7 @@ const SLACK_MS = 1000;
 
 let cluster: TestCluster | undefined;
 let redis: PrivateRedis | undefined;
+let bouncer: PrivatePgBouncer | undefined;
 
 async function cluster_(options: ClusterOptions): Promise<TestCluster> {
   cluster = await startCluster({
@@ -46,6 +48,8 @@ afterEach(async () => {
   cluster = undefined;
   await redis?.stop();
   redis = undefined;
+  await bouncer?.stop();
+  bouncer = undefined;
 });
 
 async function createConversation(baseUrl: string, token: string): Promise<string> {
@@ -255,26 +259,43 @@ async function keptThrough(
   }
 }
 
+/** Clients on both gateways chat at once; each sees every stored event once, in order. */
+async function chatAcrossGateways(c: TestCluster): Promise<void> {
+  const [g1, g2] = c.gateways as [AppProcess, AppProcess];
+  const token = await c.token('alice');
+  const id = await createConversation(g1.url, token);
+  const a = await ConversationClient.connect(g1.url, token, { conversation_id: id });
+  const b = await ConversationClient.connect(g2.url, token, { conversation_id: id });
+  try {
+    await a.waitFor(isReady, 10_000, 'agent ready');
+    // Both clients send at once, so that events of both gateways interleave.
+    const sent = Array.from({ length: 20 }, (_, n) => `from ${n % 2 ? 'a' : 'b'} ${n}`);
+    const acks = await Promise.all(sent.map((text, n) => (n % 2 ? a : b).message(text)));
+    expect(acks.every((ack) => ack.ok)).toBe(true);
+    expectExactlyOnce(await waitForAnswers(g1.url, token, id), sent);
+    for (const client of [a, b]) await expectEveryEventOnce(client, g2.url, token, id);
+  } finally {
+    a.close();
+    b.close();
+  }
+}
+
 describe('cluster of gateways and workers', () => {
   it('delivers every stored event once and in order to clients on both gateways', async () => {
-    const c = await cluster_({ gateways: 2, workers: 2 });
-    const [g1, g2] = c.gateways as [AppProcess, AppProcess];
-    const token = await c.token('alice');
-    const id = await createConversation(g1.url, token);
-    const a = await ConversationClient.connect(g1.url, token, { conversation_id: id });
-    const b = await ConversationClient.connect(g2.url, token, { conversation_id: id });
-    try {
-      await a.waitFor(isReady, 10_000, 'agent ready');
-      // Both clients send at once, so that events of both gateways interleave.
-      const sent = Array.from({ length: 20 }, (_, n) => `from ${n % 2 ? 'a' : 'b'} ${n}`);
-      const acks = await Promise.all(sent.map((text, n) => (n % 2 ? a : b).message(text)));
-      expect(acks.every((ack) => ack.ok)).toBe(true);
-      expectExactlyOnce(await waitForAnswers(g1.url, token, id), sent);
-      for (const client of [a, b]) await expectEveryEventOnce(client, g2.url, token, id);
-    } finally {
-      a.close();
-      b.close();
-    }
+    await chatAcrossGateways(await cluster_({ gateways: 2, workers: 2 }));
+  });
+
+  it('does the same through PgBouncer in transaction mode, with prepared statements off', async () => {
+    bouncer = await startPgBouncer();
+    const through = bouncer;
+    await chatAcrossGateways(
+      await cluster_({
+        gateways: 2,
+        workers: 2,
+        databaseUrl: (direct) => through.urlFor(direct),
+        env: { DATABASE_PREPARED_STATEMENTS: 'false', DATABASE_POOL_SIZE: '4' },
+      }),
+    );
   });
 
   it('streams live events over SSE from a gateway that has no other subscriber to the conversation', async () => {

@@ -28,6 +28,7 @@ import {
   openStore,
 } from '@cs/store';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { startPgBouncer } from '../support/pgbouncer.js';
 import { createScratchDatabase, uniqueName } from '../support/services.js';
 
 interface Backend {
@@ -51,6 +52,26 @@ const backends: Backend[] = [
         another: () => openPostgres(scratch.url, { poolSize: 10 }),
         async teardown() {
           await database.close();
+          await scratch.drop();
+        },
+      };
+    },
+  },
+  {
+    // Nothing prepared, no session state: every statement and transaction may
+    // meet another server connection.
+    name: 'Postgres through PgBouncer in transaction mode',
+    async open() {
+      const scratch = await createScratchDatabase('cs_store_bouncer');
+      const bouncer = await startPgBouncer();
+      const url = bouncer.urlFor(scratch.url);
+      const database = openPostgres(url, { poolSize: 24, preparedStatements: false });
+      return {
+        database,
+        another: () => openPostgres(url, { poolSize: 10, preparedStatements: false }),
+        async teardown() {
+          await database.close();
+          await bouncer.stop();
           await scratch.drop();
         },
       };
@@ -473,6 +494,43 @@ describe.each(backends)('PostgresConversationStore on $name', (backend) => {
       expect(await countEvents(database, repeated!.id)).toBe(1);
       // Appends that queued behind the first few shared statements.
       expect(counted.calls.statements).toBeLessThan(conversations.length / 2);
+    });
+
+    it('writes each append in a statement of its own conversation with cross-conversation batches off', async () => {
+      const tenantId = uniqueName('tenant');
+      const conversations = await Promise.all(
+        Array.from({ length: 12 }, () => created({ tenantId })),
+      );
+      const counted = countingDatabase(database);
+      const recorded: string[] = [];
+      const query = counted.database.query.bind(counted.database);
+      counted.database.query = (sql, params, options) => {
+        recorded.push(sql);
+        return query(sql, params, options);
+      };
+      const unbatched = new PostgresConversationStore(counted.database, {
+        crossConversationBatches: false,
+      });
+      const results = await Promise.all(
+        conversations.map((conversation, i) =>
+          unbatched.append(tenantId, conversation.id, [
+            message(`m${i}`, { stateDelta: { n: i } }),
+            agentStateChanged('running'),
+          ]),
+        ),
+      );
+      for (const [i, result] of results.entries()) {
+        expect(result.map((a) => [a.event.id, a.duplicate])).toEqual([
+          [0, false],
+          [1, false],
+        ]);
+        expect(await store.getSnapshot(tenantId, conversations[i]!.id)).toMatchObject({
+          conversation: { lastEventId: 1, agentState: 'running' },
+          state: { n: i },
+        });
+      }
+      expect(counted.calls).toEqual({ statements: 12, transactions: 0, errors: [] });
+      expect(recorded.some((sql) => sql.includes('jsonb_to_recordset($1::jsonb)'))).toBe(false);
     });
 
     it('never deadlocks when two processes append to the same conversations in opposite orders', async () => {
@@ -1131,6 +1189,26 @@ describe('migrate on Postgres', () => {
     } finally {
       await first.close();
       await second.close();
+      await scratch.drop();
+    }
+  });
+
+  it('applies each migration once when two migrators start at once through PgBouncer', async () => {
+    const scratch = await createScratchDatabase('cs_migrate');
+    const bouncer = await startPgBouncer();
+    const url = bouncer.urlFor(scratch.url);
+    const first = openPostgres(url, { poolSize: 2, preparedStatements: false });
+    const second = openPostgres(url, { poolSize: 2, preparedStatements: false });
+    try {
+      const [a, b] = await Promise.all([migrate(first), migrate(second)]);
+      const all = (await loadMigrations()).map((m) => m.name);
+      expect([...a, ...b].sort()).toEqual(all);
+      const { rows } = await first.query<{ name: string }>('SELECT name FROM schema_migrations');
+      expect(rows.map((row) => row.name).sort()).toEqual(all);
+    } finally {
+      await first.close();
+      await second.close();
+      await bouncer.stop();
       await scratch.drop();
     }
   });

@@ -21,6 +21,11 @@ export interface ClusterOptions {
   workers?: number;
   /** Redis of the cluster (default: the suite's shared one). */
   redisUrl?: string;
+  /**
+   * The DATABASE_URL the processes get for the cluster's database (default:
+   * its URL), e.g. through PgBouncer; `sql` always connects directly.
+   */
+  databaseUrl?: (direct: string) => string;
   /** Extra environment for every process (limits, lease TTL, …). */
   env?: Record<string, string>;
   /** Node options of every process (`--import` of the tracing hook). */
@@ -57,7 +62,7 @@ export async function startCluster(options: ClusterOptions = {}): Promise<TestCl
   const redisUrl = options.redisUrl ?? testRedisUrl();
   const db = await createScratchDatabase('cs_cluster');
   const env: Record<string, string> = {
-    DATABASE_URL: db.url,
+    DATABASE_URL: options.databaseUrl ? options.databaseUrl(db.url) : db.url,
     REDIS_URL: redisUrl,
     KEY_PREFIX: prefix,
     AUTH_JWT_SECRET: CLUSTER_SECRET,

@@ -60,6 +60,9 @@ async function main({ config, logger: root }: ServiceContext): Promise<RunningSe
     databaseUrl: config.database.url,
     dataDir: config.database.dataDir,
     migrate: config.database.migrateOnStart,
+    poolSize: config.database.poolSize,
+    preparedStatements: config.database.preparedStatements,
+    crossConversationBatches: config.database.crossConversationBatches,
   });
   // What a client's request waits on fails at once while Redis is away (503,
   // nothing carried out later), and so do the Socket.IO adapter's publishes;

@@ -29,6 +29,9 @@ async function main(context: ServiceContext): Promise<RunningService> {
     databaseUrl: config.database.url,
     dataDir: config.database.dataDir,
     migrate: config.database.migrateOnStart,
+    poolSize: config.database.poolSize,
+    preparedStatements: config.database.preparedStatements,
+    crossConversationBatches: config.database.crossConversationBatches,
   });
   // This process owns the database: what ran before it stopped is resumed below.
   const interrupted = await opened.store.resetRunningStatuses();

@@ -44,6 +44,9 @@ async function main({ config, logger: root }: ServiceContext): Promise<RunningSe
     databaseUrl: config.database.url,
     dataDir: config.database.dataDir,
     migrate: config.database.migrateOnStart,
+    poolSize: config.database.poolSize,
+    preparedStatements: config.database.preparedStatements,
+    crossConversationBatches: config.database.crossConversationBatches,
   });
   const redis = openRedis(redisUrl, `${workerId}:commands`);
   const subscriber = openRedis(redisUrl, `${workerId}:inbox`);

@@ -36,6 +36,34 @@ describe('loadConfig', () => {
     expect(config.agent.default).toBe('echo');
   });
 
+  it('reads the Postgres pool size, prepared statements and cross-conversation batches', () => {
+    expect(loadConfig('standalone', {}).database).toMatchObject({
+      poolSize: 10,
+      preparedStatements: true,
+      crossConversationBatches: true,
+    });
+    expect(
+      loadConfig('worker', {
+        ...cluster,
+        DATABASE_POOL_SIZE: '40',
+        DATABASE_PREPARED_STATEMENTS: 'false',
+        DATABASE_CROSS_CONVERSATION_BATCHES: 'false',
+      }).database,
+    ).toMatchObject({ poolSize: 40, preparedStatements: false, crossConversationBatches: false });
+  });
+
+  it.each([
+    ['DATABASE_POOL_SIZE', '0'],
+    ['DATABASE_POOL_SIZE', 'ten'],
+    ['DATABASE_POOL_SIZE', '2.5'],
+    ['DATABASE_PREPARED_STATEMENTS', 'off'],
+    ['DATABASE_CROSS_CONVERSATION_BATCHES', 'maybe'],
+  ])('refuses %s=%s with one line naming it', (name, value) => {
+    const problems = problemsOf('worker', { ...cluster, [name]: value });
+    expect(problems).toHaveLength(1);
+    expect(problems[0]).toMatch(new RegExp(`^${name}: `));
+  });
+
   it('turns development tokens off outside the standalone mode', () => {
     expect(loadConfig('gateway', cluster).auth.devTokens).toBe(false);
     expect(loadConfig('gateway', { ...cluster, AUTH_DEV_TOKENS: 'true' }).auth.devTokens).toBe(

@@ -91,6 +91,9 @@ const EnvSchema = z.object({
   WORKER_HTTP_PORT: port.default(3001),
   DATABASE_URL: url(['postgres:', 'postgresql:']).optional(),
   DATA_DIR: z.string().min(1).default('./.data'),
+  DATABASE_POOL_SIZE: positiveInt.max(1_000).default(10),
+  DATABASE_PREPARED_STATEMENTS: bool.default(true),
+  DATABASE_CROSS_CONVERSATION_BATCHES: bool.default(true),
   REDIS_URL: url(['redis:', 'rediss:']).optional(),
   KEY_PREFIX: z
     .string()
@@ -164,7 +167,17 @@ export interface AppConfig {
     /** Origins of other sites allowed to call the API and open sockets (none by default). */
     corsOrigins: string[];
   };
-  database: { url: string | undefined; dataDir: string; migrateOnStart: boolean };
+  database: {
+    url: string | undefined;
+    dataDir: string;
+    migrateOnStart: boolean;
+    /** Postgres connections this process opens at most. */
+    poolSize: number;
+    /** False sends every statement unprepared (a pooler in transaction mode). */
+    preparedStatements: boolean;
+    /** False writes each append in a statement of its own conversation (Citus). */
+    crossConversationBatches: boolean;
+  };
   redis: { url: string | undefined; keyPrefix: string };
   auth: {
     jwtSecret: string | undefined;
@@ -285,7 +298,14 @@ export function loadConfig(
       workerPort: e.WORKER_HTTP_PORT,
       corsOrigins: e.CORS_ORIGINS ?? [],
     },
-    database: { url: e.DATABASE_URL, dataDir: e.DATA_DIR, migrateOnStart: e.MIGRATE_ON_START },
+    database: {
+      url: e.DATABASE_URL,
+      dataDir: e.DATA_DIR,
+      migrateOnStart: e.MIGRATE_ON_START,
+      poolSize: e.DATABASE_POOL_SIZE,
+      preparedStatements: e.DATABASE_PREPARED_STATEMENTS,
+      crossConversationBatches: e.DATABASE_CROSS_CONVERSATION_BATCHES,
+    },
     redis: { url: e.REDIS_URL, keyPrefix: e.KEY_PREFIX },
     auth: {
       jwtSecret: e.AUTH_JWT_SECRET,

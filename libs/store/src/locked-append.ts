@@ -14,6 +14,7 @@ import { ConversationRepository } from './repositories/conversation.repository.j
 import type { PlainAppend, StoredEventRow } from './repositories/event.repository.js';
 import { EventRepository, toStoredEvent } from './repositories/event.repository.js';
 import { ScopedStateRepository } from './repositories/scoped-state.repository.js';
+import type { WriteClock } from './write-clock.js';
 
 export const NOTHING_STORED: ReadonlyMap<string, StoredEventRow> = new Map();
 
@@ -64,6 +65,7 @@ export async function appendLocked(
   conversationId: string,
   prepared: readonly PreparedDraft[],
   writer: Writer,
+  clock: WriteClock,
 ): Promise<AppendedEvent[]> {
   const clientEventIds = [...new Set(prepared.flatMap((draft) => draft.clientEventId ?? []))];
   const conversations = new ConversationRepository(tx);
@@ -100,8 +102,10 @@ export async function appendLocked(
     }));
   if (busy) throw new AgentBusyError();
   const folded = foldDeltas(plan.fresh.map((row) => row.prepared));
+  const at = clock.now();
   const appended = await events.appendToLog(
     plainAppend(tenantId, conversationId, plan.fresh, folded, writer),
+    at,
   );
   // The row is locked by this transaction, its lease checked: it cannot have gone.
   if (!appended) throw new Error(`conversation ${conversationId} vanished during an append`);
@@ -113,10 +117,11 @@ export async function appendLocked(
       head.userId,
       folded.user.set,
       folded.user.deleted,
+      at,
     );
   }
   if (!folded.app.empty) {
-    await states.mergeAppState(tenantId, head.appName, folded.app.set, folded.app.deleted);
+    await states.mergeAppState(tenantId, head.appName, folded.app.set, folded.app.deleted, at);
   }
 
   const written: StoredEvent[] = plan.fresh.map((row) =>

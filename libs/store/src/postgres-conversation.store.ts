@@ -37,33 +37,56 @@ import {
   type Writer,
 } from './locked-append.js';
 import { guardData } from './refused-text.js';
+import { WriteClock } from './write-clock.js';
 import { ConversationRepository } from './repositories/conversation.repository.js';
-import type { AppendedHead } from './repositories/event.repository.js';
+import type { AppendedHead, PlainAppend } from './repositories/event.repository.js';
 import { EventRepository, toStoredEvent } from './repositories/event.repository.js';
 import { ScopedStateRepository } from './repositories/scoped-state.repository.js';
 
 /** A few connections of the pool stay free for reads while appends queue. */
 const DEFAULT_BATCHING: AppendBatcherLimits = { maxInFlight: 4, maxBatch: 100 };
 
+export interface ConversationStoreOptions {
+  /** How plain appends queue and share statements. */
+  batching?: AppendBatcherLimits;
+  /**
+   * Plain appends of several conversations share one statement (default
+   * true). False writes each append in a statement that names its one
+   * conversation, as on Citus, where a statement spanning conversations
+   * spans shards (docs/scaling.md); appends then wait only for a connection.
+   */
+  crossConversationBatches?: boolean;
+  /** The time of writes; see `WriteClock`. */
+  clock?: WriteClock;
+}
+
 export class PostgresConversationStore implements ConversationStore {
   private readonly conversations: ConversationRepository;
   private readonly events: EventRepository;
   private readonly scopedStates: ScopedStateRepository;
-  private readonly batcher: AppendBatcher;
+  private readonly writeAppend: (append: PlainAppend) => Promise<AppendedHead | null>;
+  private readonly clock: WriteClock;
 
   constructor(
     private readonly database: SqlDatabase,
-    batching: AppendBatcherLimits = DEFAULT_BATCHING,
+    options: ConversationStoreOptions = {},
   ) {
     this.conversations = new ConversationRepository(database);
     this.events = new EventRepository(database);
     this.scopedStates = new ScopedStateRepository(database);
-    this.batcher = new AppendBatcher(async (appends) => {
-      const [only] = appends;
-      if (appends.length > 1 || !only) return this.events.appendToLogs(appends);
-      const head = await this.events.appendToLog(only);
-      return new Map(head ? [[only.conversationId, head]] : []);
-    }, batching);
+    this.clock = options.clock ?? new WriteClock();
+    if (options.crossConversationBatches === false) {
+      this.writeAppend = (append) => this.events.appendToLog(append, this.clock.now());
+    } else {
+      const batcher = new AppendBatcher(async (appends) => {
+        const [only] = appends;
+        const at = this.clock.now();
+        if (appends.length > 1 || !only) return this.events.appendToLogs(appends, at);
+        const head = await this.events.appendToLog(only, at);
+        return new Map(head ? [[only.conversationId, head]] : []);
+      }, options.batching ?? DEFAULT_BATCHING);
+      this.writeAppend = (append) => batcher.append(append);
+    }
   }
 
   async createConversation(
@@ -101,7 +124,7 @@ export class PostgresConversationStore implements ConversationStore {
       const conversations = new ConversationRepository(tx);
       const inserted = await conversations.insertIfAbsent(input);
       if (!inserted) return null;
-      await appendLocked(tx, input.tenantId, input.id, prepared, ANY_WRITER);
+      await appendLocked(tx, input.tenantId, input.id, prepared, ANY_WRITER, this.clock);
       return conversations.find(input.tenantId, input.id);
     });
   }
@@ -168,7 +191,9 @@ export class PostgresConversationStore implements ConversationStore {
     if (Object.values(patch).every((value) => value === undefined)) {
       return this.conversations.find(tenantId, conversationId);
     }
-    return guardData(() => this.conversations.update(tenantId, conversationId, patch));
+    return guardData(() =>
+      this.conversations.update(tenantId, conversationId, patch, this.clock.now()),
+    );
   }
 
   async deleteConversation(tenantId: string, conversationId: string): Promise<boolean> {
@@ -228,7 +253,8 @@ export class PostgresConversationStore implements ConversationStore {
   /**
    * A plain append (no idempotency key seen before, no `user:` / `app:` keys)
    * is one statement, shared with the other appends of this process that
-   * queue meanwhile: see `AppendBatcher` and `EventRepository.appendToLogs`.
+   * queue meanwhile (see `AppendBatcher` and `EventRepository.appendToLogs`),
+   * or its own with `crossConversationBatches: false`.
    * Anything else, or a key that turns out to be stored, takes
    * `appendInTransaction`.
    */
@@ -258,7 +284,7 @@ export class PostgresConversationStore implements ConversationStore {
     let head: AppendedHead | null;
     try {
       head = await guardData(() =>
-        this.batcher.append(plainAppend(tenantId, conversationId, plan.fresh, folded, writer)),
+        this.writeAppend(plainAppend(tenantId, conversationId, plan.fresh, folded, writer)),
       );
     } catch (error) {
       // A client_event_id stored meanwhile: nothing was written; tell repeat from conflict.
@@ -283,7 +309,7 @@ export class PostgresConversationStore implements ConversationStore {
   ): Promise<AppendedEvent[]> {
     return guardData(() =>
       this.database.transaction((tx) =>
-        appendLocked(tx, tenantId, conversationId, prepared, writer),
+        appendLocked(tx, tenantId, conversationId, prepared, writer, this.clock),
       ),
     );
   }

@@ -18,6 +18,10 @@ export interface StoreOptions {
   migrate: boolean;
   /** pg pool size (default 10). */
   poolSize?: number;
+  /** Named prepared statements on pg (default true); see `PostgresOptions`. */
+  preparedStatements?: boolean;
+  /** Appends of several conversations share statements (default true); see `ConversationStoreOptions`. */
+  crossConversationBatches?: boolean;
   /** Errors of idle pooled Postgres connections. */
   onIdleError?: (error: Error) => void;
   /** When the embedded database's folder lock is lost; see `DataDirLockOptions`. */
@@ -37,6 +41,9 @@ export async function openStore(options: StoreOptions): Promise<OpenedStore> {
   const database = options.databaseUrl
     ? openPostgres(options.databaseUrl, {
         ...(options.poolSize === undefined ? {} : { poolSize: options.poolSize }),
+        ...(options.preparedStatements === undefined
+          ? {}
+          : { preparedStatements: options.preparedStatements }),
         ...(options.onIdleError ? { onIdleError: options.onIdleError } : {}),
       })
     : await openEmbeddedDatabase(
@@ -46,7 +53,11 @@ export async function openStore(options: StoreOptions): Promise<OpenedStore> {
   try {
     const migrationsApplied = options.migrate ? await migrate(database) : [];
     return {
-      store: new PostgresConversationStore(database),
+      store: new PostgresConversationStore(database, {
+        ...(options.crossConversationBatches === undefined
+          ? {}
+          : { crossConversationBatches: options.crossConversationBatches }),
+      }),
       database,
       migrationsApplied,
       close: () => database.close(),

@@ -6,13 +6,7 @@
  */
 import { PGlite } from '@electric-sql/pglite';
 import type { Results, Transaction } from '@electric-sql/pglite';
-import type {
-  QueryOptions,
-  SqlDatabase,
-  SqlResult,
-  SqlSession,
-  SqlTransaction,
-} from './sql-database.js';
+import type { QueryOptions, SqlDatabase, SqlResult, SqlTransaction } from './sql-database.js';
 import { makePrivateDir } from './data-dir.lock.js';
 import { INT8_OID, parseInt8 } from './sql-database.js';
 
@@ -46,7 +40,6 @@ function toResult<T>(result: Results<T>): SqlResult<T> {
 
 class PgliteDatabase implements SqlDatabase {
   readonly backend = 'pglite' as const;
-  private lockChain: Promise<unknown> = Promise.resolve();
   private closing: Promise<void> | undefined;
 
   constructor(
@@ -64,12 +57,6 @@ class PgliteDatabase implements SqlDatabase {
 
   transaction<T>(fn: (tx: SqlTransaction) => Promise<T>): Promise<T> {
     return this.db.transaction((tx) => fn(wrapTransaction(tx)));
-  }
-
-  withExclusiveLock<T>(_name: string, fn: (session: SqlSession) => Promise<T>): Promise<T> {
-    const run = this.lockChain.then(() => fn(this));
-    this.lockChain = run.catch(() => undefined);
-    return run;
   }
 
   close(): Promise<void> {

@@ -2,13 +2,7 @@
 import { createHash } from 'node:crypto';
 import pg from 'pg';
 import type { CustomTypesConfig, PoolClient } from 'pg';
-import type {
-  QueryOptions,
-  SqlDatabase,
-  SqlResult,
-  SqlSession,
-  SqlTransaction,
-} from './sql-database.js';
+import type { QueryOptions, SqlDatabase, SqlResult, SqlTransaction } from './sql-database.js';
 import { INT8_OID, parseInt8 } from './sql-database.js';
 
 export interface PostgresOptions {
@@ -99,47 +93,8 @@ class PostgresDatabase implements SqlDatabase {
     }
   }
 
-  async withExclusiveLock<T>(name: string, fn: (session: SqlSession) => Promise<T>): Promise<T> {
-    // A dedicated connection: a session-level advisory lock belongs to it.
-    const client = await this.pool.connect();
-    let healthy = true;
-    try {
-      await client.query('SELECT pg_advisory_lock(hashtext($1))', [name]);
-      try {
-        return await fn(new ClientSession(client, this.prepare));
-      } finally {
-        await client.query('SELECT pg_advisory_unlock(hashtext($1))', [name]);
-      }
-    } catch (error) {
-      healthy = false;
-      throw error;
-    } finally {
-      // Destroying a connection after a failure also drops any lock it held.
-      client.release(!healthy);
-    }
-  }
-
   async close(): Promise<void> {
     await this.pool.end();
-  }
-}
-
-class ClientSession implements SqlSession {
-  readonly query: Runner;
-
-  constructor(
-    private readonly client: PoolClient,
-    private readonly prepare: boolean,
-  ) {
-    this.query = runner(client, prepare);
-  }
-
-  async transaction<T>(fn: (tx: SqlTransaction) => Promise<T>): Promise<T> {
-    try {
-      return await inTransaction(this.client, this.prepare, fn);
-    } catch (error) {
-      throw error instanceof RollbackFailedError ? error.original : error;
-    }
   }
 }
 

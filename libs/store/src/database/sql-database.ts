@@ -32,7 +32,7 @@ export interface SqlTransaction extends SqlQueryable {
   exec(script: string): Promise<void>;
 }
 
-/** A connection that can run transactions one after another (migrations). */
+/** Runs statements and transactions. */
 export interface SqlSession extends SqlQueryable {
   transaction<T>(fn: (tx: SqlTransaction) => Promise<T>): Promise<T>;
 }
@@ -41,13 +41,6 @@ export type SqlBackend = 'postgres' | 'pglite';
 
 export interface SqlDatabase extends SqlSession {
   readonly backend: SqlBackend;
-  /**
-   * Runs `fn` on one session while holding an exclusive lock named `name`:
-   * a Postgres session-level advisory lock (exclusive across processes), or a
-   * mutex inside the process for PGlite, whose single session makes advisory
-   * locks re-entrant (and whose data folder is locked to one process anyway).
-   */
-  withExclusiveLock<T>(name: string, fn: (session: SqlSession) => Promise<T>): Promise<T>;
   close(): Promise<void>;
 }
 

@@ -184,11 +184,12 @@ export class ConversationRepository {
     return rows.map((row) => ({ record: toRecord(row), updatedAtMicros: row.updated_at_us }));
   }
 
-  /** Replaces the fields given (undefined: keep) and marks the conversation active. */
+  /** Replaces the fields given (undefined: keep) and marks the conversation active at `at` (ISO text). */
   async update(
     tenantId: string,
     id: string,
     patch: ConversationPatch,
+    at: string,
   ): Promise<ConversationRecord | null> {
     const { rows } = await this.db.query<ConversationRow>(
       `UPDATE conversations
@@ -197,7 +198,7 @@ export class ConversationRepository {
               confirmation_mode = coalesce($5::boolean, confirmation_mode),
               multitask_strategy = coalesce($6::text, multitask_strategy),
               metrics = CASE WHEN $7::boolean THEN ${METRICS_PLUS_USAGE} ELSE metrics END,
-              updated_at = greatest(updated_at, clock_timestamp())
+              updated_at = greatest(updated_at, $12::timestamptz)
         WHERE tenant_id = $1 AND id = $2
         RETURNING ${COLUMNS}`,
       [
@@ -212,6 +213,7 @@ export class ConversationRepository {
         patch.addMetrics?.prompt_tokens ?? 0,
         patch.addMetrics?.completion_tokens ?? 0,
         patch.addMetrics?.cost_usd ?? 0,
+        at,
       ],
     );
     return rows[0] ? toRecord(rows[0]) : null;
@@ -261,15 +263,20 @@ export class ConversationRepository {
     }));
   }
 
-  /** `last_event_id` by conversation id, for the (tenant, id) pairs found. */
+  /**
+   * `last_event_id` by conversation id, for the (tenant, id) pairs found. A
+   * read of many conversations, but by key: `id = ANY` lets Postgres (and
+   * Citus, which prunes shards by it) look up only those rows.
+   */
   async lastEventIds(
     tenantIds: readonly string[],
     ids: readonly string[],
   ): Promise<Map<string, number>> {
     const { rows } = await this.db.query<{ id: string; last_event_id: number }>(
       `SELECT c.id, c.last_event_id
-         FROM unnest($1::text[], $2::uuid[]) AS k(tenant_id, id)
-         JOIN conversations c ON c.tenant_id = k.tenant_id AND c.id = k.id`,
+         FROM conversations c
+        WHERE c.id = ANY ($2::uuid[])
+          AND (c.tenant_id, c.id) IN (SELECT * FROM unnest($1::text[], $2::uuid[]))`,
       [tenantIds, ids],
       PREPARED,
     );

@@ -133,8 +133,10 @@ export class EventRepository {
    * the ordered locking that many rows need (about four times cheaper for
    * Postgres). On its own, or inside the transaction that tells repeats from
    * conflicts and merges `user:` / `app:` keys. Null when left undone.
+   * `at` (ISO text) is the activity time, unless the row's is later, and the
+   * events' timestamp.
    */
-  async appendToLog(append: PlainAppend): Promise<AppendedHead | null> {
+  async appendToLog(append: PlainAppend, at: string): Promise<AppendedHead | null> {
     const { rows } = await this.db.query<{ first_id: number; updated_at: Date }>(
       `WITH head AS (
          UPDATE conversations
@@ -148,7 +150,7 @@ export class EventRepository {
                   WHEN $18::boolean AND turn_cause = $16::bigint THEN turn_cost_usd + $17::numeric
                   ELSE $17::numeric END,
                 turn_cause = coalesce($16::bigint, turn_cause),
-                updated_at = greatest(updated_at, clock_timestamp())
+                updated_at = greatest(updated_at, $19::timestamptz)
           WHERE tenant_id = $1 AND id = $2
             AND ($4::bigint IS NULL OR lease_epoch = $4::bigint)
             AND ($14::uuid IS NULL OR incarnation = $14::uuid)
@@ -187,6 +189,7 @@ export class EventRepository {
         append.turnCost?.cause ?? null,
         append.turnCost?.costUsd ?? 0,
         append.turnCost?.continues ?? false,
+        at,
       ],
       PREPARED,
     );
@@ -204,9 +207,14 @@ export class EventRepository {
    * UPDATE returned. An append is left undone, and missing from the result,
    * when its conversation is gone, held under a newer epoch, or already has
    * one of its idempotency keys; a key stored concurrently fails the whole
-   * statement with a unique violation, and nothing is written.
+   * statement with a unique violation, and nothing is written. `at` as in
+   * `appendToLog`. The one statement that spans conversations: off on Citus
+   * (`crossConversationBatches`).
    */
-  async appendToLogs(appends: readonly PlainAppend[]): Promise<Map<string, AppendedHead>> {
+  async appendToLogs(
+    appends: readonly PlainAppend[],
+    at: string,
+  ): Promise<Map<string, AppendedHead>> {
     // Locks are taken in this order: by conversation id, the same in every process.
     const sorted = [...appends].sort((a, b) =>
       a.conversationId < b.conversationId ? -1 : a.conversationId > b.conversationId ? 1 : 0,
@@ -283,7 +291,7 @@ export class EventRepository {
                     THEN c.turn_cost_usd + b.turn_cost_usd
                   ELSE b.turn_cost_usd END,
                 turn_cause = coalesce(b.turn_cause, c.turn_cause),
-                updated_at = greatest(c.updated_at, clock_timestamp())
+                updated_at = greatest(c.updated_at, $3::timestamptz)
            FROM batch b
           WHERE c.id = ANY ($2::uuid[]) AND c.id IN (SELECT id FROM locked)
             AND c.id = b.conversation_id
@@ -304,7 +312,7 @@ export class EventRepository {
        SELECT id AS conversation_id, first_id, updated_at FROM head`,
       // The ids again as an array: the planner then looks the rows up by key
       // rather than joining a whole table against a function's rows.
-      [batchJson, sorted.map((append) => append.conversationId)],
+      [batchJson, sorted.map((append) => append.conversationId), at],
       PREPARED,
     );
     return new Map(

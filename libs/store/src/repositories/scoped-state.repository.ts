@@ -30,20 +30,21 @@ export class ScopedStateRepository {
     return { app: row?.app_state ?? {}, user: row?.user_state ?? {} };
   }
 
-  /** Sets the keys of `set` (a JSON object) and removes those of `deleted`. */
+  /** Sets the keys of `set` (a JSON object) and removes those of `deleted`, at `at` (ISO text). */
   async mergeUserState(
     tenantId: string,
     appName: string,
     userId: string,
     set: string,
     deleted: readonly string[],
+    at: string,
   ): Promise<void> {
     await this.db.query(
-      `INSERT INTO user_states AS s (tenant_id, app_name, user_id, state)
-       VALUES ($1, $2, $3, $4::jsonb - $5::text[])
+      `INSERT INTO user_states AS s (tenant_id, app_name, user_id, state, updated_at)
+       VALUES ($1, $2, $3, $4::jsonb - $5::text[], $6::timestamptz)
        ON CONFLICT (tenant_id, app_name, user_id) DO UPDATE
-         SET state = (s.state || $4::jsonb) - $5::text[], updated_at = clock_timestamp()`,
-      [tenantId, appName, userId, set, deleted],
+         SET state = (s.state || $4::jsonb) - $5::text[], updated_at = $6::timestamptz`,
+      [tenantId, appName, userId, set, deleted, at],
       PREPARED,
     );
   }
@@ -53,13 +54,14 @@ export class ScopedStateRepository {
     appName: string,
     set: string,
     deleted: readonly string[],
+    at: string,
   ): Promise<void> {
     await this.db.query(
-      `INSERT INTO app_states AS s (tenant_id, app_name, state)
-       VALUES ($1, $2, $3::jsonb - $4::text[])
+      `INSERT INTO app_states AS s (tenant_id, app_name, state, updated_at)
+       VALUES ($1, $2, $3::jsonb - $4::text[], $5::timestamptz)
        ON CONFLICT (tenant_id, app_name) DO UPDATE
-         SET state = (s.state || $3::jsonb) - $4::text[], updated_at = clock_timestamp()`,
-      [tenantId, appName, set, deleted],
+         SET state = (s.state || $3::jsonb) - $4::text[], updated_at = $5::timestamptz`,
+      [tenantId, appName, set, deleted, at],
       PREPARED,
     );
   }
