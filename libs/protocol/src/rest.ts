@@ -163,9 +163,14 @@ export const DevTokenBodySchema = z.strictObject({
 export type DevTokenBody = z.infer<typeof DevTokenBodySchema>;
 
 /** The claims of a bearer token, once verified. */
+/** A token's `sub` or `tid`: a storable id with something besides white space. */
+const TokenClaimIdSchema = StorableIdSchema.refine(
+  (value) => value.trim() !== '',
+  'must not be blank',
+);
 export const TokenClaimsSchema = z.object({
-  sub: StorableIdSchema,
-  tid: StorableIdSchema,
+  sub: TokenClaimIdSchema,
+  tid: TokenClaimIdSchema,
   exp: z.number(),
   roles: z.array(z.string()).optional(),
 });
