@@ -314,12 +314,39 @@ export class ConversationService {
     });
   }
 
+  /** `POST …/start`: one user action (it stores the agent's start), as a socket's would be. */
   async start(principal: Principal, conversationId: string): Promise<ConversationStatus> {
-    return this.manager.ensureRunning(refOf(await this.find(principal, conversationId)));
+    const conversation = await this.find(principal, conversationId);
+    // A start of a running agent stores nothing: not counted, not refused.
+    if (conversation.status === 'RUNNING' || conversation.status === 'STARTING') {
+      return this.manager.ensureRunning(refOf(conversation));
+    }
+    return this.countedAction(principal, () => this.manager.ensureRunning(refOf(conversation)));
   }
 
+  /** `POST …/stop`: one user action (it stores `stopped`), as `change_agent_state` is. */
   async stop(principal: Principal, conversationId: string): Promise<ConversationStatus> {
-    return this.manager.stop(refOf(await this.find(principal, conversationId)));
+    const conversation = await this.find(principal, conversationId);
+    // A stop of a stopped agent stores nothing: not counted, not refused.
+    if (conversation.status === 'STOPPED') return this.manager.stop(refOf(conversation));
+    return this.countedAction(principal, () => this.manager.stop(refOf(conversation)));
+  }
+
+  /**
+   * Runs `act` as one user action of `RATE_LIMIT_PER_MINUTE`: refused with
+   * `RATE_LIMITED` beyond it, given back when `act` fails.
+   */
+  private async countedAction<T>(principal: Principal, act: () => Promise<T>): Promise<T> {
+    const reservation = await this.rateLimiter.reserve(principal.tenantId, principal.userId);
+    if (!reservation.reserved) throw RateLimitedError.forActions(reservation.retryAfterMs);
+    try {
+      const result = await act();
+      this.storedUserActions(1);
+      return result;
+    } catch (error) {
+      await reservation.cancel();
+      throw error;
+    }
   }
 
   /** Stores a user action once (idempotent by key) and hands it to the agent. */
