@@ -216,6 +216,11 @@ export class StandaloneConversationManager implements ConversationManager {
     return this.status(ref);
   }
 
+  settingsChanged(ref: ConversationRef): Promise<void> {
+    this.live.get(ref.conversationId)?.session?.settingsChanged();
+    return Promise.resolve();
+  }
+
   async status(ref: ConversationRef): Promise<ConversationStatus> {
     const entry = this.live.get(ref.conversationId);
     if (entry) return entry.phase === 'running' ? 'RUNNING' : 'STARTING';

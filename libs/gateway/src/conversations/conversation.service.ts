@@ -1,7 +1,6 @@
-import { Inject, Injectable, Optional } from '@nestjs/common';
+import { Inject, Injectable, Logger, Optional } from '@nestjs/common';
 import type { AppConfig } from '@cs/config';
 import {
-  AgentBusyError,
   BadRequestError,
   ConcurrencyLimitError,
   ConflictError,
@@ -52,7 +51,7 @@ import {
 import { ConversationRoomHub } from '../realtime/conversation-room-hub.js';
 import { parseReplay, withReplayedMarkers } from './conversation-replay.js';
 import { settingsOf } from './conversation-settings.js';
-import { checkAgentBusy, findRepeat, refusesWhenBusy } from './user-action-admission.js';
+import { checkConfirmationAnswer, findRepeat } from './user-action-admission.js';
 
 /** What a create answers, and whether it made the conversation (201) or found it (200). */
 export interface CreatedConversation {
@@ -91,6 +90,7 @@ export class ConversationService {
 
   /** Where rooms are told of a deletion: every gateway's (cluster) or this process's. */
   private readonly rooms: ConversationBroadcaster;
+  private readonly logger = new Logger(ConversationService.name);
 
   /** The conversation if the caller may see it; `NOT_FOUND` otherwise. */
   async find(principal: Principal, conversationId: string): Promise<ConversationRecord> {
@@ -293,6 +293,17 @@ export class ConversationService {
         : { multitaskStrategy: patch.multitask_strategy }),
     });
     assertVisible(principal, updated);
+    // Every socket and stream decides by the stored row (the append reads the
+    // strategy under its lock); the running agent is told to read it again.
+    if (patch.confirmation_mode !== undefined || patch.multitask_strategy !== undefined) {
+      await this.manager.settingsChanged(refOf(updated)).catch((error: unknown) => {
+        // Stored and answered: the agent reads the settings at its next start.
+        this.logger.warn({
+          msg: `could not tell the agent of new settings: ${String(error)}`,
+          conversation_id: conversationId,
+        });
+      });
+    }
     return this.info(updated);
   }
 
@@ -385,16 +396,7 @@ export class ConversationService {
     read: Pick<SendOptions, 'status'>,
   ): Promise<AppendedEvent> {
     const ref = refOf(conversation);
-    try {
-      await checkAgentBusy(this.store, this.config.agent.multitaskStrategy, conversation, action);
-    } catch (error) {
-      // A repeat of a message stored already (its first ack lost) is acknowledged again,
-      // busy or not: it is the message being answered, or one already answered.
-      if (!(error instanceof AgentBusyError)) throw error;
-      const repeat = await findRepeat(this.store, ref, action, idempotencyKey);
-      if (repeat) return repeat;
-      throw error;
-    }
+    await checkConfirmationAnswer(this.store, conversation, action);
     const reservation = await this.rateLimiter.reserve(principal.tenantId, principal.userId);
     if (!reservation.reserved) {
       // An idempotent repeat stores nothing, so it does not count against the limit.
@@ -405,7 +407,12 @@ export class ConversationService {
     try {
       const appended = await this.manager.sendUserAction(ref, action, idempotencyKey, {
         ...read,
-        refuseIfBusy: refusesWhenBusy(this.config.agent.multitaskStrategy, conversation, action),
+        // Under `reject` (the conversation's strategy as stored when the message is,
+        // not as `conversation` was read) a message is refused while the agent works;
+        // a repeat of one stored already is acknowledged again, busy or not.
+        ...(action.action === 'message'
+          ? { defaultMultitaskStrategy: this.config.agent.multitaskStrategy }
+          : {}),
       });
       if (appended.duplicate) await reservation.cancel();
       else this.storedUserActions(1);
