@@ -1784,6 +1784,33 @@ describe(AgentSession.name, () => {
     }
   });
 
+  it('keeps a title given (PATCH) after the session started, before its first answer', async () => {
+    const f = await fixture('');
+    const agent = echoTestAgent();
+    const titled: Agent = {
+      step: (context) => agent.step(context),
+      title: async () => ({
+        title: 'Model title',
+        usage: { prompt_tokens: 7, completion_tokens: 1 },
+      }),
+    };
+    const session = await f.newSession(titled);
+    await session.start();
+    await f.store.updateConversation(f.ref.tenantId, f.ref.conversationId, { title: 'Mine' });
+    await f.userSays('hello there', session);
+    // The title request is counted once its outcome is stored.
+    await vi.waitFor(async () => {
+      const record = await f.store.getConversation(f.ref.tenantId, f.ref.conversationId);
+      expect(record?.metrics.prompt_tokens).toBe(7);
+    });
+    const record = await f.store.getConversation(f.ref.tenantId, f.ref.conversationId);
+    expect(record?.title).toBe('Mine');
+    expect(f.broadcaster.statusesOf(f.ref.conversationId)).not.toContainEqual(
+      expect.objectContaining({ id: 'STATUS$TITLE_UPDATED' }),
+    );
+    await session.stop();
+  });
+
   describe('exactly-once answers', () => {
     it('a holder that died between running and the answer: the next holder answers once', async () => {
       const f = await fixture();

@@ -56,6 +56,9 @@ export async function titleConversation(deps: TitleDeps, runner: TurnRunner): Pr
     }
     if (title === '') title = fallbackTitle(await firstUserMessage(deps, runner.trigger));
     if (deps.isClosing()) return;
+    // A title given meanwhile (PATCH) is the user's: it stays.
+    const current = await store.getConversation(ref.tenantId, ref.conversationId);
+    if (current?.title) title = '';
     if (title === '') {
       if (usage)
         await store.updateConversation(ref.tenantId, ref.conversationId, { addMetrics: usage });
