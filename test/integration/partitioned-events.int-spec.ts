@@ -223,9 +223,11 @@ describe.each(backends)('partitioned events on $name', (backend) => {
             reply(2, 'again', { 'user:tz': 'UTC', 'app:mode': 'x' }),
           ]),
         'append refused while busy': () =>
-          store.append(tenantId, id, [message('third')], { refuseIfBusy: true }).catch((error) => {
-            if (!(error instanceof AgentBusyError)) throw error;
-          }),
+          store
+            .append(tenantId, id, [message('third')], { defaultMultitaskStrategy: 'reject' })
+            .catch((error) => {
+              if (!(error instanceof AgentBusyError)) throw error;
+            }),
         'idempotent repeat': () => store.findEventByClientEventId(tenantId, id, 'k1'),
         'replay page': () =>
           store.readEventPage(tenantId, id, { fromId: 0, limit: 100, maxBytes: 1 << 22 }),

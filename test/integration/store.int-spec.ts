@@ -273,9 +273,9 @@ describe.each(backends)('PostgresConversationStore on $name', (backend) => {
       expect(after?.lastEventId).toBe(19);
     });
 
-    it('takes one of many messages sent at once with refuseIfBusy, refuses the others, and answers a repeat', async () => {
+    it('takes one of many messages sent at once under reject, refuses the others, and answers a repeat', async () => {
       const conversation = await created();
-      const refuse = { refuseIfBusy: true };
+      const refuse = { defaultMultitaskStrategy: 'reject' } as const;
       const results = await Promise.allSettled(
         Array.from({ length: 10 }, (_, i) =>
           store.append(
@@ -313,16 +313,36 @@ describe.each(backends)('PostgresConversationStore on $name', (backend) => {
       await expect(
         store.append(conversation.tenantId, conversation.id, [message('while running')], refuse),
       ).rejects.toBeInstanceOf(AgentBusyError);
-      // Without refuseIfBusy (enqueue, interrupt) messages are always stored.
+      // Under enqueue or interrupt messages are always stored.
       await store.append(conversation.tenantId, conversation.id, [message('queued')]);
       expect(
         await store.readEvents(conversation.tenantId, conversation.id, { limit: 100 }),
       ).toHaveLength(5);
     });
 
-    it('with refuseIfBusy, takes one reply to tool calls awaiting approval and refuses a second', async () => {
+    it("decides by the conversation's own strategy as stored when the message is, over the deployment's", async () => {
       const conversation = await created();
-      const refuse = { refuseIfBusy: true };
+      const { tenantId, id } = conversation;
+      const enqueue = { defaultMultitaskStrategy: 'enqueue' } as const;
+      await store.append(tenantId, id, [message('first')], enqueue);
+      await store.append(tenantId, id, [agentStateChanged('running', { cause: 0 })]);
+      // The deployment enqueues; the conversation was set to reject since.
+      await store.updateConversation(tenantId, id, { multitaskStrategy: 'reject' });
+      await expect(
+        store.append(tenantId, id, [message('while running')], enqueue),
+      ).rejects.toBeInstanceOf(AgentBusyError);
+      // And back to enqueue, under a deployment that rejects.
+      await store.updateConversation(tenantId, id, { multitaskStrategy: 'enqueue' });
+      const [queued] = await store.append(tenantId, id, [message('queued')], {
+        defaultMultitaskStrategy: 'reject',
+      });
+      expect(queued).toMatchObject({ duplicate: false });
+      expect(await store.readEvents(tenantId, id, { limit: 100 })).toHaveLength(3);
+    });
+
+    it('under reject, takes one reply to tool calls awaiting approval and refuses a second', async () => {
+      const conversation = await created();
+      const refuse = { defaultMultitaskStrategy: 'reject' } as const;
       const { tenantId, id } = conversation;
       await store.append(tenantId, id, [message('what time is it?')], refuse);
       await store.append(tenantId, id, [

@@ -16,8 +16,8 @@ import { metricGrowth, metricTotals } from './metrics.js';
 export const REFUSAL_ENV = {
   MAX_CONCURRENT_CONVERSATIONS: '1',
   CONCURRENCY_POLICY: 'reject',
-  // Exactly the user actions the scenario stores (creates count): 2 + 1 + 2 + 2.
-  RATE_LIMIT_PER_MINUTE: '7',
+  // Exactly the user actions the scenario stores (creates and stops count): 2 + 1 + 2 + 2 + 2.
+  RATE_LIMIT_PER_MINUTE: '9',
 } as const;
 
 /** How long a refused action is given to show up anyway (a publish crosses Redis in a cluster). */
@@ -151,7 +151,7 @@ export async function refusalStoresNothing(urls: readonly string[], token: strin
     });
     expect(status.body.status).toBe('STOPPED');
 
-    // A slot frees: the same keys are stored once and answered once (2 actions).
+    // A slot frees (a stop: 1 action): the same keys are stored once and answered once (2 actions).
     const freed = await api(
       url(0),
       'POST',
@@ -173,7 +173,7 @@ export async function refusalStoresNothing(urls: readonly string[], token: strin
       four.ok ? four.event_id : -1,
     ]);
 
-    // And the refused create, retried with its id once a slot frees (2 actions).
+    // And the refused create, retried with its id once a slot frees (a stop and 2 actions).
     const stop = await api(url(1), 'POST', `/api/conversations/${stoppedId}/stop`, { token });
     expect(stop.status).toBe(200);
     const retried = await create(0, { initial_user_msg: 'two', conversation_id: newId });
@@ -184,11 +184,11 @@ export async function refusalStoresNothing(urls: readonly string[], token: strin
     ]);
     expect(await listed()).toEqual([...before, newId].sort());
 
-    // (c) The refusals counted nothing: the 7 stored fill the limit, no more fits.
+    // (c) The refusals counted nothing: the 9 stored fill the limit, no more fits.
     const over = await post(1, newId, 'over', 'key-over');
     expect([over.status, over.body.error?.code]).toEqual([429, 'RATE_LIMITED']);
 
-    // (d) Counted where decided, once each: the 10 refusals of (a) and (b), the 7 actions stored.
+    // (d) Counted where decided, once each: the 10 refusals of (a) and (b), the 9 actions stored.
     expect(metricGrowth(countedBefore, await metricTotals(urls, COUNTERS))).toEqual({
       cs_limit_rejections_total: 10,
       cs_limit_evictions_total: 0,

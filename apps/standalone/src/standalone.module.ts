@@ -71,7 +71,8 @@ export const StandaloneModule = {
               catchUpIntervalMs: CATCH_UP_INTERVAL_MS,
             },
             metrics: metrics.cluster(),
-            reportError: (message, error) => logger.warn(`${message}: ${String(error)}`),
+            reportError: (message, error, fields) =>
+              logger.warn({ msg: `${message}: ${String(error)}`, ...fields }),
           });
           metrics.setRunningConversationsSource(() => manager?.runningCount ?? 0);
           return manager;

@@ -308,6 +308,11 @@ export class ClusteredConversationManager implements ConversationManager {
     return sent.length > 0;
   }
 
+  /** Tells the holder, if any: it reads the settings again (nobody holds it: nothing to tell). */
+  async settingsChanged(ref: ConversationRef): Promise<void> {
+    await this.deps.inbox.send(ref.conversationId, { type: 'settings' });
+  }
+
   /** Stops the conversation's run, held or queued, and waits for its job to go. */
   private async stopRun(ref: ConversationRef): Promise<void> {
     const { inbox, jobs } = this.deps;

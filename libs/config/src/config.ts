@@ -104,6 +104,7 @@ const EnvSchema = z.object({
   AUTH_JWT_ISSUER: z.string().min(1).optional(),
   AUTH_JWT_AUDIENCE: z.string().min(1).optional(),
   AUTH_DEV_TOKENS: bool.optional(),
+  AUTH_MAX_TOKEN_TTL_S: positiveInt.max(31_536_000).default(86_400),
   MAX_CONCURRENT_CONVERSATIONS: positiveInt.max(10_000).default(3),
   CONCURRENCY_POLICY: z.enum(CONCURRENCY_POLICIES).default('evict_oldest'),
   IDLE_TIMEOUT_MS: positiveInt.default(3_600_000),
@@ -185,6 +186,8 @@ export interface AppConfig {
     issuer: string | undefined;
     audience: string | undefined;
     devTokens: boolean;
+    /** A token whose `exp` lies further ahead than this many seconds is refused. */
+    maxTokenTtlS: number;
   };
   limits: {
     maxConcurrentConversations: number;
@@ -313,6 +316,7 @@ export function loadConfig(
       issuer: e.AUTH_JWT_ISSUER,
       audience: e.AUTH_JWT_AUDIENCE,
       devTokens,
+      maxTokenTtlS: e.AUTH_MAX_TOKEN_TTL_S,
     },
     limits: {
       maxConcurrentConversations: e.MAX_CONCURRENT_CONVERSATIONS,

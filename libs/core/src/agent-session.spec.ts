@@ -1784,6 +1784,73 @@ describe(AgentSession.name, () => {
     await session.stop();
   });
 
+  it("cleans a model title of what cannot be stored, falls back to the first message's rule when nothing is left, and reports it", async () => {
+    for (const [made, expected] of [
+      ['Gree\u0000tings \ud800', 'Greetings'],
+      ['\u0000 \udc00', 'hello there'],
+    ] as const) {
+      const f = await fixture('');
+      const agent = echoTestAgent();
+      const reported: string[] = [];
+      const titled: Agent = {
+        step: (context) => agent.step(context),
+        title: async () => ({ title: made }),
+      };
+      const session = new AgentSession({
+        store: f.store,
+        broadcaster: f.broadcaster,
+        ref: f.ref,
+        leaseEpoch: await f.store.acquireLease(f.ref.tenantId, f.ref.conversationId, 'test-owner'),
+        agent: titled,
+        options: {
+          maxIterations: 10,
+          clock: f.clock,
+          reportError: (message) => reported.push(message),
+        },
+      });
+      await session.start();
+      await f.userSays('hello there', session);
+      await vi.waitFor(async () => {
+        const record = await f.store.getConversation(f.ref.tenantId, f.ref.conversationId);
+        expect(record?.title).toBe(expected);
+      });
+      expect(f.broadcaster.statusesOf(f.ref.conversationId)).toContainEqual(
+        expect.objectContaining({ id: 'STATUS$TITLE_UPDATED', message: expected }),
+      );
+      expect(reported).toContainEqual(
+        expect.stringContaining('title with characters that cannot be stored'),
+      );
+      await session.stop();
+    }
+  });
+
+  it('keeps a title given (PATCH) after the session started, before its first answer', async () => {
+    const f = await fixture('');
+    const agent = echoTestAgent();
+    const titled: Agent = {
+      step: (context) => agent.step(context),
+      title: async () => ({
+        title: 'Model title',
+        usage: { prompt_tokens: 7, completion_tokens: 1 },
+      }),
+    };
+    const session = await f.newSession(titled);
+    await session.start();
+    await f.store.updateConversation(f.ref.tenantId, f.ref.conversationId, { title: 'Mine' });
+    await f.userSays('hello there', session);
+    // The title request is counted once its outcome is stored.
+    await vi.waitFor(async () => {
+      const record = await f.store.getConversation(f.ref.tenantId, f.ref.conversationId);
+      expect(record?.metrics.prompt_tokens).toBe(7);
+    });
+    const record = await f.store.getConversation(f.ref.tenantId, f.ref.conversationId);
+    expect(record?.title).toBe('Mine');
+    expect(f.broadcaster.statusesOf(f.ref.conversationId)).not.toContainEqual(
+      expect.objectContaining({ id: 'STATUS$TITLE_UPDATED' }),
+    );
+    await session.stop();
+  });
+
   describe('exactly-once answers', () => {
     it('a holder that died between running and the answer: the next holder answers once', async () => {
       const f = await fixture();

@@ -85,6 +85,8 @@ export class AgentSession {
   private readonly controls: SessionControls;
 
   private record: ConversationRecord | null = null;
+  /** A PATCH changed the settings since `record` was read (`settingsChanged`). */
+  private settingsStale = false;
   private readonly state = new SessionState();
   private activityAt: number;
   /** Id of this session's `loading` event: what was stored before it, a new holder resumes. */
@@ -161,6 +163,7 @@ export class AgentSession {
       record: () => this.record,
       state: () => this.state.current,
       refreshState: () => this.refreshSharedState(),
+      refreshSettings: () => this.refreshSettings(),
       agentState: () => this.writer.agentState,
       strategy: () => this.strategy,
       loadingEventId: () => this.loadingEventId,
@@ -236,6 +239,15 @@ export class AgentSession {
     if (!events || !this.queue.accept(events)) this.reader.markUnread();
     this.wakeSignal.raise();
     if (this.turns.isRunning) void this.turns.checkForInterruption();
+  }
+
+  /**
+   * A PATCH changed the conversation's settings (`confirmation_mode`,
+   * `multitask_strategy`): they are read again before the next decision that
+   * uses them (a turn, a newer message, a step). Cheap; safe at any time.
+   */
+  settingsChanged(): void {
+    this.settingsStale = true;
   }
 
   /**
@@ -373,11 +385,31 @@ export class AgentSession {
   // ---------------------------------------------------------------- shared state
 
   /**
+   * After `settingsChanged`: the settings as stored now. A failed read leaves
+   * them as they were, to be read again at the next decision.
+   */
+  private async refreshSettings(): Promise<void> {
+    const { record } = this;
+    if (!record || !this.settingsStale) return;
+    this.settingsStale = false;
+    try {
+      const fresh = await this.store.getConversation(record.tenantId, record.id);
+      if (fresh && fresh.incarnation === record.incarnation && this.record === record) {
+        this.record = { ...record, settings: fresh.settings };
+      }
+    } catch (error) {
+      this.settingsStale = true;
+      this.reportError("could not read the conversation's settings again", error);
+    }
+  }
+
+  /**
    * Before a step: reads the `app:` and `user:` keys again if another
    * conversation changed them. A failed read leaves the state as it was, to
    * be read at the next step; the turn goes on.
    */
   private async refreshSharedState(): Promise<void> {
+    await this.refreshSettings();
     const { record } = this;
     if (!record || !this.state.isStale) return;
     try {

@@ -1,4 +1,4 @@
-import type { ConversationStatus, UserAction } from '@cs/protocol';
+import type { ConversationStatus, MultitaskStrategy, UserAction } from '@cs/protocol';
 import type { ConversationRef } from './conversation.js';
 import type { SlotClaim, SlotOwner } from './conversation-limits.js';
 import type { AppendedEvent } from './ports/conversation-store.port.js';
@@ -10,8 +10,12 @@ export interface Attachment extends ConversationRef {
 
 /** How a user action is stored (see `AppendOptions`). */
 export interface SendOptions {
-  /** A message under `reject`: refused with `AgentBusyError` while the agent is busy. */
-  refuseIfBusy?: boolean;
+  /**
+   * For a message: the deployment's `MULTITASK_STRATEGY`; under `reject` (the
+   * conversation's, read when it is stored) it is refused with
+   * `AgentBusyError` while the agent is busy (`AppendOptions`).
+   */
+  defaultMultitaskStrategy?: MultitaskStrategy;
   /**
    * The conversation's status as the caller read it just now (not a socket's,
    * as old as its handshake). RUNNING spares the cluster the slot's check
@@ -63,6 +67,12 @@ export interface ConversationManager {
   ): Promise<AppendedEvent>;
   /** Stops the conversation's agent (no-op when not running). */
   stop(ref: ConversationRef): Promise<ConversationStatus>;
+  /**
+   * A PATCH stored new settings (`confirmation_mode`, `multitask_strategy`):
+   * the running agent, wherever it runs, reads them again before its next
+   * decision that uses them. Best effort, like a wake-up: nothing is stored.
+   */
+  settingsChanged(ref: ConversationRef): Promise<void>;
   /** The live status: STOPPED / STARTING / RUNNING / ERROR. */
   status(ref: ConversationRef): Promise<ConversationStatus>;
   /** Ids of the running (or starting) conversations of a user. */

@@ -69,8 +69,18 @@ export interface StandaloneConversationManagerDeps {
   options: StandaloneConversationManagerOptions;
   /** Where the per-user limit's evictions and refusals are counted. */
   metrics?: ClusterMetrics;
-  /** Where failures that no caller awaits are reported (a status write, a close). */
-  reportError?: (message: string, error: unknown) => void;
+  /**
+   * Where failures that no caller awaits are reported (a status write, a
+   * close); `fields` name the conversation when there is one (its log fields).
+   */
+  reportError?: (message: string, error: unknown, fields?: ConversationLogFields) => void;
+}
+
+/** The log fields of a conversation (PROTOCOL.md "Operations"). */
+export interface ConversationLogFields {
+  conversation_id: string;
+  tenant_id: string;
+  user_id: string;
 }
 
 export class StandaloneConversationManager implements ConversationManager {
@@ -79,7 +89,11 @@ export class StandaloneConversationManager implements ConversationManager {
   private readonly agents: AgentFactory;
   private readonly clock: Clock;
   private readonly options: StandaloneConversationManagerOptions;
-  private readonly reportError: (message: string, error: unknown) => void;
+  private readonly reportError: (
+    message: string,
+    error: unknown,
+    fields?: ConversationLogFields,
+  ) => void;
   private readonly metrics: ClusterMetrics;
 
   private readonly live = new Map<string, LiveConversation>();
@@ -202,6 +216,11 @@ export class StandaloneConversationManager implements ConversationManager {
     return this.status(ref);
   }
 
+  settingsChanged(ref: ConversationRef): Promise<void> {
+    this.live.get(ref.conversationId)?.session?.settingsChanged();
+    return Promise.resolve();
+  }
+
   async status(ref: ConversationRef): Promise<ConversationStatus> {
     const entry = this.live.get(ref.conversationId);
     if (entry) return entry.phase === 'running' ? 'RUNNING' : 'STARTING';
@@ -280,7 +299,12 @@ export class StandaloneConversationManager implements ConversationManager {
           ...this.options.runtime,
           maxIterations: this.options.maxIterations,
           clock: this.clock,
-          reportError: this.reportError,
+          reportError: (message, error) =>
+            this.reportError(message, error, {
+              conversation_id: ref.conversationId,
+              tenant_id: ref.tenantId,
+              user_id: ref.userId,
+            }),
           onScopedStateChange: (change) => {
             this.options.runtime?.onScopedStateChange?.(change);
             this.scopedStateChanged(change);

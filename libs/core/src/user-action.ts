@@ -60,7 +60,12 @@ export async function storeUserAction(
         ref.tenantId,
         ref.conversationId,
         [userActionDraft(action, idempotencyKey)],
-        { incarnation: ref.incarnation, ...(options.refuseIfBusy ? { refuseIfBusy: true } : {}) },
+        {
+          incarnation: ref.incarnation,
+          ...(options.defaultMultitaskStrategy === undefined
+            ? {}
+            : { defaultMultitaskStrategy: options.defaultMultitaskStrategy }),
+        },
       );
     } catch (error) {
       if (error instanceof AgentBusyError) await start.ensureRunning().catch(() => undefined);

@@ -9,6 +9,7 @@ import { Logger as PinoNestLogger } from 'nestjs-pino';
 import type { AppConfig } from '@cs/config';
 import type { ServiceLogger } from '@cs/observability';
 import { MAX_PAYLOAD_BYTES } from '@cs/protocol';
+import { DevTokenHosts } from './auth/dev-token-hosts.js';
 import { authenticate } from './auth/http-auth.guard.js';
 import { TokenService, bearerToken } from './auth/token.service.js';
 import { answerClientErrors } from './http/client-errors.js';
@@ -66,6 +67,10 @@ export async function createHttpApp(
   app.flushLogs();
   app.disable('x-powered-by');
   app.set('query parser', 'simple');
+  // Before anything answers (CORS preflights included): DNS rebinding.
+  if (app.get(TokenService).devTokensEnabled) {
+    app.use(refuseForeignHosts(new DevTokenHosts(config.http.corsOrigins)));
+  }
   // No cross-origin access unless the operator names the origins.
   if (config.http.corsOrigins.length > 0) app.enableCors({ origin: config.http.corsOrigins });
   app.use(requireJsonBodies);
@@ -112,6 +117,17 @@ function authenticateBeforeBody(tokens: TokenService) {
       authenticate(request, principal);
       next();
     }, next);
+  };
+}
+
+/** While development tokens are on: requests that name another host are refused (`DevTokenHosts`). */
+function refuseForeignHosts(hosts: DevTokenHosts) {
+  return (request: Request, response: Response, next: NextFunction): void => {
+    if (DevTokenHosts.servesAnyHost(request.path) || hosts.allows(request.headers.host)) {
+      return next();
+    }
+    const { status, body } = mapError(DevTokenHosts.refusal());
+    response.status(status).json(body);
   };
 }
 

@@ -11,6 +11,7 @@
  * `{"a":{}}` is 2 deep. A REST body or a socket payload is one JSON document,
  * so its own braces count.
  */
+import { z } from 'zod';
 import { MAX_JSON_DEPTH } from './limits.js';
 
 type PathKey = string | number;
@@ -74,6 +75,13 @@ export function findUnstorableText(value: unknown): PathKey[] | undefined {
 const UNPAIRED_SURROGATE = /[\ud800-\udbff](?![\udc00-\udfff])|(?<![\ud800-\udbff])[\udc00-\udfff]/;
 
 /** Whether Postgres stores `text` as it is (no NUL, no unpaired surrogate). */
+/** `text` without what Postgres cannot store: NULs and unpaired surrogates are removed. */
+export function storableText(text: string): string {
+  return isStorableText(text)
+    ? text
+    : text.replaceAll('\u0000', '').replace(new RegExp(UNPAIRED_SURROGATE.source, 'g'), '');
+}
+
 export function isStorableText(text: string): boolean {
   return !text.includes('\u0000') && !UNPAIRED_SURROGATE.test(text);
 }
@@ -102,4 +110,24 @@ function pathOf(entry: PendingContainer): PathKey[] {
     path.push(at.key);
   }
   return path.reverse();
+}
+
+/**
+ * `schema` for a JSON object that must not have the own key `__proto__`: zod
+ * copies a record's keys into a new object, where that key sets the
+ * prototype instead, so it was dropped without a word. Refused instead, as a
+ * field of its own (`metadata.__proto__`). Deeper objects are kept as sent.
+ */
+export function withoutProtoKey<T extends z.ZodType>(schema: T) {
+  return z.preprocess((value, ctx) => {
+    if (typeof value === 'object' && value !== null && Object.hasOwn(value, '__proto__')) {
+      ctx.addIssue({
+        code: 'custom',
+        message: 'the key __proto__ is not allowed',
+        path: ['__proto__'],
+        input: value,
+      });
+    }
+    return value;
+  }, schema);
 }

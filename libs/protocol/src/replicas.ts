@@ -56,6 +56,8 @@ export const InboxMessageSchema = z.discriminatedUnion('type', [
    * text so far on the room (a `catch_up` room message), if one streams.
    */
   z.object({ type: z.literal('catch_up') }),
+  /** A PATCH stored new settings: the session reads them again (`settingsChanged`). */
+  z.object({ type: z.literal('settings') }),
 ]);
 export type InboxMessage = z.infer<typeof InboxMessageSchema>;
 

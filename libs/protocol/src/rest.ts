@@ -2,7 +2,7 @@ import { z } from 'zod';
 import { AgentStateSchema, ConversationStatusSchema } from './agent-state.js';
 import { MultitaskStrategySchema } from './agent-outputs.js';
 import { StoredEventSchema } from './events.js';
-import { isStorableText, jsonByteLength, jsonDepthWithin } from './json-limits.js';
+import { isStorableText, jsonByteLength, jsonDepthWithin, withoutProtoKey } from './json-limits.js';
 import {
   DEFAULT_PAGE_LIMIT,
   MAX_INSTRUCTIONS_CHARS,
@@ -37,13 +37,18 @@ export const AgentNameSchema = z
  * the size stringifies it).
  */
 const boundedJsonObject = () =>
-  z.record(z.string().max(256), z.unknown()).superRefine((value, ctx) => {
-    if (!jsonDepthWithin(value, MAX_JSON_DEPTH)) {
-      ctx.addIssue({ code: 'custom', message: `nested more than ${MAX_JSON_DEPTH} deep` });
-    } else if (jsonByteLength(value) > MAX_METADATA_BYTES) {
-      ctx.addIssue({ code: 'custom', message: `larger than ${MAX_METADATA_BYTES} bytes as JSON` });
-    }
-  });
+  withoutProtoKey(
+    z.record(z.string().max(256), z.unknown()).superRefine((value, ctx) => {
+      if (!jsonDepthWithin(value, MAX_JSON_DEPTH)) {
+        ctx.addIssue({ code: 'custom', message: `nested more than ${MAX_JSON_DEPTH} deep` });
+      } else if (jsonByteLength(value) > MAX_METADATA_BYTES) {
+        ctx.addIssue({
+          code: 'custom',
+          message: `larger than ${MAX_METADATA_BYTES} bytes as JSON`,
+        });
+      }
+    }),
+  );
 export const MetadataSchema = boundedJsonObject();
 /** A conversation's `agent_config`, given to its agent: the same bounds as metadata. */
 export const AgentConfigSchema = boundedJsonObject();
@@ -167,9 +172,14 @@ export const DevTokenBodySchema = z.strictObject({
 export type DevTokenBody = z.infer<typeof DevTokenBodySchema>;
 
 /** The claims of a bearer token, once verified. */
+/** A token's `sub` or `tid`: a storable id with something besides white space. */
+const TokenClaimIdSchema = StorableIdSchema.refine(
+  (value) => value.trim() !== '',
+  'must not be blank',
+);
 export const TokenClaimsSchema = z.object({
-  sub: StorableIdSchema,
-  tid: StorableIdSchema,
+  sub: TokenClaimIdSchema,
+  tid: TokenClaimIdSchema,
   exp: z.number(),
   roles: z.array(z.string()).optional(),
 });

@@ -17,6 +17,7 @@ function plain(conversationId: string): PlainAppend {
     stateDeleted: [],
     metrics: { iterations: 0, prompt_tokens: 0, completion_tokens: 0, cost_usd: 0 },
     turnCost: null,
+    undoneUnderReject: false,
   };
 }
 

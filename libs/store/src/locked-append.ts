@@ -6,7 +6,7 @@
  */
 import type { AppendedEvent } from '@cs/core';
 import { AgentBusyError, LeaseLostError, NotFoundError, isAgentBusy } from '@cs/core';
-import type { StoredEvent } from '@cs/protocol';
+import type { MultitaskStrategy, StoredEvent } from '@cs/protocol';
 import type { SqlQueryable } from './database/sql-database.js';
 import type { AppendPlan, FoldedDeltas, PreparedDraft } from './event-append.plan.js';
 import { eventRowsJson, foldDeltas, planAppend } from './event-append.plan.js';
@@ -40,6 +40,7 @@ export function plainAppend(
     stateDeleted: folded.conversation.deleted,
     metrics: folded.metrics,
     turnCost: folded.turnCost,
+    undoneUnderReject: writer.defaultMultitaskStrategy !== null,
   };
 }
 
@@ -47,11 +48,15 @@ export function plainAppend(
 export interface Writer {
   leaseEpoch: number | null;
   incarnation: string | null;
-  /** `AppendOptions.refuseIfBusy`. */
-  refuseIfBusy: boolean;
+  /** `AppendOptions.defaultMultitaskStrategy` (null: not a user message that may be refused). */
+  defaultMultitaskStrategy: MultitaskStrategy | null;
 }
 
-export const ANY_WRITER: Writer = { leaseEpoch: null, incarnation: null, refuseIfBusy: false };
+export const ANY_WRITER: Writer = {
+  leaseEpoch: null,
+  incarnation: null,
+  defaultMultitaskStrategy: null,
+};
 
 /**
  * An append in a transaction the caller holds: lock the row, check the
@@ -93,8 +98,11 @@ export async function appendLocked(
     });
   }
 
+  // The strategy as it is now, under the lock: a PATCH applies from the next message on.
+  const strategy = head.multitaskStrategy ?? writer.defaultMultitaskStrategy;
   const busy =
-    writer.refuseIfBusy &&
+    writer.defaultMultitaskStrategy !== null &&
+    strategy === 'reject' &&
     (await isAgentBusy({
       agentState: head.agentState,
       unansweredMessages: () =>
@@ -103,8 +111,12 @@ export async function appendLocked(
   if (busy) throw new AgentBusyError();
   const folded = foldDeltas(plan.fresh.map((row) => row.prepared));
   const at = clock.now();
+  // Decided: the statement must not leave it undone again for the strategy.
   const appended = await events.appendToLog(
-    plainAppend(tenantId, conversationId, plan.fresh, folded, writer),
+    plainAppend(tenantId, conversationId, plan.fresh, folded, {
+      ...writer,
+      defaultMultitaskStrategy: null,
+    }),
     at,
   );
   // The row is locked by this transaction, its lease checked: it cannot have gone.

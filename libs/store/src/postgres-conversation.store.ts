@@ -269,13 +269,15 @@ export class PostgresConversationStore implements ConversationStore {
     const writer: Writer = {
       leaseEpoch: options.leaseEpoch ?? null,
       incarnation: options.incarnation ?? null,
-      refuseIfBusy: options.refuseIfBusy === true,
+      defaultMultitaskStrategy: options.defaultMultitaskStrategy ?? null,
     };
     const plan = planAppend(prepared, NOTHING_STORED, 0);
     const folded = foldDeltas(prepared);
-    // Whether the agent is busy is decided under the row lock, in the transaction.
+    // Whether the agent is busy is decided under the row lock, in the transaction:
+    // a message goes there when the deployment's strategy is `reject`, or when the
+    // plain append finds the conversation's own strategy `reject` (left undone).
     const plain =
-      !writer.refuseIfBusy &&
+      writer.defaultMultitaskStrategy !== 'reject' &&
       folded.user.empty &&
       folded.app.empty &&
       plan.outcomes.every((outcome) => outcome.kind === 'new' && !outcome.duplicate);

@@ -37,6 +37,11 @@ export function deliverToHosted(hosted: HostedConversation, message: SessionMess
     session?.wake(message.events);
     return;
   }
+  // Before the session exists, its start reads the settings as they are.
+  if (message.type === 'settings') {
+    session?.settingsChanged();
+    return;
+  }
   if (!session) {
     hosted.pending = message;
     return;

@@ -1,4 +1,4 @@
-import type { ConversationStatus, StoredEvent } from '@cs/protocol';
+import type { ConversationStatus, MultitaskStrategy, StoredEvent } from '@cs/protocol';
 import type {
   ConversationPatch,
   ConversationRef,
@@ -25,12 +25,16 @@ export interface AppendOptions {
    */
   incarnation?: string;
   /**
-   * A user message under the `reject` strategy: the append fails with
-   * `AgentBusyError`, and writes nothing, while the agent works (see
-   * `isAgentBusy`). Decided under the conversation's row lock, so that of
-   * messages sent at the same moment one is taken and the others refused.
+   * Given for a user message: the deployment's `MULTITASK_STRATEGY`. When the
+   * conversation's own `multitask_strategy` (this one when it has none) is
+   * `reject`, the append fails with `AgentBusyError`, and writes nothing,
+   * while the agent works (see `isAgentBusy`). Both are read under the
+   * conversation's row lock: of messages sent at the same moment one is taken
+   * and the others refused, and a PATCH of the strategy applies from the next
+   * message on, whoever sends it (a socket's record is as old as its
+   * handshake).
    */
-  refuseIfBusy?: boolean;
+  defaultMultitaskStrategy?: MultitaskStrategy;
 }
 
 export interface AppendedEvent {

@@ -5,7 +5,7 @@
  * `STATUS$TITLE_UPDATED`. A failure leaves the conversation untitled. The
  * title request's usage counts in the conversation's metrics like a step's.
  */
-import { StatusId, cutText, isAction } from '@cs/protocol';
+import { StatusId, cutText, isAction, storableText } from '@cs/protocol';
 import type { StatusUpdate, StoredEvent } from '@cs/protocol';
 import type { Agent } from '../agent.js';
 import type { ConversationRef, MetricsDelta } from '../conversation.js';
@@ -39,14 +39,26 @@ export async function titleConversation(deps: TitleDeps, runner: TurnRunner): Pr
     if (agent.title) {
       try {
         const made = await agent.title(runner.titleContext());
-        title = cutText(made.title.trim(), MAX_AGENT_TITLE_CHARS);
         if (made.usage) usage = titleUsage(deps, made.usage);
+        // Cleaned as the store would refuse it (the conversation stayed untitled);
+        // when nothing is left, the first message's rule below.
+        const cleaned = storableText(made.title);
+        if (cleaned !== made.title) {
+          deps.reportError(
+            'the agent made a title with characters that cannot be stored (NUL, an unpaired surrogate)',
+            `${made.title.length - cleaned.length} removed`,
+          );
+        }
+        title = cutText(cleaned.trim(), MAX_AGENT_TITLE_CHARS);
       } catch (error) {
         deps.reportError('the agent could not make a title', error);
       }
     }
     if (title === '') title = fallbackTitle(await firstUserMessage(deps, runner.trigger));
     if (deps.isClosing()) return;
+    // A title given meanwhile (PATCH) is the user's: it stays.
+    const current = await store.getConversation(ref.tenantId, ref.conversationId);
+    if (current?.title) title = '';
     if (title === '') {
       if (usage)
         await store.updateConversation(ref.tenantId, ref.conversationId, { addMetrics: usage });

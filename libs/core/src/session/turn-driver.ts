@@ -60,6 +60,11 @@ export interface TurnDriverDeps extends Pick<AgentSessionInit, 'store' | 'ref' |
   state: () => Readonly<Record<string, unknown>>;
   /** Before a step: reads shared state keys again if another conversation changed them. */
   refreshState: () => Promise<void>;
+  /**
+   * Reads the conversation's settings again if a PATCH changed them since
+   * (`AgentSession.settingsChanged`); never throws.
+   */
+  refreshSettings: () => Promise<void>;
   agentState: () => AgentState | null;
   strategy: () => MultitaskStrategy;
   /** This session's `loading` event (what was stored before it, an earlier holder did). */
@@ -156,6 +161,8 @@ export class TurnDriver {
       'agent turn',
       async () => {
         const progress = resumed ? await this.storedProgress(trigger, attempts) : emptyProgress();
+        // The strategy and the limits of this turn, as the conversation has them now.
+        await this.deps.refreshSettings();
         await this.drive(this.newRunner(trigger, progress));
       },
       { 'cs.conversation_id': this.deps.ref.conversationId, 'cs.event_id': trigger.id },
@@ -190,6 +197,8 @@ export class TurnDriver {
     }
     const turn = this.turn;
     if (!turn) return;
+    // A message sent after a PATCH to `interrupt` interrupts.
+    await this.deps.refreshSettings();
     const strategy = this.deps.strategy();
     for (const event of queue.pendingAfter(turn.runner.trigger.id)) {
       const target = requestedState(event);
@@ -265,6 +274,7 @@ export class TurnDriver {
         metrics: deps.options.metrics ?? NO_RUNTIME_METRICS,
         tracing: deps.tracing,
         settings: turnSettings(deps.options, deps.record()),
+        confirmationMode: () => deps.record()?.settings.confirmationMode ?? false,
         cache: deps.cache,
         write: (drafts) =>
           this.turn?.runner === runner ? this.turn.append(drafts) : deps.write(drafts),

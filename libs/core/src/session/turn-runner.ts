@@ -37,7 +37,6 @@ export interface TurnSettings {
   maxIterations: number;
   /** 0: none. */
   maxBudgetUsd: number;
-  confirmationMode: boolean;
   /** Tools the agent may call (`agent_config.tools`), or all. */
   allowedTools: readonly string[] | undefined;
   /** Prices a usage the agent did not price (`LLM_PRICES` of its model). */
@@ -53,6 +52,11 @@ export interface TurnDeps {
   metrics: RuntimeMetrics;
   tracing: Tracing;
   settings: TurnSettings;
+  /**
+   * The conversation's `confirmation_mode` as it is now (a PATCH applies
+   * from the next step on; `refreshState` reads it again before each step).
+   */
+  confirmationMode: () => boolean;
   cache: RecentEvents;
   /** Appends in the turn's order ('running' first when not stored yet). */
   write: (drafts: EventDraft[]) => Promise<StoredEvent[]>;
@@ -179,7 +183,7 @@ export class TurnRunner {
           await this.settleInError('max_budget_exceeded', BUDGET_MESSAGE, '', undefined, neverRan);
           return { kind: 'settled', answered: false };
         }
-        if (this.deps.settings.confirmationMode) {
+        if (this.deps.confirmationMode()) {
           progress.confirmation = 'awaiting';
           await this.deps.write([
             agentStateChangeDraft('awaiting_user_confirmation', { cause: this.trigger.id }),

@@ -33,7 +33,6 @@ export function turnSettings(
       budget > 0
         ? Math.min(budget, settings?.maxBudgetUsd ?? Infinity)
         : (settings?.maxBudgetUsd ?? 0),
-    confirmationMode: settings?.confirmationMode ?? false,
     allowedTools: tools,
     price: (usage) => limits.price?.(model, usage) ?? 0,
   };

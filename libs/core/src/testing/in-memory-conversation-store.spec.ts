@@ -26,10 +26,10 @@ const userMessage = (content: string, clientEventId?: string): EventDraft => ({
 });
 
 describe(InMemoryConversationStore.name, () => {
-  it('refuses a message with refuseIfBusy while another waits for its answer, and answers a repeat', async () => {
+  it('refuses a message under reject while another waits for its answer, and answers a repeat', async () => {
     const store = new InMemoryConversationStore();
     await store.createConversation(newConversation('c'));
-    const refuse = { refuseIfBusy: true };
+    const refuse = { defaultMultitaskStrategy: 'reject' } as const;
     const results = await Promise.allSettled(
       ['a', 'b', 'c'].map((text) => store.append(T, 'c', [userMessage(text, text)], refuse)),
     );

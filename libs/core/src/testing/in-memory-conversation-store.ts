@@ -293,8 +293,10 @@ export class InMemoryConversationStore implements ConversationStore {
       fresh.push({ event, clientEventId: key, leaseEpoch: epoch ?? null, draft });
       results.push({ event: clone(event), duplicate: false });
     }
+    const strategy = record.settings.multitaskStrategy ?? options?.defaultMultitaskStrategy;
     const busy =
-      options?.refuseIfBusy === true &&
+      options?.defaultMultitaskStrategy !== undefined &&
+      strategy === 'reject' &&
       fresh.length > 0 &&
       isAgentBusy({
         agentState: record.agentState,

@@ -106,6 +106,48 @@ describe(TokenService.name, () => {
       }
     });
 
+    it('refuses a blank sub or tid, as an empty one', async () => {
+      for (const blank of [
+        token(secret, 'HS256', undefined, { sub: ' ' }),
+        token(secret, 'HS256', undefined, { sub: '\t \n' }),
+        token(secret, 'HS256', { tid: '   ' }),
+      ]) {
+        expect((await refusal(tokens, await blank)).message).toBe(
+          'the token lacks a valid sub, tid or exp',
+        );
+      }
+    });
+
+    it('refuses a token whose exp lies further ahead than AUTH_MAX_TOKEN_TTL_S (default 24 h)', async () => {
+      const now = Math.floor(Date.now() / 1000);
+      await expect(
+        tokens.verify(await token(secret, 'HS256', undefined, { exp: now + 86_400 })),
+      ).resolves.toMatchObject({ userId: 'user-1' });
+      expect(
+        (await refusal(tokens, await token(secret, 'HS256', undefined, { exp: now + 86_400 * 2 })))
+          .message,
+      ).toBe('the token lasts longer than 86400 s');
+      await refusal(
+        tokens,
+        await token(secret, 'HS256', undefined, { exp: now + 10 * 365 * 86_400 }),
+      );
+
+      const short = new TokenService(
+        loadConfig('standalone', {
+          AUTH_JWT_SECRET: SECRET,
+          AUTH_DEV_TOKENS: 'true',
+          AUTH_MAX_TOKEN_TTL_S: '600',
+        }),
+      );
+      await expect(
+        short.verify(await token(secret, 'HS256', undefined, { exp: now + 300 })),
+      ).resolves.toMatchObject({ userId: 'user-1' });
+      await refusal(short, await token(secret, 'HS256', undefined, { exp: now + 3_600 }));
+      // Its own development tokens stay within the limit.
+      const dev = await short.issueDevToken({ userId: 'dev', tenantId: 'tenant-1', roles: [] });
+      await expect(short.verify(dev)).resolves.toMatchObject({ userId: 'dev' });
+    });
+
     it('refuses an unsigned token (alg none)', async () => {
       const header = Buffer.from(JSON.stringify({ alg: 'none' })).toString('base64url');
       const body = Buffer.from(

@@ -18,7 +18,8 @@ export class UnauthorizedError extends DomainError {
   }
 }
 
-const DEV_TOKEN_TTL = '24h';
+/** Development tokens last a day, or `AUTH_MAX_TOKEN_TTL_S` when that is shorter. */
+const DEV_TOKEN_TTL_S = 86_400;
 const CLOCK_TOLERANCE_S = 30;
 const MAX_TOKEN_CHARS = 8192;
 
@@ -71,8 +72,14 @@ export class TokenService {
     }
     const claims = TokenClaimsSchema.safeParse(payload);
     if (!claims.success) throw new UnauthorizedError('the token lacks a valid sub, tid or exp');
-    const roles = claims.data.roles ?? [];
     const exp = claims.data.exp * 1000;
+    // A token that lasts longer than the operator allows is refused, however it was signed
+    // (the tolerance covers an issuer whose clock runs ahead of this one).
+    const { maxTokenTtlS } = this.config.auth;
+    if (exp > Date.now() + (maxTokenTtlS + CLOCK_TOLERANCE_S) * 1000) {
+      throw new UnauthorizedError(`the token lasts longer than ${maxTokenTtlS} s`);
+    }
+    const roles = claims.data.roles ?? [];
     return {
       tenantId: claims.data.tid,
       userId: claims.data.sub,
@@ -84,7 +91,7 @@ export class TokenService {
     };
   }
 
-  /** A development token (HS256, 24 h); only when `AUTH_DEV_TOKENS` is on. */
+  /** A development token (HS256, 24 h at most); only when `AUTH_DEV_TOKENS` is on. */
   async issueDevToken(input: {
     userId: string;
     tenantId: string;
@@ -96,7 +103,9 @@ export class TokenService {
       .setProtectedHeader({ alg: 'HS256' })
       .setSubject(input.userId)
       .setIssuedAt()
-      .setExpirationTime(DEV_TOKEN_TTL);
+      .setExpirationTime(
+        Math.floor(Date.now() / 1000) + Math.min(DEV_TOKEN_TTL_S, this.config.auth.maxTokenTtlS),
+      );
     if (this.config.auth.issuer) jwt = jwt.setIssuer(this.config.auth.issuer);
     if (this.config.auth.audience) jwt = jwt.setAudience(this.config.auth.audience);
     return jwt.sign(this.secret);

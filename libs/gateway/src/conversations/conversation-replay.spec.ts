@@ -59,19 +59,46 @@ describe('parseReplay', () => {
 
   it('names the event that is neither an action nor an observation', () => {
     expect(refusal([user, { source: 'user' }])).toEqual({
-      message: 'replay_json.1: an event has an "action" or an "observation"',
-      field: 'replay_json.1',
+      message: 'replay_json[1]: an event has an "action" or an "observation"',
+      field: 'replay_json[1]',
     });
-    expect(refusal([42]).field).toBe('replay_json.0');
+    expect(refusal([42]).field).toBe('replay_json[0]');
   });
 
   it("names the field that is wrong by the event's own shape", () => {
     const bad = refusal([agent, { action: 'message', args: { content: 'hi' }, message: 7 }]);
-    expect(bad.field).toBe('replay_json.1.message');
-    expect(bad.message).toMatch(/^replay_json\.1\.message: /);
+    expect(bad.field).toBe('replay_json[1].message');
+    expect(bad.message).toMatch(/^replay_json\[1\]\.message: /);
     expect(bad.message).toContain('expected string, received number');
     const observation = refusal([{ ...change('running'), content: 3 }]);
-    expect(observation.field).toBe('replay_json.0.content');
+    expect(observation.field).toBe('replay_json[0].content');
+  });
+
+  it("holds each event to a live message's limits, naming its field", () => {
+    const long = { ...agent, args: { content: 'x'.repeat(262_145) } };
+    expect(refusal([user, agent, user, long])).toMatchObject({
+      field: 'replay_json[3].args.content',
+    });
+    expect(refusal([{ ...user, args: { content: 'x'.repeat(900_000) } }]).field).toBe(
+      'replay_json[0].args.content',
+    );
+    expect(refusal([{ ...user, args: {} }]).field).toBe('replay_json[0].args.content');
+    expect(
+      parseReplay(JSON.stringify([{ ...user, args: { content: 'x'.repeat(262_144) } }])),
+    ).toHaveLength(1);
+    expect(refusal([agent, { ...user, args: { content: 'a\u0000b' } }]).field).toBe(
+      'replay_json[1].args.content',
+    );
+    expect(refusal([{ ...change('running'), content: '\ud800' }]).field).toBe(
+      'replay_json[0].content',
+    );
+  });
+
+  it('refuses an args or extras key __proto__ rather than dropping it', () => {
+    const proto = '[{"action":"message","args":{"content":"hi","__proto__":{"x":1}},"message":""}]';
+    expect(() => parseReplay(proto)).toThrow(
+      expect.objectContaining({ field: 'replay_json[0].args.__proto__' }),
+    );
   });
 
   it('refuses what is not a list, and more than 1,000 events, as replay_json', () => {

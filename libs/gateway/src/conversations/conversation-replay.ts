@@ -10,17 +10,56 @@ import {
   EventSourceSchema,
   readAgentStateChange,
   MAX_JSON_DEPTH,
+  MAX_MESSAGE_CONTENT_CHARS,
   ObservationBodySchema,
   findJsonTooDeep,
+  findUnstorableText,
+  withoutProtoKey,
 } from '@cs/protocol';
 
 /** PROTOCOL.md: `replay_json` holds at most this many events. */
 const MAX_REPLAY_EVENTS = 1_000;
 
-const ReplayActionSchema = ActionBodySchema.extend({ source: EventSourceSchema.default('agent') });
+const ReplayObjectSchema = withoutProtoKey(z.record(z.string(), z.unknown()));
+const ReplayActionSchema = ActionBodySchema.extend({
+  source: EventSourceSchema.default('agent'),
+  args: ReplayObjectSchema,
+});
 const ReplayObservationSchema = ObservationBodySchema.extend({
   source: EventSourceSchema.default('environment'),
+  extras: ReplayObjectSchema,
 });
+
+/** The field of a replayed event's part: `replay_json[3].args.content`. */
+function fieldOf(index: number, path: readonly PropertyKey[] = []): string {
+  return [`replay_json[${index}]`, ...path.map(String)].join('.');
+}
+
+/**
+ * A replayed event is client input like a live one: a message's text is
+ * held to the limit of a live message (a 900,000-character one was stored),
+ * and text Postgres cannot store is refused naming its field.
+ */
+function assertLiveLimits(index: number, body: EventDraft['body']): void {
+  if ('action' in body && body.action === 'message') {
+    const content = body.args['content'];
+    if (typeof content !== 'string' || content.length > MAX_MESSAGE_CONTENT_CHARS) {
+      const field = fieldOf(index, ['args', 'content']);
+      throw new BadRequestError(
+        `${field}: a message's content is a string of at most ${MAX_MESSAGE_CONTENT_CHARS} characters`,
+        field,
+      );
+    }
+  }
+  const unstorable = findUnstorableText(body);
+  if (unstorable !== undefined) {
+    const field = fieldOf(index, unstorable);
+    throw new BadRequestError(
+      `${field}: text contains characters that cannot be stored (NUL, an unpaired surrogate)`,
+      field,
+    );
+  }
+}
 
 /**
  * The schema of one replayed event: an action or an observation, told apart
@@ -54,17 +93,18 @@ export function parseReplay(json: string): EventDraft[] {
     const shape = shapeOf(event);
     if (!shape) {
       throw new BadRequestError(
-        `replay_json.${index}: an event has an "action" or an "observation"`,
-        `replay_json.${index}`,
+        `${fieldOf(index)}: an event has an "action" or an "observation"`,
+        fieldOf(index),
       );
     }
     const result = shape.safeParse(event);
     if (!result.success) {
       const issue = result.error.issues[0];
-      const path = ['replay_json', index, ...(issue?.path ?? [])].map(String).join('.');
+      const path = fieldOf(index, issue?.path ?? []);
       throw new BadRequestError(`${path}: ${issue?.message ?? 'invalid'}`, path);
     }
     const { source, ...body } = result.data;
+    assertLiveLimits(index, body);
     return { source, body };
   });
 }

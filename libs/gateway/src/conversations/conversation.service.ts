@@ -1,7 +1,6 @@
-import { Inject, Injectable, Optional } from '@nestjs/common';
+import { Inject, Injectable, Logger, Optional } from '@nestjs/common';
 import type { AppConfig } from '@cs/config';
 import {
-  AgentBusyError,
   BadRequestError,
   ConcurrencyLimitError,
   ConflictError,
@@ -54,7 +53,7 @@ import { ConversationRoomHub } from '../realtime/conversation-room-hub.js';
 import { ConversationSockets } from '../realtime/conversation-sockets.js';
 import { parseReplay, withReplayedMarkers } from './conversation-replay.js';
 import { settingsOf } from './conversation-settings.js';
-import { checkAgentBusy, findRepeat, refusesWhenBusy } from './user-action-admission.js';
+import { checkConfirmationAnswer, findRepeat } from './user-action-admission.js';
 
 /** What a create answers, and whether it made the conversation (201) or found it (200). */
 export interface CreatedConversation {
@@ -94,6 +93,7 @@ export class ConversationService {
 
   /** Where SSE streams are told of a deletion: every gateway's (cluster) or this process's. */
   private readonly rooms: ConversationBroadcaster;
+  private readonly logger = new Logger(ConversationService.name);
 
   /** The conversation if the caller may see it; `NOT_FOUND` otherwise. */
   async find(principal: Principal, conversationId: string): Promise<ConversationRecord> {
@@ -296,6 +296,17 @@ export class ConversationService {
         : { multitaskStrategy: patch.multitask_strategy }),
     });
     assertVisible(principal, updated);
+    // Every socket and stream decides by the stored row (the append reads the
+    // strategy under its lock); the running agent is told to read it again.
+    if (patch.confirmation_mode !== undefined || patch.multitask_strategy !== undefined) {
+      await this.manager.settingsChanged(refOf(updated)).catch((error: unknown) => {
+        // Stored and answered: the agent reads the settings at its next start.
+        this.logger.warn({
+          msg: `could not tell the agent of new settings: ${String(error)}`,
+          conversation_id: conversationId,
+        });
+      });
+    }
     return this.info(updated);
   }
 
@@ -327,12 +338,39 @@ export class ConversationService {
     return { sockets: await this.sockets.count(roomKey(refOf(conversation))) };
   }
 
+  /** `POST …/start`: one user action (it stores the agent's start), as a socket's would be. */
   async start(principal: Principal, conversationId: string): Promise<ConversationStatus> {
-    return this.manager.ensureRunning(refOf(await this.find(principal, conversationId)));
+    const conversation = await this.find(principal, conversationId);
+    // A start of a running agent stores nothing: not counted, not refused.
+    if (conversation.status === 'RUNNING' || conversation.status === 'STARTING') {
+      return this.manager.ensureRunning(refOf(conversation));
+    }
+    return this.countedAction(principal, () => this.manager.ensureRunning(refOf(conversation)));
   }
 
+  /** `POST …/stop`: one user action (it stores `stopped`), as `change_agent_state` is. */
   async stop(principal: Principal, conversationId: string): Promise<ConversationStatus> {
-    return this.manager.stop(refOf(await this.find(principal, conversationId)));
+    const conversation = await this.find(principal, conversationId);
+    // A stop of a stopped agent stores nothing: not counted, not refused.
+    if (conversation.status === 'STOPPED') return this.manager.stop(refOf(conversation));
+    return this.countedAction(principal, () => this.manager.stop(refOf(conversation)));
+  }
+
+  /**
+   * Runs `act` as one user action of `RATE_LIMIT_PER_MINUTE`: refused with
+   * `RATE_LIMITED` beyond it, given back when `act` fails.
+   */
+  private async countedAction<T>(principal: Principal, act: () => Promise<T>): Promise<T> {
+    const reservation = await this.rateLimiter.reserve(principal.tenantId, principal.userId);
+    if (!reservation.reserved) throw RateLimitedError.forActions(reservation.retryAfterMs);
+    try {
+      const result = await act();
+      this.storedUserActions(1);
+      return result;
+    } catch (error) {
+      await reservation.cancel();
+      throw error;
+    }
   }
 
   /** Stores a user action once (idempotent by key) and hands it to the agent. */
@@ -371,16 +409,7 @@ export class ConversationService {
     read: Pick<SendOptions, 'status'>,
   ): Promise<AppendedEvent> {
     const ref = refOf(conversation);
-    try {
-      await checkAgentBusy(this.store, this.config.agent.multitaskStrategy, conversation, action);
-    } catch (error) {
-      // A repeat of a message stored already (its first ack lost) is acknowledged again,
-      // busy or not: it is the message being answered, or one already answered.
-      if (!(error instanceof AgentBusyError)) throw error;
-      const repeat = await findRepeat(this.store, ref, action, idempotencyKey);
-      if (repeat) return repeat;
-      throw error;
-    }
+    await checkConfirmationAnswer(this.store, conversation, action);
     const reservation = await this.rateLimiter.reserve(principal.tenantId, principal.userId);
     if (!reservation.reserved) {
       // An idempotent repeat stores nothing, so it does not count against the limit.
@@ -391,7 +420,12 @@ export class ConversationService {
     try {
       const appended = await this.manager.sendUserAction(ref, action, idempotencyKey, {
         ...read,
-        refuseIfBusy: refusesWhenBusy(this.config.agent.multitaskStrategy, conversation, action),
+        // Under `reject` (the conversation's strategy as stored when the message is,
+        // not as `conversation` was read) a message is refused while the agent works;
+        // a repeat of one stored already is acknowledged again, busy or not.
+        ...(action.action === 'message'
+          ? { defaultMultitaskStrategy: this.config.agent.multitaskStrategy }
+          : {}),
       });
       if (appended.duplicate) await reservation.cancel();
       else this.storedUserActions(1);

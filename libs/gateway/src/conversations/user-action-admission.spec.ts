@@ -1,5 +1,4 @@
 import {
-  AgentBusyError,
   BadRequestError,
   ConflictError,
   DEFAULT_SETTINGS,
@@ -11,7 +10,7 @@ import {
 } from '@cs/core';
 import type { AgentState, StoredEvent, UserAction } from '@cs/protocol';
 import { describe, expect, it } from 'vitest';
-import { checkAgentBusy, findRepeat } from './user-action-admission.js';
+import { checkConfirmationAnswer, findRepeat } from './user-action-admission.js';
 
 const record = (agentState: AgentState | null, incarnation = 'i1'): ConversationRecord => ({
   id: 'c1',
@@ -86,48 +85,42 @@ describe('findRepeat', () => {
   });
 });
 
-describe('checkAgentBusy', () => {
+describe('checkConfirmationAnswer', () => {
   const answer: UserAction = {
     action: 'change_agent_state',
     args: { agent_state: 'user_confirmed' },
   };
 
-  it('lets an answer through only while a tool call awaits confirmation', async () => {
+  it('lets an answer through only while a tool call awaits confirmation, as stored now', async () => {
     const waiting = record('awaiting_user_confirmation');
     await expect(
-      checkAgentBusy(storeWith(waiting), 'enqueue', waiting, answer),
+      checkConfirmationAnswer(storeWith(waiting), record('running'), answer),
     ).resolves.toBeUndefined();
     const running = record('running');
-    await expect(checkAgentBusy(storeWith(running), 'enqueue', running, answer)).rejects.toThrow(
+    await expect(checkConfirmationAnswer(storeWith(running), waiting, answer)).rejects.toThrow(
       BadRequestError,
     );
   });
 
-  it('refuses a message while a turn runs under reject, and only then', async () => {
+  it('leaves messages and other state changes to the append', async () => {
     const running = record('running');
     await expect(
-      checkAgentBusy(storeWith(running), 'reject', running, message('x')),
-    ).rejects.toThrow(AgentBusyError);
-    await expect(
-      checkAgentBusy(storeWith(running), 'enqueue', running, message('x')),
+      checkConfirmationAnswer(storeWith(null), running, message('x')),
     ).resolves.toBeUndefined();
-    const idle = record('awaiting_user_input');
     await expect(
-      checkAgentBusy(storeWith(idle), 'reject', idle, message('x')),
-    ).resolves.toBeUndefined();
-    // A session that is loading runs no turn: the message is answered once it is ready.
-    const loading = record('loading');
-    await expect(
-      checkAgentBusy(storeWith(loading), 'reject', loading, message('x')),
+      checkConfirmationAnswer(storeWith(null), running, {
+        action: 'change_agent_state',
+        args: { agent_state: 'paused' },
+      }),
     ).resolves.toBeUndefined();
   });
 
   it('reads the conversation fresh: one deleted or recreated since is not found', async () => {
-    const old = record('running', 'i1');
+    const old = record('awaiting_user_confirmation', 'i1');
     await expect(
-      checkAgentBusy(storeWith(record('running', 'i2')), 'reject', old, message('x')),
+      checkConfirmationAnswer(storeWith(record('awaiting_user_confirmation', 'i2')), old, answer),
     ).rejects.toThrow(NotFoundError);
-    await expect(checkAgentBusy(storeWith(null), 'reject', old, message('x'))).rejects.toThrow(
+    await expect(checkConfirmationAnswer(storeWith(null), old, answer)).rejects.toThrow(
       NotFoundError,
     );
   });

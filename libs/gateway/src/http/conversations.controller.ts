@@ -15,7 +15,7 @@ import {
 } from '@nestjs/common';
 import { ApiBearerAuth, ApiBody, ApiOkResponse, ApiTags } from '@nestjs/swagger';
 import type { Request, Response } from 'express';
-import { NotFoundError } from '@cs/core';
+import { BadRequestError, NotFoundError } from '@cs/core';
 import {
   ClientEventIdSchema,
   ConversationIdSchema,
@@ -161,6 +161,17 @@ export class ConversationsController {
             'Idempotency-Key': idempotencyKey,
           })['Idempotency-Key'];
     const action = parseInput(UserActionSchema, body);
+    // Two keys for one action: keeping either would store it again when retried with the other.
+    if (
+      key !== undefined &&
+      action.client_event_id !== undefined &&
+      key !== action.client_event_id
+    ) {
+      throw new BadRequestError(
+        "the Idempotency-Key header and the body's client_event_id differ",
+        'client_event_id',
+      );
+    }
     const appended = await this.conversations.sendUserAction(principal, target, action, key);
     response.status(appended.duplicate ? 200 : 201);
     return { event_id: appended.event.id };

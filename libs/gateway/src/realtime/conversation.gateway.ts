@@ -18,12 +18,15 @@ import {
   type UserActionAck,
 } from '@cs/protocol';
 import type { Server, Socket } from 'socket.io';
+import type { AppConfig } from '@cs/config';
+import { DevTokenHosts } from '../auth/dev-token-hosts.js';
 import type { Principal } from '../auth/principal.js';
 import { TokenService } from '../auth/token.service.js';
 import { ConversationService } from '../conversations/conversation.service.js';
 import { mapError } from '../http/error-mapping.js';
 import { assertJsonDepth, parseInput } from '../http/validation.js';
 import { ServiceMetrics } from '@cs/observability';
+import { APP_CONFIG } from '../tokens.js';
 import { ConnectionLimiter } from './connection-limiter.js';
 import { ConversationRoomHub } from './conversation-room-hub.js';
 import { ConversationSockets } from './conversation-sockets.js';
@@ -105,7 +108,15 @@ export class ConversationGateway
     private readonly limiter: ConnectionLimiter,
     private readonly sockets: ConversationSockets,
     @Inject(ServiceMetrics) private readonly metrics: ServiceMetrics,
-  ) {}
+    @Inject(APP_CONFIG) config: AppConfig,
+  ) {
+    this.devTokenHosts = tokens.devTokensEnabled
+      ? new DevTokenHosts(config.http.corsOrigins)
+      : null;
+  }
+
+  /** While development tokens are on, the hosts a handshake may name (DNS rebinding). */
+  private readonly devTokenHosts: DevTokenHosts | null;
 
   afterInit(server: ConversationServer): void {
     this.sockets.serve(server);
@@ -198,6 +209,9 @@ export class ConversationGateway
   }
 
   private async authenticate(socket: ConversationSocket): Promise<void> {
+    if (this.devTokenHosts && !this.devTokenHosts.allows(socket.handshake.headers.host)) {
+      throw DevTokenHosts.refusal();
+    }
     const auth = socket.handshake.auth as { token?: unknown } | undefined;
     const principal = await this.tokens.verify(auth?.token);
     // Not kept once verified: the adapter's `fetchSockets` hands a socket's
@@ -300,6 +314,7 @@ function handshakeError(error: unknown): Error {
   if (error instanceof HandshakeError)
     return Object.assign(new Error(error.message), { data: error.data });
   const { body } = mapError(error);
-  const data = { code: body.error.code, message: body.error.message };
+  const { code, message, field } = body.error;
+  const data = field === undefined ? { code, message } : { code, message, field };
   return Object.assign(new Error(data.code), { data });
 }

@@ -81,6 +81,8 @@ export interface AppendHead {
   incarnation: string;
   agentState: AgentState | null;
   answeredThrough: number;
+  /** The conversation's own strategy; null: the deployment's. */
+  multitaskStrategy: MultitaskStrategy | null;
 }
 
 export class ConversationRepository {
@@ -318,9 +320,10 @@ export class ConversationRepository {
       incarnation: string;
       agent_state: AgentState | null;
       answered_through: number;
+      multitask_strategy: MultitaskStrategy | null;
     }>(
       `SELECT user_id, app_name, last_event_id, lease_epoch, incarnation, agent_state,
-              answered_through
+              answered_through, multitask_strategy
          FROM conversations
         WHERE tenant_id = $1 AND id = $2
         FOR UPDATE`,
@@ -337,6 +340,7 @@ export class ConversationRepository {
       incarnation: row.incarnation,
       agentState: row.agent_state,
       answeredThrough: Number(row.answered_through),
+      multitaskStrategy: row.multitask_strategy,
     };
   }
 }

@@ -60,6 +60,12 @@ export interface PlainAppend {
   metrics: ConversationMetrics;
   /** What the events add to the row's turn cost; null: they count none. */
   turnCost: TurnCostWrite | null;
+  /**
+   * A user message: left undone when the conversation's own
+   * `multitask_strategy` is `reject` (a transaction then decides, under the
+   * row lock, whether the agent is busy).
+   */
+  undoneUnderReject: boolean;
 }
 
 /**
@@ -154,6 +160,7 @@ export class EventRepository {
           WHERE tenant_id = $1 AND id = $2
             AND ($4::bigint IS NULL OR lease_epoch = $4::bigint)
             AND ($14::uuid IS NULL OR incarnation = $14::uuid)
+            AND NOT ($20::boolean AND multitask_strategy IS NOT DISTINCT FROM 'reject')
             AND NOT EXISTS (
               SELECT 1 FROM events e
                WHERE e.conversation_id = $2 AND e.client_event_id = ANY ($13::text[]))
@@ -190,6 +197,7 @@ export class EventRepository {
         append.turnCost?.costUsd ?? 0,
         append.turnCost?.continues ?? false,
         at,
+        append.undoneUnderReject,
       ],
       PREPARED,
     );
@@ -205,8 +213,9 @@ export class EventRepository {
    * checked there (and its incarnation, when given), and the UPDATE touches only rows locked so. The UPDATE moves last_event_id on by the number of events
    * and merges state and metrics; the INSERT takes its ids from what the
    * UPDATE returned. An append is left undone, and missing from the result,
-   * when its conversation is gone, held under a newer epoch, or already has
-   * one of its idempotency keys; a key stored concurrently fails the whole
+   * when its conversation is gone, held under a newer epoch, already has
+   * one of its idempotency keys, or is under `reject` for a user message
+   * (`undoneUnderReject`); a key stored concurrently fails the whole
    * statement with a unique violation, and nothing is written. `at` as in
    * `appendToLog`. The one statement that spans conversations: off on Citus
    * (`crossConversationBatches`).
@@ -239,6 +248,7 @@ export class EventRepository {
           turn_cost_usd: append.turnCost?.costUsd ?? 0,
           turn_cost_continues: append.turnCost?.continues ?? false,
           client_event_ids: append.clientEventIds,
+          undone_under_reject: append.undoneUnderReject,
         });
         return `${fields.slice(0, -1)},"state_set":${append.stateSet},"events":${append.rowsJson}}`;
       })
@@ -255,12 +265,12 @@ export class EventRepository {
                   incarnation uuid, agent_state text, answered_through bigint, state_set jsonb, state_deleted text[], iterations numeric,
                   prompt_tokens numeric, completion_tokens numeric, cost_usd numeric,
                   turn_cause bigint, turn_cost_usd numeric, turn_cost_continues boolean,
-                  client_event_ids text[], events jsonb)
+                  client_event_ids text[], undone_under_reject boolean, events jsonb)
        ), locked AS MATERIALIZED (
          SELECT c.id
            FROM batch b
            CROSS JOIN LATERAL (
-             SELECT id, tenant_id, lease_epoch, incarnation
+             SELECT id, tenant_id, lease_epoch, incarnation, multitask_strategy
                FROM conversations
               WHERE id = b.conversation_id
                 FOR UPDATE
@@ -268,6 +278,7 @@ export class EventRepository {
           WHERE c.tenant_id = b.tenant_id
             AND (b.lease_epoch IS NULL OR c.lease_epoch = b.lease_epoch)
             AND (b.incarnation IS NULL OR c.incarnation = b.incarnation)
+            AND NOT (b.undone_under_reject AND c.multitask_strategy IS NOT DISTINCT FROM 'reject')
             AND NOT EXISTS (
               SELECT 1 FROM events e
                WHERE e.conversation_id = b.conversation_id
