@@ -1,7 +1,7 @@
 import type { INestApplicationContext } from '@nestjs/common';
 import { createAdapter } from '@socket.io/redis-adapter';
 import { ConfiguredIoAdapter } from '@cs/gateway';
-import type { Redis } from 'ioredis';
+import type { RedisConnection } from '@cs/cluster';
 import type { Server, ServerOptions } from 'socket.io';
 
 /**
@@ -12,8 +12,8 @@ export class RedisIoAdapter extends ConfiguredIoAdapter {
   constructor(
     app: INestApplicationContext,
     corsOrigins: readonly string[],
-    private readonly pub: Redis,
-    private readonly sub: Redis,
+    private readonly pub: RedisConnection,
+    private readonly sub: RedisConnection,
     private readonly key: string,
   ) {
     super(app, corsOrigins);

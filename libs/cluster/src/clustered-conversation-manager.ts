@@ -23,7 +23,7 @@ import {
   type SlotOwner,
 } from '@cs/core';
 import { StatusId, type ConversationStatus, type UserAction } from '@cs/protocol';
-import type { Redis } from 'ioredis';
+import type { RedisConnection } from './redis/redis-connections.js';
 import type { ConversationJobs } from './leases/conversation-jobs.js';
 import type { ConversationInbox } from './leases/conversation-inbox.js';
 import type { ConversationStops } from './leases/conversation-stops.js';
@@ -63,7 +63,7 @@ export class ClusteredConversationManager implements ConversationManager {
        * down, a user action, or a create's first message, is refused
        * (`UNAVAILABLE`) before anything is stored.
        */
-      redis?: Pick<Redis, 'status'>;
+      redis?: Pick<RedisConnection, 'status'>;
       /** Where the per-user limit's evictions and refusals are counted. */
       metrics?: ClusterMetrics;
     },

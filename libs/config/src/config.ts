@@ -92,6 +92,14 @@ const EnvSchema = z.object({
   DATABASE_URL: url(['postgres:', 'postgresql:']).optional(),
   DATA_DIR: z.string().min(1).default('./.data'),
   REDIS_URL: url(['redis:', 'rediss:']).optional(),
+  // A comma-separated list of URLs: `new URL('redis://a:1,b:2')` would throw.
+  REDIS_CLUSTER_URLS: commaList
+    .pipe(
+      z
+        .array(url(['redis:', 'rediss:']))
+        .min(1, 'must list at least one seed node (redis://host:port, comma-separated)'),
+    )
+    .optional(),
   KEY_PREFIX: z
     .string()
     .regex(/^[A-Za-z0-9_.-]{1,64}$/, 'must be 1-64 letters, digits, _ . or -')
@@ -165,7 +173,11 @@ export interface AppConfig {
     corsOrigins: string[];
   };
   database: { url: string | undefined; dataDir: string; migrateOnStart: boolean };
-  redis: { url: string | undefined; keyPrefix: string };
+  /**
+   * One Redis (`url`) or the seed nodes of a Redis Cluster (`clusterUrls`);
+   * at most one of them is set, and gateways and workers need one.
+   */
+  redis: { url: string | undefined; clusterUrls: string[] | undefined; keyPrefix: string };
   auth: {
     jwtSecret: string | undefined;
     jwksUrl: string | undefined;
@@ -253,11 +265,15 @@ export function loadConfig(
   const e = parsed.data;
 
   if (role === 'gateway' || role === 'worker') {
-    if (!e.REDIS_URL) problems.push(`REDIS_URL: required by the ${role}`);
+    if (!e.REDIS_URL && !e.REDIS_CLUSTER_URLS)
+      problems.push(`REDIS_URL: required by the ${role} (or set REDIS_CLUSTER_URLS)`);
     if (!e.DATABASE_URL) problems.push(`DATABASE_URL: required by the ${role}`);
   }
   if (role === 'gateway' && !e.AUTH_JWT_SECRET && !e.AUTH_JWKS_URL) {
     problems.push('AUTH_JWT_SECRET: required by the gateway (or set AUTH_JWKS_URL)');
+  }
+  if (e.REDIS_URL && e.REDIS_CLUSTER_URLS) {
+    problems.push('REDIS_CLUSTER_URLS: set either REDIS_URL or REDIS_CLUSTER_URLS, not both');
   }
   if (e.AUTH_JWT_SECRET && e.AUTH_JWKS_URL) {
     problems.push('AUTH_JWKS_URL: set either AUTH_JWT_SECRET or AUTH_JWKS_URL, not both');
@@ -286,7 +302,7 @@ export function loadConfig(
       corsOrigins: e.CORS_ORIGINS ?? [],
     },
     database: { url: e.DATABASE_URL, dataDir: e.DATA_DIR, migrateOnStart: e.MIGRATE_ON_START },
-    redis: { url: e.REDIS_URL, keyPrefix: e.KEY_PREFIX },
+    redis: { url: e.REDIS_URL, clusterUrls: e.REDIS_CLUSTER_URLS, keyPrefix: e.KEY_PREFIX },
     auth: {
       jwtSecret: e.AUTH_JWT_SECRET,
       jwksUrl: e.AUTH_JWKS_URL,
@@ -343,7 +359,8 @@ function redact(name: string, value: string | undefined): string | undefined {
   if (value === undefined) return undefined;
   // MCP_SERVERS carries the servers' headers, which hold their credentials.
   if (name.includes('SECRET') || name.endsWith('_KEY') || name === 'MCP_SERVERS') return '***';
-  if (name.endsWith('_URL')) return value.replace(/\/\/[^@/]*@/, '//***@');
+  if (name.endsWith('_URL') || name.endsWith('_URLS'))
+    return value.replace(/\/\/[^@/,]*@/g, '//***@');
   return value;
 }
 
