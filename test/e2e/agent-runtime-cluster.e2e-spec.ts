@@ -12,6 +12,10 @@ import { ConversationClient, api } from '../support/clients.js';
 import { holderOf, startCluster, until, type TestCluster } from '../support/cluster.js';
 import { uniqueName } from '../support/services.js';
 import { AGENT_MODULE, assemble, deltasOf, watchSse } from '../support/agent-runtime.js';
+import { useTestRedis } from '../support/test-redis.js';
+
+// One Redis, or a Redis Cluster with TEST_REDIS=cluster (npm run test:redis-cluster).
+useTestRedis();
 
 const LEASE_TTL_MS = 3000;
 

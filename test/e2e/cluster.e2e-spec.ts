@@ -1,7 +1,6 @@
 // The cluster end to end, as clients and operators see it: real gateway and
 // worker processes from dist/, on Postgres and Redis, with workers killed,
 // paused and drained, Redis restarted and a gateway drained mid-conversation.
-import { Redis } from 'ioredis';
 import { afterEach, describe, expect, it, onTestFailed } from 'vitest';
 import { ClusterKeys } from '@cs/cluster';
 import type { StoredEvent } from '@cs/protocol';
@@ -20,11 +19,14 @@ import {
 } from '../support/cluster.js';
 import type { AppProcess } from '../support/processes.js';
 import { startPrivateRedis, type PrivateRedis } from '../support/redis-server.js';
-import { testRedisUrl } from '../support/services.js';
+import { openTestRedis, useTestRedis } from '../support/test-redis.js';
 
 const LEASE_TTL_MS = 3000;
 /** What a bound measured from outside may exceed the contract's by (polling, scheduling). */
 const SLACK_MS = 1000;
+
+// One Redis, or a Redis Cluster with TEST_REDIS=cluster (npm run test:redis-cluster).
+useTestRedis();
 
 let cluster: TestCluster | undefined;
 let redis: PrivateRedis | undefined;
@@ -284,7 +286,7 @@ describe('cluster of gateways and workers', () => {
     const [g1, g2] = c.gateways as [AppProcess, AppProcess];
     const token = await c.token('ivan');
     const id = await createConversation(g1.url, token);
-    const redisClient = new Redis(testRedisUrl(), { maxRetriesPerRequest: 1 });
+    const redisClient = openTestRedis();
     const inWindow = () =>
       redisClient.zcard(new ClusterKeys(c.prefix).userActions(c.tenant, 'ivan'));
     const client = await ConversationClient.connect(g1.url, token, { conversation_id: id });

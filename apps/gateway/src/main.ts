@@ -110,7 +110,10 @@ async function main({ config, logger: root }: ServiceContext): Promise<RunningSe
     redis: requests,
     metrics: metrics.cluster(),
   });
-  const readiness: ReadinessCheck[] = [databaseCheck(opened.database), redisCheck(everyMaster(requests))];
+  const readiness: ReadinessCheck[] = [
+    databaseCheck(opened.database),
+    redisCheck(everyMaster(requests)),
+  ];
   const module = GatewayModule.forRoot([
     { provide: APP_CONFIG, useValue: config },
     { provide: ServiceMetrics, useValue: metrics },

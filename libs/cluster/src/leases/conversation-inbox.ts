@@ -79,7 +79,10 @@ export class ConversationInbox {
     let raw = JSON.stringify(message);
     if (message.type === 'wake' && raw.length > MAX_WAKE_BYTES)
       raw = JSON.stringify({ ...message, events: undefined });
-    return this.publisher.spublish(this.keys.conversationChannel(conversationId), raw) as Promise<number>;
+    return this.publisher.spublish(
+      this.keys.conversationChannel(conversationId),
+      raw,
+    ) as Promise<number>;
   }
 
   /** How many holders listen to the conversation right now. */

@@ -18,7 +18,8 @@ export function redisTarget(config: {
   url?: string | undefined;
   clusterUrls?: readonly string[] | undefined;
 }): RedisTarget {
-  if (config.clusterUrls && config.clusterUrls.length > 0) return { clusterUrls: config.clusterUrls };
+  if (config.clusterUrls && config.clusterUrls.length > 0)
+    return { clusterUrls: config.clusterUrls };
   if (config.url) return { url: config.url };
   throw new Error('REDIS_URL or REDIS_CLUSTER_URLS is required');
 }
@@ -272,7 +273,10 @@ export async function checkEvictionPolicy(redis: RedisConnection): Promise<strin
  * What readiness (`redisCheck` of libs/observability) asks of Redis: the
  * connection's status, and a PING that reaches every master.
  */
-export function everyMaster(redis: RedisConnection): { readonly status: string; ping(): Promise<void> } {
+export function everyMaster(redis: RedisConnection): {
+  readonly status: string;
+  ping(): Promise<void>;
+} {
   return {
     get status() {
       return redis.status;

@@ -73,7 +73,9 @@ describe(isInfrastructureUnavailable.name, () => {
     ['ioredis Cluster: no seed node answers', driverError('None of startup nodes is available')],
     [
       'ioredis Cluster: MOVED past its redirections',
-      driverError('Too many Cluster redirections. Last error: ReplyError: MOVED 1185 127.0.0.1:7001'),
+      driverError(
+        'Too many Cluster redirections. Last error: ReplyError: MOVED 1185 127.0.0.1:7001',
+      ),
     ],
     [
       'ioredis Cluster: not ready, no offline queue',
