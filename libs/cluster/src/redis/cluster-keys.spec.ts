@@ -209,7 +209,7 @@ describe('what the services send', () => {
       tenantId: 't',
       userId: 'u',
       conversationId: conversation,
-      incarnation: 0,
+      incarnation: '0',
     });
     expect(sent.map((s) => s.command)).toEqual(['cs_record_failover_1']);
     expectOneSlotEach(sent);
