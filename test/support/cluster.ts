@@ -18,6 +18,8 @@ export interface ClusterOptions {
    * Redis Cluster as `TEST_REDIS` says; see test-redis.ts).
    */
   redisUrl?: string;
+  /** A Redis Cluster of the test's own (`REDIS_CLUSTER_URLS`), whatever `TEST_REDIS` says. */
+  redisClusterUrls?: string;
   /** Extra environment for every process (limits, lease TTL, …). */
   env?: Record<string, string>;
   /** Node options of every process (`--import` of the tracing hook). */
@@ -54,7 +56,11 @@ export async function startCluster(options: ClusterOptions = {}): Promise<TestCl
   const db = await createScratchDatabase('cs_cluster');
   const env: Record<string, string> = {
     DATABASE_URL: db.url,
-    ...(options.redisUrl ? { REDIS_URL: options.redisUrl } : testRedisEnv()),
+    ...(options.redisUrl
+      ? { REDIS_URL: options.redisUrl }
+      : options.redisClusterUrls
+        ? { REDIS_CLUSTER_URLS: options.redisClusterUrls }
+        : testRedisEnv()),
     KEY_PREFIX: prefix,
     AUTH_JWT_SECRET: CLUSTER_SECRET,
     AUTH_DEV_TOKENS: 'true',
@@ -108,7 +114,7 @@ export async function startCluster(options: ClusterOptions = {}): Promise<TestCl
       await Promise.all(all.map((proc) => proc.exited));
       await cluster.sql.end();
       await db.drop();
-      if (!options.redisUrl) await deleteTestKeys(prefix);
+      if (!options.redisUrl && !options.redisClusterUrls) await deleteTestKeys(prefix);
     },
   };
   try {

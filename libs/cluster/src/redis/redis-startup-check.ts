@@ -58,13 +58,16 @@ async function probe(url: string): Promise<Probed> {
     enableReadyCheck: false,
     protocol: 2,
   });
-  redis.on('error', () => undefined); // reported below, once
+  // The connection's own error says why (ECONNREFUSED); the command's only that it closed.
+  let connectionError: Error | undefined;
+  redis.on('error', (error: Error) => (connectionError ??= error));
   try {
     await redis.connect();
     const info = await redis.info('cluster');
     return { address, reachable: true, clusterEnabled: /cluster_enabled:1/.test(info) };
   } catch (error) {
-    const message = error instanceof Error ? error.message : String(error);
+    const cause = connectionError ?? error;
+    const message = cause instanceof Error ? cause.message : String(cause);
     return { address, reachable: false, clusterEnabled: false, error: message };
   } finally {
     redis.disconnect();
