@@ -226,7 +226,7 @@ async function expectStoredOnceAnsweredOnce(
       cause: number | null;
       content: string | null;
     }>(
-      `SELECT id, source, type, cause, payload->'args'->>'content' AS content
+      `SELECT id::int AS id, source, type, cause::int AS cause, payload->'args'->>'content' AS content
          FROM events WHERE conversation_id = $1 ORDER BY id`,
       [conversation],
     );
@@ -255,7 +255,7 @@ async function expectClientsWhole(
 ): Promise<void> {
   for (const [conversation, client] of clients) {
     const last = await c.sql.query<{ id: number }>(
-      'SELECT max(id) AS id FROM events WHERE conversation_id = $1',
+      'SELECT max(id)::int AS id FROM events WHERE conversation_id = $1',
       [conversation],
     );
     const lastId = Number(last.rows[0]!.id);
@@ -309,6 +309,16 @@ describe.each([
       const [replica] = await redis.replicasOf(victim!.port);
       const victimConversations = onMaster.get(victim!.port) ?? [];
       expect(victimConversations.length).toBeGreaterThan(0);
+      // Readiness, polled through the fault: a gateway says 503 while a master is gone.
+      let failedOver = false;
+      let sawNotReady = false;
+      const readiness = (async () => {
+        while (!failedOver) {
+          const answer = await fetch(`${c.gateways[0]!.url}/readyz`).catch(() => null);
+          if (answer?.status === 503) sawNotReady = true;
+          await new Promise((resolve) => setTimeout(resolve, 100));
+        }
+      })();
       if (fault === 'kill') {
         victim!.process.kill('SIGKILL');
       } else {
@@ -327,6 +337,16 @@ describe.each([
         100,
       );
       await redis.waitHealthy(30_000);
+      failedOver = true;
+      await readiness;
+      if (fault === 'kill') expect(sawNotReady, 'readiness while the master was gone').toBe(true);
+      for (const app of [...c.gateways, ...c.workers]) {
+        await until(
+          async () => (await fetch(`${app.url}/readyz`).catch(() => null))?.status === 200,
+          `${app.name} ready after the failover`,
+          30_000,
+        );
+      }
       // Keep sending after the failover, then let every conversation settle.
       const after = load.acknowledged.length;
       await until(

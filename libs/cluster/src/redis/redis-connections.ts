@@ -230,6 +230,13 @@ export async function pingEveryMaster(redis: RedisConnection): Promise<void> {
   }
   const masters = redis.nodes('master');
   if (masters.length === 0) throw new Error('the Redis Cluster has no known master');
+  // A master that died leaves the client's pool at once, before the others
+  // notice: each master of the slot map must be there, and answer.
+  const known = new Set(masters.map((node) => `${node.options.host}:${node.options.port}`));
+  for (const owner of new Set(redis.slots.map((nodes) => nodes[0]))) {
+    if (owner !== undefined && !known.has(owner))
+      throw new Error(`Redis master ${owner} is unreachable`);
+  }
   await Promise.all(
     masters.map(async (node) => {
       const info = String(await node.cluster('INFO'));
