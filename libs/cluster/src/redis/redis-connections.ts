@@ -177,10 +177,29 @@ export function openRequestPublisher(target: string | RedisTarget, name: string)
   return openRequestRedis(target, name, { enableAutoPipelining: true });
 }
 
-/** Resolves once the connection is up (at start, before it takes requests). */
+/** How long a start waits for Redis before it says once what it waits for. */
+const SLOW_CONNECT_MS = 10_000;
+
+/**
+ * Resolves once the connection is up (at start, before it takes requests).
+ * A start kept waiting says so once on stderr, with the connection's state,
+ * rather than staying silent.
+ */
 export function connected(redis: RedisConnection): Promise<void> {
   if (redis.status === 'ready') return Promise.resolve();
-  return new Promise((resolve) => redis.once('ready', () => resolve()));
+  return new Promise((resolve) => {
+    const slow = setTimeout(() => {
+      const kind = redis instanceof Cluster ? 'Redis Cluster' : 'Redis';
+      process.stderr.write(
+        `still waiting for ${kind} after ${SLOW_CONNECT_MS / 1000} s (connection ${redis.status})\n`,
+      );
+    }, SLOW_CONNECT_MS);
+    slow.unref();
+    redis.once('ready', () => {
+      clearTimeout(slow);
+      resolve();
+    });
+  });
 }
 
 /**
