@@ -51,6 +51,13 @@ const E2E_SERIAL = [
   'test/e2e/bench.e2e-spec.ts',
 ];
 
+/** Run a second time on a Redis Cluster (`TEST_REDIS=cluster`). */
+const E2E_ON_REDIS_CLUSTER = [
+  'test/e2e/cluster.e2e-spec.ts',
+  'test/e2e/agent-runtime-cluster.e2e-spec.ts',
+  'test/e2e/agents-cluster.e2e-spec.ts',
+];
+
 export default defineConfig({
   plugins,
   resolve: { alias },
@@ -134,6 +141,24 @@ export default defineConfig({
         },
       },
       {
+        // The cluster suites again, the same test bodies, on a local Redis
+        // Cluster of each file's own (test/support/test-redis.ts); serial for
+        // the same reasons as e2e-serial.
+        plugins,
+        resolve: { alias },
+        test: {
+          name: 'e2e-redis-cluster',
+          include: E2E_ON_REDIS_CLUSTER,
+          environment: 'node',
+          env: { TEST_REDIS: 'cluster' },
+          globalSetup: needsServices,
+          testTimeout: 120_000,
+          hookTimeout: 120_000,
+          maxWorkers: 1,
+          sequence: { groupOrder: 3 },
+        },
+      },
+      {
         // `npm run test:soak`, never part of `npm test`: the 60 s chaos run
         // and every benchmark scenario.
         plugins,
@@ -146,7 +171,7 @@ export default defineConfig({
           testTimeout: 600_000,
           hookTimeout: 120_000,
           maxWorkers: 1,
-          sequence: { groupOrder: 3 },
+          sequence: { groupOrder: 4 },
         },
       },
     ],

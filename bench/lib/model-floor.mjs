@@ -51,13 +51,13 @@ async function reader(redisUrl, databaseUrl, modelUrl) {
           type: 'stream',
           delta: { stream: true, cause: turn, delta, offset: text.length },
         };
-        redis.publish(channel, JSON.stringify(message)).catch(() => undefined);
+        redis.spublish(channel, JSON.stringify(message)).catch(() => undefined);
         text += delta;
       }
       await database.query({ ...insert, values: [text] });
       const answer = { source: 'agent', action: 'message', cause: turn, args: { content: text } };
       redis
-        .publish(channel, JSON.stringify({ type: 'events', events: [answer] }))
+        .spublish(channel, JSON.stringify({ type: 'events', events: [answer] }))
         .catch(() => undefined);
     }
   };

@@ -22,7 +22,7 @@ const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
 async function relay(redisUrl) {
   const subscriber = new Redis(redisUrl, redisOptions);
   const sockets = new Map();
-  subscriber.on('message', (channel, raw) => {
+  subscriber.on('smessage', (channel, raw) => {
     const socket = sockets.get(channel);
     if (!socket) return;
     const message = JSON.parse(raw);
@@ -37,9 +37,9 @@ async function relay(redisUrl) {
     sockets.set(channel, socket);
     socket.on('disconnect', () => {
       sockets.delete(channel);
-      subscriber.unsubscribe(channel).catch(() => undefined);
+      subscriber.sunsubscribe(channel).catch(() => undefined);
     });
-    await subscriber.subscribe(channel);
+    await subscriber.ssubscribe(channel);
     socket.emit('ready');
   });
   await new Promise((resolve) => http.listen(0, '127.0.0.1', resolve));
@@ -60,7 +60,7 @@ async function publisher(redisUrl) {
       while (emitted < due) {
         const delta = `${(process.hrtime.bigint() / 1000n).toString(36)} `;
         const message = { type: 'stream', delta: { stream: true, cause: 1, delta, offset: text } };
-        redis.publish(channel, JSON.stringify(message)).catch(() => undefined);
+        redis.spublish(channel, JSON.stringify(message)).catch(() => undefined);
         text += delta.length;
         emitted += 1;
       }

@@ -78,12 +78,12 @@ async function redisHop(redisUrl, prefix, count, warmup) {
   const channel = `${prefix}:bench:hop`;
   const arrival = oneShot();
   try {
-    subscriber.on('message', () => arrival.fire(performance.now()));
-    await subscriber.subscribe(channel);
+    subscriber.on('smessage', () => arrival.fire(performance.now()));
+    await subscriber.ssubscribe(channel);
     return await sample(count, warmup, async () => {
       const waiting = arrival.wait();
       const started = performance.now();
-      await publisher.publish(channel, '{"type":"wake"}');
+      await publisher.spublish(channel, '{"type":"wake"}');
       return (await waiting) - started;
     });
   } finally {

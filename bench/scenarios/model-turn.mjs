@@ -25,6 +25,7 @@ import {
 import { formatSummary, round, summarize } from '../lib/stats.mjs';
 import { startModelFloor } from '../lib/model-floor.mjs';
 import { stampsOf } from '../lib/fake-model.mjs';
+import { roomChannel } from '../lib/room-channel.mjs';
 
 const USERS = 10;
 const READY_TIMEOUT_MS = 60_000;
@@ -293,7 +294,7 @@ async function roomTap(cluster, conversationId) {
   const redis = new Redis(cluster.redisUrl, { maxRetriesPerRequest: null, protocol: 2 });
   const first = new Map(); // cause → { at, stamp } (ns)
   const answers = new Map(); // cause → when the answer's publish reached the tap (ns)
-  redis.on('pmessage', (_pattern, _channel, raw) => {
+  redis.on('smessage', (_channel, raw) => {
     const at = nowNs();
     let message;
     try {
@@ -311,7 +312,7 @@ async function roomTap(cluster, conversationId) {
     const [stamp] = stampsOf(delta.delta);
     if (stamp !== undefined) first.set(delta.cause, { at, stamp });
   });
-  await redis.psubscribe(`${cluster.keyPrefix}:room:{${conversationId}*`);
+  await redis.ssubscribe(await roomChannel(cluster, conversationId));
   return { first, answers, close: () => redis.disconnect() };
 }
 

@@ -22,6 +22,7 @@ import { formatCpu, startCpuMeter } from '../lib/proc.mjs';
 import { formatEventLoop, serviceSnapshot } from '../lib/metrics.mjs';
 import { formatSummary, round, summarize } from '../lib/stats.mjs';
 import { startStreamFloor } from '../lib/stream-floor.mjs';
+import { roomChannel } from '../lib/room-channel.mjs';
 
 export const PACER_AGENT = 'bench_pacer';
 const USERS = 10;
@@ -100,18 +101,15 @@ class DeltaRecorder {
   }
 }
 
-/** The Redis channels of a conversation's room, as a pattern. */
-const roomChannels = (cluster, conversationId) => `${cluster.keyPrefix}:room:{${conversationId}*`;
-
 /**
- * A subscriber of its own on channels of Redis (`patterns`): when the
+ * A subscriber of its own on sharded channels of Redis (`channels`): when the
  * worker's publish of each delta reaches a Redis client, the first half of
  * the path (agent → runtime → Redis), apart from the gateway and Socket.IO.
  */
-async function redisTap(cluster, patterns) {
+async function redisTap(cluster, channels) {
   const redis = new Redis(cluster.redisUrl, { maxRetriesPerRequest: null, protocol: 2 });
   const latencies = [];
-  redis.on('pmessage', (_pattern, _channel, raw) => {
+  redis.on('smessage', (_channel, raw) => {
     const at = nowNs();
     let message;
     try {
@@ -124,7 +122,7 @@ async function redisTap(cluster, patterns) {
       if (piece !== '') latencies.push((at - parseInt(piece, 36) * 1000) / 1e6);
     }
   });
-  for (const pattern of patterns) await redis.psubscribe(pattern);
+  for (const channel of await Promise.all(channels)) await redis.ssubscribe(channel);
   return {
     reset: () => latencies.splice(0),
     summary: () => summarize(latencies),
@@ -142,15 +140,15 @@ async function idleRedisHop(cluster, count) {
   const subscriber = new Redis(cluster.redisUrl, { maxRetriesPerRequest: null, protocol: 2 });
   const channel = `${cluster.keyPrefix}:bench:idle-hop`;
   let arrived = null;
-  subscriber.on('message', () => arrived?.(performance.now()));
+  subscriber.on('smessage', () => arrived?.(performance.now()));
   try {
-    await subscriber.subscribe(channel);
+    await subscriber.ssubscribe(channel);
     const samples = [];
     for (let i = 0; i < count; i += 1) {
       await sleep(20);
       const waiting = new Promise((resolve) => (arrived = resolve));
       const started = performance.now();
-      await publisher.publish(channel, '{"type":"stream"}');
+      await publisher.spublish(channel, '{"type":"stream"}');
       samples.push((await waiting) - started);
     }
     return summarize(samples);
@@ -333,7 +331,7 @@ export async function runStreaming(ctx) {
     const [single] = await openStreams(ctx, 1);
     clients.push(single);
     recorder.attach(single);
-    const tap = await redisTap(ctx.cluster, [roomChannels(ctx.cluster, single.conversationId)]);
+    const tap = await redisTap(ctx.cluster, [roomChannel(ctx.cluster, single.conversationId)]);
     let one;
     try {
       await streamLevel(ctx, [single], recorder, 200, quick ? 0.5 : 2);
@@ -361,7 +359,7 @@ export async function runStreaming(ctx) {
       ctx.cluster,
       clients
         .slice(0, TAPPED_STREAMS)
-        .map((client) => roomChannels(ctx.cluster, client.conversationId)),
+        .map((client) => roomChannel(ctx.cluster, client.conversationId)),
     );
     let concurrent;
     try {

@@ -18,6 +18,10 @@ import {
   expectSignalAbortedOnlyWhenCut,
   watchSse,
 } from '../support/agent-runtime.js';
+import { useTestRedis } from '../support/test-redis.js';
+
+// One Redis, or a Redis Cluster with TEST_REDIS=cluster (npm run test:redis-cluster).
+useTestRedis();
 
 const LEASE_TTL_MS = 3000;
 

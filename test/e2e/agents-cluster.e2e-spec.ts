@@ -37,6 +37,10 @@ import {
 } from '../support/cluster.js';
 import { startOtlpReceiver, type OtlpReceiver } from '../support/otlp-receiver.js';
 import { uniqueName } from '../support/services.js';
+import { useTestRedis } from '../support/test-redis.js';
+
+// One Redis, or a Redis Cluster with TEST_REDIS=cluster (npm run test:redis-cluster).
+useTestRedis();
 
 const API_KEY = 'sk-cluster-e2e-THE-MODEL-KEY-0123456789';
 const HMAC_SECRET = 'cluster-e2e-hmac-secret-0123456789abcdef';

@@ -1,8 +1,8 @@
 // The cluster end to end, as clients and operators see it: real gateway and
 // worker processes from dist/, on Postgres and Redis, with workers killed,
 // paused and drained, Redis restarted and a gateway drained mid-conversation.
-import { Redis } from 'ioredis';
 import { afterEach, describe, expect, it, onTestFailed } from 'vitest';
+import { Redis, type Cluster } from 'ioredis';
 import { ClusterKeys, leaseTiming } from '@cs/cluster';
 import type { StoredEvent } from '@cs/protocol';
 import { ConversationClient, api, devToken, ids, isAgentReply } from '../support/clients.js';
@@ -21,11 +21,15 @@ import {
 import type { AppProcess } from '../support/processes.js';
 import { startPgBouncer, type PrivatePgBouncer } from '../support/pgbouncer.js';
 import { startPrivateRedis, type PrivateRedis } from '../support/redis-server.js';
-import { testRedisUrl, uniqueName } from '../support/services.js';
+import { uniqueName } from '../support/services.js';
+import { openTestRedis, useTestRedis } from '../support/test-redis.js';
 
 const LEASE_TTL_MS = 3000;
 /** What a bound measured from outside may exceed the contract's by (polling, scheduling). */
 const SLACK_MS = 1000;
+
+// One Redis, or a Redis Cluster with TEST_REDIS=cluster (npm run test:redis-cluster).
+useTestRedis();
 
 let cluster: TestCluster | undefined;
 let redis: PrivateRedis | undefined;
@@ -229,13 +233,13 @@ async function firstAnswerFrom(
  */
 async function keptThrough(
   c: TestCluster,
-  redisUrl: string,
+  openRedis: () => Redis | Cluster,
   conversationIds: readonly string[],
   spanMs: number,
 ): Promise<void> {
   const { lockRenewTime } = leaseTiming(LEASE_TTL_MS);
   const lock = (id: string) => `${c.prefix}:{conversations}:conversation-${id}:lock`;
-  const redis = new Redis(redisUrl, { maxRetriesPerRequest: 1 });
+  const redis = openRedis();
   try {
     const tokens = await Promise.all(conversationIds.map((id) => redis.get(lock(id))));
     const ttls = await Promise.all(conversationIds.map((id) => redis.pttl(lock(id))));
@@ -427,7 +431,7 @@ describe('cluster of gateways and workers', () => {
     const [g1, g2] = c.gateways as [AppProcess, AppProcess];
     const token = await c.token('ivan');
     const id = await createConversation(g1.url, token);
-    const redisClient = new Redis(testRedisUrl(), { maxRetriesPerRequest: 1 });
+    const redisClient = openTestRedis();
     const inWindow = () =>
       redisClient.zcard(new ClusterKeys(c.prefix).userActions(c.tenant, 'ivan'));
     const client = await ConversationClient.connect(g1.url, token, { conversation_id: id });
@@ -619,7 +623,7 @@ describe('cluster of gateways and workers', () => {
       if (policy === 'reject') expect(settled.running).toEqual([...accepted].sort());
       // And it stays so: no evicted conversation comes back, no slot leaks away,
       // while the holders keep their conversations for a lease's time.
-      await keptThrough(c, testRedisUrl(), settled.running, LEASE_TTL_MS);
+      await keptThrough(c, openTestRedis, settled.running, LEASE_TTL_MS);
       expect(await running()).toEqual(settled);
 
       if (policy === 'evict_oldest') {
@@ -707,7 +711,7 @@ describe('cluster of gateways and workers', () => {
     await sendMessage(gateway.url, token, id, 'while no worker runs');
     // No worker renews the slot: it lapses (2 × LEASE_TTL_MS), and the next
     // start of the same user sweeps it away.
-    const slots = new Redis(testRedisUrl(), { maxRetriesPerRequest: 1 });
+    const slots = openTestRedis();
     try {
       const expiry = new ClusterKeys(c.prefix).userSlotExpiry(c.tenant, 'heidi');
       expect(Object.keys(await slots.hgetall(expiry))).toContain(id);
@@ -875,8 +879,9 @@ describe('cluster of gateways and workers', () => {
   ])(
     'keeps a connected client whole across a Redis restart ($outage)',
     async ({ downMs, workers, leaseMoves }) => {
-      redis = await startPrivateRedis();
-      const c = await cluster_({ gateways: 2, workers, redisUrl: redis.url });
+      const ownRedis = await startPrivateRedis();
+      redis = ownRedis;
+      const c = await cluster_({ gateways: 2, workers, redisUrl: ownRedis.url });
       const [g1, g2] = c.gateways as [AppProcess, AppProcess];
       const token = await c.token('frank');
       const id = await createConversation(g1.url, token);
@@ -891,7 +896,7 @@ describe('cluster of gateways and workers', () => {
         }
 
         const epochBefore = (await leaseOf(c, id)).epoch;
-        await redis.restart(downMs);
+        await ownRedis.restart(downMs);
         // Back when every process reaches Redis again.
         await until(
           async () => {
@@ -939,7 +944,12 @@ describe('cluster of gateways and workers', () => {
         const lease = await leaseOf(c, id);
         expect(lease.owner).toBe(await workerIdOf(holder));
         // And it stays there: the job is not handed out again and again.
-        await keptThrough(c, redis.url, [id], LEASE_TTL_MS + 1000);
+        await keptThrough(
+          c,
+          () => new Redis(ownRedis.url, { maxRetriesPerRequest: 1 }),
+          [id],
+          LEASE_TTL_MS + 1000,
+        );
         expect(await leaseOf(c, id)).toEqual(lease);
         expect(await holderOf(c.workers, id)).toBe(holder);
         await expectEveryEventOnce(client, g1.url, token, id);

@@ -117,7 +117,7 @@ describe(RedisRoomSubscriber.name, () => {
     expect(atSecond.of(a)).toEqual([]);
     // Redis has one receiver per conversation: the gateway that opened its room.
     const reply = (await publisher.pubsub(
-      'NUMSUB',
+      'SHARDNUMSUB',
       keys.conversationRoom(a),
       keys.conversationRoom(b),
     )) as (string | number)[];
@@ -196,7 +196,7 @@ describe(RedisRoomSubscriber.name, () => {
 
     subscriber.close(id);
     await vi.waitFor(async () => {
-      const reply = await publisher.pubsub('NUMSUB', keys.conversationRoom(id));
+      const reply = await publisher.pubsub('SHARDNUMSUB', keys.conversationRoom(id));
       expect(Number(reply[1])).toBe(0);
     });
     broadcaster.publishEvents(id, [storedEvent(5)]);
@@ -214,10 +214,10 @@ describe(RedisRoomSubscriber.name, () => {
     const recorder = new Recorder();
     await subscriber.open(id, recorder);
     const channel = keys.conversationRoom(id);
-    await publisher.publish(channel, 'not json');
-    await publisher.publish(channel, JSON.stringify({ type: 'events', events: [{ id: 'x' }] }));
-    await publisher.publish(channel, JSON.stringify({ type: 'events', events: [] }));
-    await publisher.publish(channel, JSON.stringify({ type: 'unknown' }));
+    await publisher.spublish(channel, 'not json');
+    await publisher.spublish(channel, JSON.stringify({ type: 'events', events: [{ id: 'x' }] }));
+    await publisher.spublish(channel, JSON.stringify({ type: 'events', events: [] }));
+    await publisher.spublish(channel, JSON.stringify({ type: 'unknown' }));
     broadcaster.publishStatus(id, READY);
     await vi.waitFor(() => expect(recorder.of(id)).toEqual([READY]));
   });

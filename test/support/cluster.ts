@@ -1,31 +1,30 @@
 // A whole cluster for end-to-end tests: N gateways and M workers from dist/,
 // on a scratch Postgres database and a fresh Redis key prefix of their own, so
 // that tests never see each other's conversations, queues or limits.
-import { Redis } from 'ioredis';
 import pg from 'pg';
 import type { StoredEvent } from '@cs/protocol';
 import { api, devToken } from './clients.js';
 import { startApp, type AppProcess } from './processes.js';
-import {
-  createScratchDatabase,
-  deleteKeys,
-  testRedisUrl,
-  uniqueName,
-  type ScratchDatabase,
-} from './services.js';
+import { createScratchDatabase, uniqueName, type ScratchDatabase } from './services.js';
+import { deleteTestKeys, testRedisEnv } from './test-redis.js';
 
 export const CLUSTER_SECRET = 'cluster-e2e-secret-0123456789abcdef';
 
 export interface ClusterOptions {
   gateways?: number;
   workers?: number;
-  /** Redis of the cluster (default: the suite's shared one). */
+  /**
+   * One Redis of the cluster's own (default: the suite's, one Redis or a
+   * Redis Cluster as `TEST_REDIS` says; see test-redis.ts).
+   */
   redisUrl?: string;
   /**
    * The DATABASE_URL the processes get for the cluster's database (default:
    * its URL), e.g. through PgBouncer; `sql` always connects directly.
    */
   databaseUrl?: (direct: string) => string;
+  /** A Redis Cluster of the test's own (`REDIS_CLUSTER_URLS`), whatever `TEST_REDIS` says. */
+  redisClusterUrls?: string;
   /** Extra environment for every process (limits, lease TTL, …). */
   env?: Record<string, string>;
   /** Node options of every process (`--import` of the tracing hook). */
@@ -59,11 +58,14 @@ export interface WorkerHealth {
 export async function startCluster(options: ClusterOptions = {}): Promise<TestCluster> {
   const prefix = uniqueName('cse2e');
   const tenant = uniqueName('tenant');
-  const redisUrl = options.redisUrl ?? testRedisUrl();
   const db = await createScratchDatabase('cs_cluster');
   const env: Record<string, string> = {
     DATABASE_URL: options.databaseUrl ? options.databaseUrl(db.url) : db.url,
-    REDIS_URL: redisUrl,
+    ...(options.redisUrl
+      ? { REDIS_URL: options.redisUrl }
+      : options.redisClusterUrls
+        ? { REDIS_CLUSTER_URLS: options.redisClusterUrls }
+        : testRedisEnv()),
     KEY_PREFIX: prefix,
     AUTH_JWT_SECRET: CLUSTER_SECRET,
     AUTH_DEV_TOKENS: 'true',
@@ -117,7 +119,7 @@ export async function startCluster(options: ClusterOptions = {}): Promise<TestCl
       await Promise.all(all.map((proc) => proc.exited));
       await cluster.sql.end();
       await db.drop();
-      if (!options.redisUrl) await deleteClusterKeys(redisUrl, prefix);
+      if (!options.redisUrl && !options.redisClusterUrls) await deleteTestKeys(prefix);
     },
   };
   try {
@@ -202,15 +204,5 @@ export async function readAllEvents(
     if (page.status !== 200) throw new Error(`events: ${page.status} ${JSON.stringify(page.body)}`);
     all.push(...page.body.events);
     if (!page.body.has_more) return all;
-  }
-}
-
-/** Removes the cluster's keys from a shared Redis (tests leave nothing behind). */
-async function deleteClusterKeys(redisUrl: string, prefix: string): Promise<void> {
-  const redis = new Redis(redisUrl, { maxRetriesPerRequest: 1 });
-  try {
-    await deleteKeys(redis, prefix);
-  } finally {
-    redis.disconnect();
   }
 }

@@ -2,6 +2,7 @@
 // defaults of PROTOCOL.md. Each test file makes its own database.
 import { randomBytes, randomUUID } from 'node:crypto';
 import { refOf, type ConversationRef, type ConversationStore } from '@cs/core';
+import calculateSlot from 'cluster-key-slot';
 import type { Redis } from 'ioredis';
 import pg from 'pg';
 
@@ -52,13 +53,25 @@ export async function createScratchDatabase(prefix = 'cs_test'): Promise<Scratch
   };
 }
 
-/** Removes every key under `<prefix>:` from the shared Redis (tests leave nothing behind). */
-export async function deleteKeys(redis: Redis, prefix: string): Promise<void> {
+/**
+ * Removes every key under `<prefix>:` from the shared Redis (tests leave
+ * nothing behind). `bySlot`: `redis` is one master of a Redis Cluster, whose
+ * UNLINK takes keys of one slot.
+ */
+export async function deleteKeys(redis: Redis, prefix: string, bySlot = false): Promise<void> {
   let cursor = '0';
   do {
     const [next, keys] = await redis.scan(cursor, 'MATCH', `${prefix}:*`, 'COUNT', 1000);
     cursor = next;
-    if (keys.length > 0) await redis.unlink(...keys);
+    if (keys.length === 0) continue;
+    if (!bySlot) {
+      await redis.unlink(...keys);
+      continue;
+    }
+    const slots = new Map<number, string[]>();
+    for (const key of keys)
+      slots.set(calculateSlot(key), [...(slots.get(calculateSlot(key)) ?? []), key]);
+    for (const group of slots.values()) await redis.unlink(...group);
   } while (cursor !== '0');
 }
 

@@ -17,11 +17,14 @@ import {
   UserConcurrencyLimiter,
   assertConnected,
   checkEvictionPolicy,
+  checkRedisTarget,
   connected,
+  everyMaster,
   leaseTiming,
   openRedis,
   openRequestPublisher,
   openRequestRedis,
+  redisTarget,
 } from '@cs/cluster';
 import {
   AGENT_FACTORY,
@@ -51,7 +54,9 @@ const SHUTDOWN_TIMEOUT_MS = 9_000;
 const GATEWAY_LIVENESS_MS = 15_000;
 
 async function main({ config, logger: root }: ServiceContext): Promise<RunningService> {
-  const redisUrl = config.redis.url!;
+  const redisUrl = redisTarget(config.redis);
+  // REDIS_URL at a cluster node, REDIS_CLUSTER_URLS at a lone Redis or at no node: one line, no start.
+  await checkRedisTarget(redisUrl);
   const gatewayId = `gateway-${hostname()}-${process.pid}-${randomBytes(3).toString('hex')}`;
   const logger = root.child({ gateway_id: gatewayId });
   const keys = new ClusterKeys(config.redis.keyPrefix);
@@ -111,7 +116,10 @@ async function main({ config, logger: root }: ServiceContext): Promise<RunningSe
     redis: requests,
     metrics: metrics.cluster(),
   });
-  const readiness: ReadinessCheck[] = [databaseCheck(opened.database), redisCheck(requests)];
+  const readiness: ReadinessCheck[] = [
+    databaseCheck(opened.database),
+    redisCheck(everyMaster(requests)),
+  ];
   const module = GatewayModule.forRoot([
     { provide: APP_CONFIG, useValue: config },
     { provide: ServiceMetrics, useValue: metrics },

@@ -2,7 +2,7 @@ import type { INestApplicationContext } from '@nestjs/common';
 import { createShardedAdapter } from '@socket.io/redis-adapter';
 import { StartupError } from '@cs/config';
 import { ConfiguredIoAdapter } from '@cs/gateway';
-import type { Cluster, Redis } from 'ioredis';
+import type { RedisConnection } from '@cs/cluster';
 import type { Server, ServerOptions } from 'socket.io';
 
 /**
@@ -22,8 +22,8 @@ export class RedisIoAdapter extends ConfiguredIoAdapter {
   constructor(
     app: INestApplicationContext,
     corsOrigins: readonly string[],
-    private readonly pub: Redis | Cluster,
-    private readonly sub: Redis | Cluster,
+    private readonly pub: RedisConnection,
+    private readonly sub: RedisConnection,
     private readonly key: string,
   ) {
     super(app, corsOrigins);
@@ -47,7 +47,7 @@ export class RedisIoAdapter extends ConfiguredIoAdapter {
  * A Redis that does not answer `INFO` is let through.
  */
 export async function checkShardedPubSub(
-  redis: Pick<Redis, 'info'> | Pick<Cluster, 'info'>,
+  redis: Pick<RedisConnection, 'info'>,
   variable: string,
 ): Promise<void> {
   let info: string;

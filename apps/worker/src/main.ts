@@ -12,9 +12,12 @@ import {
   ScopedStateChannel,
   UserConcurrencyLimiter,
   checkEvictionPolicy,
+  checkRedisTarget,
+  everyMaster,
   leaseTiming,
   openPublisher,
   openRedis,
+  redisTarget,
 } from '@cs/cluster';
 import {
   ServiceMetrics,
@@ -38,7 +41,9 @@ async function main({ config, logger: root }: ServiceContext): Promise<RunningSe
   const logger = root.child({ worker_id: workerId });
   const log = logCallback(logger, 'ConversationHost');
   const keys = new ClusterKeys(config.redis.keyPrefix);
-  const redisUrl = config.redis.url!;
+  const redisUrl = redisTarget(config.redis);
+  // REDIS_URL at a cluster node, REDIS_CLUSTER_URLS at a lone Redis or at no node: one line, no start.
+  await checkRedisTarget(redisUrl);
 
   const opened = await openStore({
     databaseUrl: config.database.url,
@@ -100,7 +105,7 @@ async function main({ config, logger: root }: ServiceContext): Promise<RunningSe
     conversations: () => host.conversations,
     draining: () => host.isDraining,
     registry: metrics.registry,
-    checks: [databaseCheck(opened.database), redisCheck(redis)],
+    checks: [databaseCheck(opened.database), redisCheck(everyMaster(redis))],
   });
   host.start();
   logger.info(`worker ${workerId} ready (health on port ${config.http.workerPort})`);

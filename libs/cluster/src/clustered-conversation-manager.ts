@@ -23,7 +23,7 @@ import {
   type SlotOwner,
 } from '@cs/core';
 import { StatusId, type ConversationStatus, type UserAction } from '@cs/protocol';
-import type { Redis } from 'ioredis';
+import type { RedisConnection } from './redis/redis-connections.js';
 import type { ConversationJobs } from './leases/conversation-jobs.js';
 import type { ConversationInbox } from './leases/conversation-inbox.js';
 import type { ConversationStops } from './leases/conversation-stops.js';
@@ -63,7 +63,7 @@ export class ClusteredConversationManager implements ConversationManager {
        * down, a user action, or a create's first message, is refused
        * (`UNAVAILABLE`) before anything is stored.
        */
-      redis?: Pick<Redis, 'status'>;
+      redis?: Pick<RedisConnection, 'status'>;
       /** Where the per-user limit's evictions and refusals are counted. */
       metrics?: ClusterMetrics;
     },
@@ -176,7 +176,8 @@ export class ClusteredConversationManager implements ConversationManager {
       running: options.status === 'RUNNING',
       claimSlot: () => this.takeSlot(ref),
       ensureRunning: () => this.ensureRunning(ref),
-      deliver: (appended, claimed) => this.deliver(ref, action, appended, claimed),
+      deliver: (appended, claimed) =>
+        this.deliver(ref, action, appended, claimed, options.status === 'RUNNING'),
     });
   }
 
@@ -195,11 +196,10 @@ export class ClusteredConversationManager implements ConversationManager {
     action: UserAction,
     appended: AppendedEvent,
     claimed: boolean,
+    running: boolean,
   ): Promise<void> {
     if (!appended.duplicate) this.deps.broadcaster.publishEvents(roomKey(ref), [appended.event]);
-    const holders = appended.duplicate
-      ? 0
-      : await this.deps.inbox.send(ref.conversationId, { type: 'wake', events: [appended.event] });
+    const holders = appended.duplicate ? 0 : await this.wake(ref, appended, running);
     if (holders > 0 || action.action !== 'message') return;
     // Nobody holds it: a message starts it (a repeat too, in case the first start failed).
     if (!appended.duplicate || claimed) {
@@ -208,6 +208,35 @@ export class ClusteredConversationManager implements ConversationManager {
     }
     const record = await this.deps.store.getConversation(ref.tenantId, ref.conversationId);
     if (!record || record.status !== 'RUNNING') await this.ensureRunning(ref);
+  }
+
+  /**
+   * Wakes the holder of a stored user action; resolves with how many heard it.
+   * The wake-up may fail after the action is stored (a Redis Cluster master
+   * failing over between the check before the write and the wake-up): a
+   * conversation that some worker holds (RUNNING) finds the action by itself
+   * (its lost wake-up catch-up, or the next holder's start after a failover),
+   * so the request is answered as delivered rather than refused with what it
+   * asked for stored, which a client would send again. Anything else fails.
+   */
+  private async wake(
+    ref: ConversationRef,
+    appended: AppendedEvent,
+    running: boolean,
+  ): Promise<number> {
+    try {
+      return await this.deps.inbox.send(ref.conversationId, {
+        type: 'wake',
+        events: [appended.event],
+      });
+    } catch (error) {
+      if (running) return 1;
+      const record = await this.deps.store
+        .getConversation(ref.tenantId, ref.conversationId)
+        .catch(() => null);
+      if (record?.status === 'RUNNING') return 1;
+      throw error;
+    }
   }
 
   /**

@@ -12,3 +12,4 @@ export * from './realtime/redis-room.broadcaster.js';
 export * from './realtime/redis-room.subscriber.js';
 export * from './redis/cluster-keys.js';
 export * from './redis/redis-connections.js';
+export * from './redis/redis-startup-check.js';

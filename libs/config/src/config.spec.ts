@@ -138,12 +138,35 @@ describe('loadConfig', () => {
 
   it('requires Redis, Postgres and a token key for cluster processes', () => {
     expect(problemsOf('gateway', {})).toEqual([
-      'REDIS_URL: required by the gateway',
+      'REDIS_URL: required by the gateway (or set REDIS_CLUSTER_URLS)',
       'DATABASE_URL: required by the gateway',
       'AUTH_JWT_SECRET: required by the gateway (or set AUTH_JWKS_URL)',
     ]);
     expect(problemsOf('worker', { REDIS_URL: cluster.REDIS_URL })).toEqual([
       'DATABASE_URL: required by the worker',
+    ]);
+  });
+
+  it('takes the seed nodes of a Redis Cluster instead of REDIS_URL, never both', () => {
+    const { REDIS_URL: _single, ...withoutRedis } = cluster;
+    const seeds = 'redis://10.0.0.1:7000, rediss://user:pw@10.0.0.2:7001';
+    const config = loadConfig('worker', { ...withoutRedis, REDIS_CLUSTER_URLS: seeds });
+    expect(config.redis).toMatchObject({
+      url: undefined,
+      clusterUrls: ['redis://10.0.0.1:7000', 'rediss://user:pw@10.0.0.2:7001'],
+    });
+    expect(problemsOf('gateway', { ...cluster, REDIS_CLUSTER_URLS: seeds })).toEqual([
+      'REDIS_CLUSTER_URLS: set either REDIS_URL or REDIS_CLUSTER_URLS, not both',
+    ]);
+    const bad = problemsOf('worker', {
+      ...withoutRedis,
+      REDIS_CLUSTER_URLS: 'redis://user:hunter2@a:7000,b:7001',
+    });
+    expect(bad).toHaveLength(1);
+    expect(bad[0]).toMatch(/^REDIS_CLUSTER_URLS: must be a URL/);
+    expect(bad[0]).not.toMatch(/hunter2/);
+    expect(problemsOf('worker', { ...withoutRedis, REDIS_CLUSTER_URLS: ' , ' })).toEqual([
+      'REDIS_CLUSTER_URLS: must list at least one seed node (redis://host:port, comma-separated) (got ",")',
     ]);
   });
 

@@ -95,6 +95,14 @@ const EnvSchema = z.object({
   DATABASE_PREPARED_STATEMENTS: bool.default(true),
   DATABASE_CROSS_CONVERSATION_BATCHES: bool.default(true),
   REDIS_URL: url(['redis:', 'rediss:']).optional(),
+  // A comma-separated list of URLs: `new URL('redis://a:1,b:2')` would throw.
+  REDIS_CLUSTER_URLS: commaList
+    .pipe(
+      z
+        .array(url(['redis:', 'rediss:']))
+        .min(1, 'must list at least one seed node (redis://host:port, comma-separated)'),
+    )
+    .optional(),
   KEY_PREFIX: z
     .string()
     .regex(/^[A-Za-z0-9_.-]{1,64}$/, 'must be 1-64 letters, digits, _ . or -')
@@ -179,7 +187,11 @@ export interface AppConfig {
     /** False writes each append in a statement of its own conversation (Citus). */
     crossConversationBatches: boolean;
   };
-  redis: { url: string | undefined; keyPrefix: string };
+  /**
+   * One Redis (`url`) or the seed nodes of a Redis Cluster (`clusterUrls`);
+   * at most one of them is set, and gateways and workers need one.
+   */
+  redis: { url: string | undefined; clusterUrls: string[] | undefined; keyPrefix: string };
   auth: {
     jwtSecret: string | undefined;
     jwksUrl: string | undefined;
@@ -269,11 +281,15 @@ export function loadConfig(
   const e = parsed.data;
 
   if (role === 'gateway' || role === 'worker') {
-    if (!e.REDIS_URL) problems.push(`REDIS_URL: required by the ${role}`);
+    if (!e.REDIS_URL && !e.REDIS_CLUSTER_URLS)
+      problems.push(`REDIS_URL: required by the ${role} (or set REDIS_CLUSTER_URLS)`);
     if (!e.DATABASE_URL) problems.push(`DATABASE_URL: required by the ${role}`);
   }
   if (role === 'gateway' && !e.AUTH_JWT_SECRET && !e.AUTH_JWKS_URL) {
     problems.push('AUTH_JWT_SECRET: required by the gateway (or set AUTH_JWKS_URL)');
+  }
+  if (e.REDIS_URL && e.REDIS_CLUSTER_URLS) {
+    problems.push('REDIS_CLUSTER_URLS: set either REDIS_URL or REDIS_CLUSTER_URLS, not both');
   }
   if (e.AUTH_JWT_SECRET && e.AUTH_JWKS_URL) {
     problems.push('AUTH_JWKS_URL: set either AUTH_JWT_SECRET or AUTH_JWKS_URL, not both');
@@ -309,7 +325,7 @@ export function loadConfig(
       preparedStatements: e.DATABASE_PREPARED_STATEMENTS,
       crossConversationBatches: e.DATABASE_CROSS_CONVERSATION_BATCHES,
     },
-    redis: { url: e.REDIS_URL, keyPrefix: e.KEY_PREFIX },
+    redis: { url: e.REDIS_URL, clusterUrls: e.REDIS_CLUSTER_URLS, keyPrefix: e.KEY_PREFIX },
     auth: {
       jwtSecret: e.AUTH_JWT_SECRET,
       jwksUrl: e.AUTH_JWKS_URL,
@@ -367,7 +383,8 @@ function redact(name: string, value: string | undefined): string | undefined {
   if (value === undefined) return undefined;
   // MCP_SERVERS carries the servers' headers, which hold their credentials.
   if (name.includes('SECRET') || name.endsWith('_KEY') || name === 'MCP_SERVERS') return '***';
-  if (name.endsWith('_URL')) return value.replace(/\/\/[^@/]*@/, '//***@');
+  if (name.endsWith('_URL') || name.endsWith('_URLS'))
+    return value.replace(/\/\/[^@/,]*@/g, '//***@');
   return value;
 }
 

@@ -6,7 +6,7 @@ import {
   type ConversationStore,
   type SessionRuntime,
 } from '@cs/core';
-import type { Redis } from 'ioredis';
+import type { RedisConnection } from '../redis/redis-connections.js';
 import type { ClusterKeys } from '../redis/cluster-keys.js';
 import type { UserConcurrencyLimiter } from '../limits/user-concurrency.limiter.js';
 import type { ConnectionRegistry } from '../realtime/connection-registry.js';
@@ -51,7 +51,7 @@ export interface ConversationHostDeps {
   scopedState: ScopedStateChannel;
   limiter: UserConcurrencyLimiter;
   connections: Pick<ConnectionRegistry, 'count'>;
-  redis: Redis;
+  redis: RedisConnection;
   keys: ClusterKeys;
   bullConnection: ConnectionOptions;
   options: ConversationHostOptions;

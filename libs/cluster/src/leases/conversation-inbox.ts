@@ -1,4 +1,4 @@
-import type { Redis } from 'ioredis';
+import { masterFor, type RedisConnection } from '../redis/redis-connections.js';
 import { InboxMessageSchema, type InboxMessage } from '@cs/protocol';
 import type { ClusterKeys } from '../redis/cluster-keys.js';
 
@@ -25,7 +25,12 @@ export interface ConversationInboxOptions {
 /**
  * Per-conversation Redis channels to the lease holder: only the worker holding
  * a conversation subscribes to its channel, so a message reaches one node, and
- * PUBLISH's receiver count tells a gateway whether anyone holds it at all.
+ * the publish's receiver count tells a gateway whether anyone holds it at all.
+ * Sharded channels (`SPUBLISH`/`SSUBSCRIBE`, in the conversation's slot): on a
+ * Redis Cluster a message touches the one shard of its conversation, and the
+ * count is the subscribers of that shard, where every subscriber of the
+ * channel is (a classic PUBLISH would count those of the node it reached
+ * only). One Redis 7 takes the same commands.
  */
 export class ConversationInbox {
   private readonly handlers = new Map<
@@ -38,12 +43,12 @@ export class ConversationInbox {
    * @param subscriber a connection used only for subscriptions (null on gateways)
    */
   constructor(
-    private readonly publisher: Redis,
-    private readonly subscriber: Redis | null,
+    private readonly publisher: RedisConnection,
+    private readonly subscriber: RedisConnection | null,
     private readonly keys: ClusterKeys,
     private readonly options: ConversationInboxOptions = {},
   ) {
-    subscriber?.on('message', (channel: string, raw: string) => {
+    subscriber?.on('smessage', (channel: string, raw: string) => {
       const listener = this.handlers.get(channel);
       if (!listener) return;
       try {
@@ -74,15 +79,19 @@ export class ConversationInbox {
     let raw = JSON.stringify(message);
     if (message.type === 'wake' && raw.length > MAX_WAKE_BYTES)
       raw = JSON.stringify({ ...message, events: undefined });
-    return this.publisher.publish(this.keys.conversationChannel(conversationId), raw);
+    return this.publisher.spublish(
+      this.keys.conversationChannel(conversationId),
+      raw,
+    ) as Promise<number>;
   }
 
   /** How many holders listen to the conversation right now. */
   async holders(conversationId: string): Promise<number> {
-    const reply = (await this.publisher.pubsub(
-      'NUMSUB',
-      this.keys.conversationChannel(conversationId),
-    )) as [string, number | string];
+    const channel = this.keys.conversationChannel(conversationId);
+    // PUBSUB takes no key: it must go to the master of the channel's slot.
+    const master = masterFor(this.publisher, channel);
+    if (!master) return 0;
+    const reply = (await master.pubsub('SHARDNUMSUB', channel)) as [string, number | string];
     return Number(reply[1] ?? 0);
   }
 
@@ -90,12 +99,12 @@ export class ConversationInbox {
     if (!this.subscriber) throw new Error('this inbox has no subscriber connection');
     const channel = this.keys.conversationChannel(conversationId);
     this.handlers.set(channel, { conversationId, handler });
-    await this.subscriber.subscribe(channel);
+    await this.subscriber.ssubscribe(channel);
   }
 
   async unlisten(conversationId: string): Promise<void> {
     const channel = this.keys.conversationChannel(conversationId);
     if (!this.handlers.delete(channel) || !this.subscriber) return;
-    await this.subscriber.unsubscribe(channel);
+    await this.subscriber.sunsubscribe(channel);
   }
 }

@@ -1,4 +1,4 @@
-import type { Redis } from 'ioredis';
+import type { RedisConnection } from '../redis/redis-connections.js';
 import type { ClusterKeys } from '../redis/cluster-keys.js';
 
 /** Long past any start's wait for a finishing run: the mark only has to outlive that. */
@@ -14,7 +14,7 @@ const STOP_MARK_TTL_MS = 3_600_000;
  */
 export class ConversationStops {
   constructor(
-    private readonly redis: Redis,
+    private readonly redis: RedisConnection,
     private readonly keys: ClusterKeys,
   ) {}
 

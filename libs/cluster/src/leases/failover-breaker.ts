@@ -1,6 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import type { ConversationRef, ConversationStore } from '@cs/core';
-import type { Redis } from 'ioredis';
+import type { RedisConnection } from '../redis/redis-connections.js';
 import type { ClusterKeys } from '../redis/cluster-keys.js';
 import { runScript } from '../redis/lua-scripts.js';
 import { unansweredMessages } from './unanswered-messages.js';
@@ -30,7 +30,7 @@ export interface FailoverBreakerOptions {
  */
 export class FailoverBreaker {
   constructor(
-    private readonly redis: Redis,
+    private readonly redis: RedisConnection,
     private readonly keys: ClusterKeys,
     private readonly store: ConversationStore,
     private readonly options: FailoverBreakerOptions,

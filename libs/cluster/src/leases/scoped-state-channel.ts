@@ -1,10 +1,10 @@
 import type { ScopedStateChange } from '@cs/core';
 import { ScopedStateChangeSchema } from '@cs/protocol';
-import type { Redis } from 'ioredis';
+import type { RedisConnection } from '../redis/redis-connections.js';
 import type { ClusterKeys } from '../redis/cluster-keys.js';
 
 /**
- * The deployment's one Redis channel of scoped-state changes: the worker
+ * The deployment's one Redis channel (sharded, under its own `{state}` tag) of scoped-state changes: the worker
  * whose session stored `app:` or `user:` keys publishes the change, and every
  * worker (itself too) hands it to the sessions it hosts, which read those
  * keys again before their next step. Best effort, like the rest of the live
@@ -20,11 +20,11 @@ export class ScopedStateChannel {
    * @param subscriber a connection used only for subscriptions (may be shared with the inbox)
    */
   constructor(
-    private readonly publisher: Redis,
-    private readonly subscriber: Redis,
+    private readonly publisher: RedisConnection,
+    private readonly subscriber: RedisConnection,
     private readonly keys: ClusterKeys,
   ) {
-    subscriber.on('message', (channel: string, raw: string) => {
+    subscriber.on('smessage', (channel: string, raw: string) => {
       if (channel !== keys.scopedStateChanges || !this.handler) return;
       const parsed = ScopedStateChangeSchema.safeParse(parseJson(raw));
       // Typed as core's own: the compiler keeps the schema and the type alike.
@@ -36,19 +36,19 @@ export class ScopedStateChannel {
   /** Sends the change to every worker; never rejects (a change may be lost). */
   publish(change: ScopedStateChange): void {
     this.publisher
-      .publish(this.keys.scopedStateChanges, JSON.stringify(change))
+      .spublish(this.keys.scopedStateChanges, JSON.stringify(change))
       .catch(() => undefined);
   }
 
   async listen(handler: (change: ScopedStateChange) => void): Promise<void> {
     this.handler = handler;
-    await this.subscriber.subscribe(this.keys.scopedStateChanges);
+    await this.subscriber.ssubscribe(this.keys.scopedStateChanges);
   }
 
   async unlisten(): Promise<void> {
     if (!this.handler) return;
     this.handler = null;
-    await this.subscriber.unsubscribe(this.keys.scopedStateChanges);
+    await this.subscriber.sunsubscribe(this.keys.scopedStateChanges);
   }
 }
 

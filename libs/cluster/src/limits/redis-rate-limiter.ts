@@ -1,5 +1,5 @@
 import { randomUUID } from 'node:crypto';
-import type { Redis } from 'ioredis';
+import type { RedisConnection } from '../redis/redis-connections.js';
 import {
   RATE_LIMIT_WINDOW_MS,
   UNLIMITED,
@@ -16,7 +16,7 @@ import { runScript } from '../redis/lua-scripts.js';
  */
 export class RedisUserActionRateLimiter implements UserActionRateLimiter {
   constructor(
-    private readonly redis: Redis,
+    private readonly redis: RedisConnection,
     private readonly keys: ClusterKeys,
     private readonly limitPerMinute: number,
   ) {}

@@ -1,4 +1,4 @@
-import type { Redis } from 'ioredis';
+import type { RedisConnection } from '../redis/redis-connections.js';
 import type { ConcurrencyPolicy } from '@cs/protocol';
 import type { ClusterKeys } from '../redis/cluster-keys.js';
 import { runScript } from '../redis/lua-scripts.js';
@@ -23,7 +23,7 @@ export interface HeldSlot {
  */
 export class UserConcurrencyLimiter {
   constructor(
-    private readonly redis: Redis,
+    private readonly redis: RedisConnection,
     private readonly keys: ClusterKeys,
     private readonly options: {
       limit: number;

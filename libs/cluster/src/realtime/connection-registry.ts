@@ -1,4 +1,4 @@
-import type { Redis } from 'ioredis';
+import type { RedisConnection } from '../redis/redis-connections.js';
 import type { ClusterKeys } from '../redis/cluster-keys.js';
 
 /**
@@ -13,7 +13,7 @@ export class ConnectionRegistry {
   private heartbeat: NodeJS.Timeout | undefined;
 
   constructor(
-    private readonly redis: Redis,
+    private readonly redis: RedisConnection,
     private readonly keys: ClusterKeys,
     private readonly gatewayId: string,
     private readonly livenessTtlMs: number,
@@ -34,11 +34,14 @@ export class ConnectionRegistry {
     const conversations = [...this.counts.keys()];
     this.local.clear();
     this.counts.clear();
-    const pipeline = this.redis.pipeline();
-    for (const id of conversations)
-      pipeline.hdel(this.keys.conversationConnections(id), this.gatewayId);
-    pipeline.del(this.keys.gatewayAlive(this.gatewayId));
-    await pipeline.exec();
+    // Plain commands, not one pipeline: the conversations' keys live in
+    // different slots of a Redis Cluster (ioredis pipelines them per node).
+    await Promise.all([
+      ...conversations.map((id) =>
+        this.redis.hdel(this.keys.conversationConnections(id), this.gatewayId),
+      ),
+      this.redis.del(this.keys.gatewayAlive(this.gatewayId)),
+    ]);
   }
 
   async attach(connectionId: string, conversationId: string): Promise<void> {

@@ -1,6 +1,6 @@
 import { RoomStreams, type ConversationBroadcaster } from '@cs/core';
 import type { RoomMessage, StatusUpdate, StoredEvent, StreamDelta } from '@cs/protocol';
-import type { Redis } from 'ioredis';
+import type { RedisConnection } from '../redis/redis-connections.js';
 import type { ClusterKeys } from '../redis/cluster-keys.js';
 
 /** A worker's broadcaster: it sends a room's streamed text so far again on request. */
@@ -9,7 +9,8 @@ export interface HolderBroadcaster extends ConversationBroadcaster {
 }
 
 /**
- * Publishes a conversation's live traffic on its own Redis channel, which
+ * Publishes a conversation's live traffic on its own sharded Redis channel
+ * (`SPUBLISH`, in the conversation's slot), which
  * only the gateways with a subscriber to that conversation listen to: an
  * event costs Redis one delivery per such gateway, and the other gateways
  * nothing, however many there are.
@@ -28,7 +29,7 @@ export class RedisRoomBroadcaster implements HolderBroadcaster {
 
   /** @param publisher a connection for PUBLISH (see `openPublisher`) */
   constructor(
-    private readonly publisher: Redis,
+    private readonly publisher: RedisConnection,
     private readonly keys: ClusterKeys,
   ) {}
 
@@ -67,7 +68,7 @@ export class RedisRoomBroadcaster implements HolderBroadcaster {
     // Live traffic is a hint on top of Postgres: subscribers that miss it
     // catch up from the store, so a failed publish is not the caller's error.
     this.publisher
-      .publish(this.keys.conversationRoom(room), JSON.stringify(message))
+      .spublish(this.keys.conversationRoom(room), JSON.stringify(message))
       .catch(() => undefined);
   }
 }

@@ -1,6 +1,7 @@
 import type { RoomSink } from '@cs/core';
 import { RoomMessageSchema } from '@cs/protocol';
-import type { Redis } from 'ioredis';
+import { Cluster } from 'ioredis';
+import type { RedisConnection } from '../redis/redis-connections.js';
 import type { ClusterKeys } from '../redis/cluster-keys.js';
 
 /**
@@ -21,11 +22,11 @@ export class RedisRoomSubscriber {
    *   inbox): the reply comes on the room's channel, as a `catch_up` message
    */
   constructor(
-    private readonly subscriber: Redis,
+    private readonly subscriber: RedisConnection,
     private readonly keys: ClusterKeys,
     private readonly requestCatchUp: (room: string) => void,
   ) {
-    subscriber.on('message', (channel: string, raw: string) => this.deliver(channel, raw));
+    subscriber.on('smessage', (channel: string, raw: string) => this.deliver(channel, raw));
     // After an outage ioredis subscribes again once it is ready; what was
     // published meanwhile is lost, so the rooms catch up from the store once
     // the subscriptions are back (a PING is answered after them).
@@ -39,15 +40,26 @@ export class RedisRoomSubscriber {
       if (!reconnected) return;
       setImmediate(() => {
         subscriber.ping().then(
-          () => {
-            this.resync?.();
-            // Deltas were lost too: the steps streaming now, from their start.
-            for (const { room } of this.sinks.values()) this.catchUp(room);
-          },
+          () => this.resyncAll(),
           () => undefined, // closed again: the next 'ready' resyncs
         );
       });
     });
+    // A Redis Cluster's client stays ready while one master fails over: its
+    // subscriber of that shard is made again and subscribes again (the
+    // cluster client says so with this event), and what was published
+    // meanwhile on that shard is lost.
+    if (subscriber instanceof Cluster) {
+      subscriber.on('subscribersReady', () => {
+        if (this.connectedOnce) this.resyncAll();
+      });
+    }
+  }
+
+  private resyncAll(): void {
+    this.resync?.();
+    // Deltas were lost too: the steps streaming now, from their start.
+    for (const { room } of this.sinks.values()) this.catchUp(room);
   }
 
   /** Called after a Redis outage, once live traffic flows again. */
@@ -66,7 +78,7 @@ export class RedisRoomSubscriber {
   async open(room: string, sink: RoomSink): Promise<void> {
     const channel = this.keys.conversationRoom(room);
     this.sinks.set(channel, { room, sink });
-    const subscribed = this.subscriber.subscribe(channel);
+    const subscribed = this.subscriber.ssubscribe(channel);
     if (this.connectedOnce && this.subscriber.status !== 'ready') {
       subscribed.catch(() => undefined);
       return;
@@ -78,7 +90,7 @@ export class RedisRoomSubscriber {
   close(room: string): void {
     const channel = this.keys.conversationRoom(room);
     this.sinks.delete(channel);
-    this.subscriber.unsubscribe(channel).catch(() => undefined);
+    this.subscriber.sunsubscribe(channel).catch(() => undefined);
   }
 
   disconnect(): void {

@@ -1,7 +1,14 @@
+import { conversationOfRoom } from '@cs/core';
+
 /**
- * Every Redis key and channel of a deployment, under `<KEY_PREFIX>:`. Keys of
- * one conversation share the hash tag `{<id>}`, keys of one user the tag
- * `{<tenant>/<user>}`, so that a script's keys live in one Redis Cluster slot.
+ * Every Redis key and channel of a deployment, under `<KEY_PREFIX>:`, and
+ * the slot plan of a Redis Cluster (docs/design.md "Redis keys and slots"):
+ * keys and channels of one conversation share the hash tag `{<id>}`, keys of
+ * one user the tag `{<tenant>/<user>}`, the gateways' liveness keys the tag
+ * `{gateways}` (one MGET reads them), the scoped-state channel its own
+ * `{state}`; so that every script, transaction and multi-key command names
+ * keys of one Redis Cluster slot, and a deployment's conversations and users
+ * spread over every master. `cluster-keys.spec.ts` checks it.
  */
 export class ClusterKeys {
   constructor(readonly prefix: string) {}
@@ -21,7 +28,7 @@ export class ClusterKeys {
    * incarnation) to the gateways with subscribers to it.
    */
   conversationRoom(room: string): string {
-    return `${this.prefix}:room:{${room}}`;
+    return `${this.prefix}:room:{${conversationOfRoom(room)}}:${room}`;
   }
 
   /** Wake-ups and control messages for the conversation's lease holder. */
@@ -31,7 +38,7 @@ export class ClusterKeys {
 
   /** Every worker listens: a conversation stored `app:` or `user:` keys (`ScopedStateChannel`). */
   get scopedStateChanges(): string {
-    return `${this.prefix}:state:changes`;
+    return `${this.prefix}:{state}:changes`;
   }
 
   /** Connections per gateway attached to the conversation (a hash gateway → count). */
@@ -64,9 +71,12 @@ export class ClusterKeys {
     return `${this.prefix}:user:{${userTag(tenantId, userId)}}:actions`;
   }
 
-  /** Present while the gateway is alive (expires unless renewed). */
+  /**
+   * Present while the gateway is alive (expires unless renewed). Every
+   * gateway's under one tag: `ConnectionRegistry.count` reads them in one MGET.
+   */
   gatewayAlive(gatewayId: string): string {
-    return `${this.prefix}:gateway:{${gatewayId}}:alive`;
+    return `${this.prefix}:{gateways}:${gatewayId}:alive`;
   }
 }
 

@@ -1,5 +1,5 @@
 import { readFileSync } from 'node:fs';
-import type { Redis } from 'ioredis';
+import type { RedisConnection } from './redis-connections.js';
 
 /** The Lua scripts in `lua/`, named `<what-it-does>-<number of keys>.lua`. */
 const SCRIPTS = [
@@ -26,7 +26,7 @@ const sources = new Map<ScriptName, { lua: string; numberOfKeys: number }>(
  * `defineCommand`, so that every call sends only the keys and arguments.
  */
 export function runScript(
-  redis: Redis,
+  redis: RedisConnection,
   name: ScriptName,
   keys: string[],
   args: Array<string | number>,

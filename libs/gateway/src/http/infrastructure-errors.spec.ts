@@ -55,6 +55,33 @@ describe(isInfrastructureUnavailable.name, () => {
       }),
     ],
     [
+      'Redis Cluster: the slot has no master',
+      Object.assign(driverError('CLUSTERDOWN The cluster is down'), { name: 'ReplyError' }),
+    ],
+    [
+      'Redis Cluster: a slot moving',
+      Object.assign(driverError('TRYAGAIN Multiple keys request during rehashing of slot'), {
+        name: 'ReplyError',
+      }),
+    ],
+    [
+      'ioredis Cluster: no node answers the slot map request',
+      Object.assign(driverError('Failed to refresh slots cache.'), {
+        name: 'ClusterAllFailedError',
+      }),
+    ],
+    ['ioredis Cluster: no seed node answers', driverError('None of startup nodes is available')],
+    [
+      'ioredis Cluster: MOVED past its redirections',
+      driverError(
+        'Too many Cluster redirections. Last error: ReplyError: MOVED 1185 127.0.0.1:7001',
+      ),
+    ],
+    [
+      'ioredis Cluster: not ready, no offline queue',
+      driverError("Cluster isn't ready and enableOfflineQueue options is false"),
+    ],
+    [
       'every address refused',
       Object.assign(
         new AggregateError([
@@ -78,6 +105,12 @@ describe(isInfrastructureUnavailable.name, () => {
     [
       'a constraint violated',
       driverError('duplicate key value violates unique constraint', { code: '23505' }),
+    ],
+    [
+      'keys of several slots in one command (a bug)',
+      Object.assign(driverError("CROSSSLOT Keys in request don't hash to the same slot"), {
+        name: 'ReplyError',
+      }),
     ],
     [
       'a Redis reply that is a bug',

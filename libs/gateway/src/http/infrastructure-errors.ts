@@ -51,6 +51,22 @@ const REDIS_MESSAGES = new Set([
   'Command aborted due to connection close',
 ]);
 
+/**
+ * ioredis' cluster client when it cannot reach the slot's master: no node
+ * answers, its slot map could not be read, or a failover kept answering
+ * MOVED/ASK/TRYAGAIN/CLUSTERDOWN past its redirections (the last reply
+ * follows this text).
+ */
+const REDIS_CLUSTER_MESSAGE_PREFIXES = [
+  'None of startup nodes is available',
+  'Failed to refresh slots cache',
+  "Cluster isn't ready and enableOfflineQueue options is false",
+  'Cluster is disconnected.',
+  'Node is disconnected',
+  'Too many Cluster redirections.',
+  'No sharded subscriber for slot',
+];
+
 /** Replies of a Redis that cannot serve now (loading, failing over, busy with a script). */
 const REDIS_REPLY_PREFIXES = [
   'LOADING ',
@@ -79,9 +95,10 @@ export function isInfrastructureUnavailable(error: unknown, depth = 0): boolean 
   if (typeof code === 'string' && (NETWORK_CODES.has(code) || isUnavailablePostgresState(code))) {
     return true;
   }
-  if (name === 'MaxRetriesPerRequestError') return true;
+  if (name === 'MaxRetriesPerRequestError' || name === 'ClusterAllFailedError') return true;
   if (typeof message === 'string') {
     if (POSTGRES_MESSAGES.has(message) || REDIS_MESSAGES.has(message)) return true;
+    if (REDIS_CLUSTER_MESSAGE_PREFIXES.some((p) => message.startsWith(p))) return true;
     if (name === 'ReplyError' && REDIS_REPLY_PREFIXES.some((p) => message.startsWith(p))) {
       return true;
     }

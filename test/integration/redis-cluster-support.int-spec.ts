@@ -1,0 +1,103 @@
+// The local Redis Cluster of the tests (test/support/redis-cluster.ts) and the
+// connection factory on it: a cluster client reaches every master, sharded
+// channels count their subscriber wherever it is, and the start-up check
+// tells a cluster node from a lone Redis.
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { Cluster } from 'ioredis';
+import {
+  ClusterKeys,
+  ConversationInbox,
+  checkRedisTarget,
+  connected,
+  masterFor,
+  mastersOf,
+  openRedis,
+  openRequestRedis,
+  pingEveryMaster,
+} from '@cs/cluster';
+import { StartupError } from '@cs/config';
+import { startRedisCluster, type LocalRedisCluster } from '../support/redis-cluster.js';
+import { testRedisUrl, uniqueName } from '../support/services.js';
+
+let cluster: LocalRedisCluster;
+
+beforeAll(async () => {
+  cluster = await startRedisCluster();
+}, 60_000);
+
+afterAll(async () => {
+  await cluster?.stop();
+});
+
+describe('startRedisCluster', () => {
+  it('starts three masters with a replica each, every slot served', async () => {
+    expect(await cluster.masters()).toHaveLength(3);
+    for (const master of await cluster.masters()) {
+      expect(await cluster.replicasOf(master.port)).toHaveLength(1);
+    }
+  });
+});
+
+describe('openRedis on a Redis Cluster', () => {
+  it('reaches every master, and readiness pings each of them', async () => {
+    const redis = openRequestRedis({ clusterUrls: [cluster.nodes[0]!.url] }, uniqueName('probe'));
+    try {
+      await connected(redis);
+      expect(redis).toBeInstanceOf(Cluster);
+      expect(mastersOf(redis)).toHaveLength(3);
+      await pingEveryMaster(redis);
+    } finally {
+      redis.disconnect();
+    }
+  });
+
+  it('counts a holder subscribed on the conversation’s shard, whichever master it is on', async () => {
+    const target = { clusterUrls: cluster.urls.split(',') };
+    const keys = new ClusterKeys(uniqueName('inbox'));
+    const publisher = openRedis(target, uniqueName('publisher'));
+    const subscriber = openRedis(target, uniqueName('subscriber'));
+    const holder = new ConversationInbox(publisher, subscriber, keys);
+    const gateway = new ConversationInbox(publisher, null, keys);
+    try {
+      await Promise.all([connected(publisher), connected(subscriber)]);
+      // Enough conversations that their channels fall on every master.
+      const ids = Array.from(
+        { length: 12 },
+        (_, i) => `00000000-0000-4000-8000-${String(i).padStart(12, '0')}`,
+      );
+      const masters = new Set(ids.map((id) => masterFor(publisher, keys.conversationChannel(id))));
+      expect(masters.size).toBe(3);
+      const received: string[] = [];
+      for (const id of ids) await holder.listen(id, () => received.push(id));
+      for (const id of ids) {
+        expect(await gateway.holders(id)).toBe(1);
+        expect(await gateway.send(id, { type: 'catch_up' })).toBe(1);
+      }
+      expect(await gateway.holders('00000000-0000-4000-8000-999999999999')).toBe(0);
+      await expect.poll(() => received.length).toBe(ids.length);
+    } finally {
+      publisher.disconnect();
+      subscriber.disconnect();
+    }
+  });
+});
+
+describe(checkRedisTarget.name, () => {
+  it('refuses REDIS_URL at a cluster node, and a cluster list at a lone Redis or at nobody', async () => {
+    await expect(checkRedisTarget({ url: cluster.nodes[0]!.url })).rejects.toThrow(
+      new StartupError(
+        `REDIS_URL: 127.0.0.1:${cluster.nodes[0]!.port} is a node of a Redis Cluster; set REDIS_CLUSTER_URLS to its nodes instead`,
+      ),
+    );
+    await expect(checkRedisTarget({ clusterUrls: [testRedisUrl()] })).rejects.toThrow(
+      /^REDIS_CLUSTER_URLS: .* is a lone Redis, not a node of a Redis Cluster/,
+    );
+    await expect(checkRedisTarget({ clusterUrls: ['redis://127.0.0.1:1'] })).rejects.toThrow(
+      /^REDIS_CLUSTER_URLS: none of the seed nodes answers \(127\.0\.0\.1:1: /,
+    );
+    await expect(
+      checkRedisTarget({ clusterUrls: cluster.urls.split(',') }),
+    ).resolves.toBeUndefined();
+    await expect(checkRedisTarget({ url: testRedisUrl() })).resolves.toBeUndefined();
+  });
+});
