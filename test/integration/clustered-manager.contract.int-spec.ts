@@ -192,7 +192,9 @@ async function clusterFixture(): Promise<ConversationManagerFixture> {
       async untilUnheld(ref) {
         await vi.waitFor(
           async () => {
-            const job = await jobs.queue.getJob(conversationJobId(ref.conversationId));
+            const job = await jobs
+              .queueOf(ref.conversationId)
+              .getJob(conversationJobId(ref.conversationId));
             if (job) {
               const state = await job.getState();
               throw new Error(`the lease job of ${ref.conversationId} is still ${state}`);
