@@ -175,6 +175,7 @@ export class ConversationHost {
   async drain(): Promise<void> {
     if (this.draining) return;
     this.draining = true;
+    await this.intake; // a resume under way ends before the pause, not after it
     await Promise.all([...this.workers.values()].map((worker) => worker.pause(true)));
     for (const hosted of this.hosted.values()) hosted.handOff = true;
     await Promise.all(
