@@ -1006,6 +1006,15 @@ describe('a cluster on eight conversation queues', () => {
           await queue.close();
         }
       }
+      // What it costs (docs/design.md "Many queues"): the Redis connections of each worker.
+      const clients = String(await redisClient.client('LIST'))
+        .split('\n')
+        .map((line) => /name=(\S*)/.exec(line)?.[1] ?? '');
+      const own = (w: number) => clients.filter((name) => name.startsWith(`${c.prefix}-w${w}:`));
+      const blocking = clients.filter((name) => name.startsWith(`${c.prefix}:`)).length;
+      process.stdout.write(
+        `connections on ${count} queues: worker 1 ${own(1).length}, worker 2 ${own(2).length}, blocking (both) ${blocking}\n`,
+      );
       for (const [n, id] of ids.entries()) {
         expectExactlyOnce(await waitForAnswers(gateway.url, tokens[n]!, id), [
           `to queue ${conversationQueueIndex(id, count)}`,
