@@ -1,9 +1,17 @@
 // The cluster end to end, as clients and operators see it: real gateway and
 // worker processes from dist/, on Postgres and Redis, with workers killed,
 // paused and drained, Redis restarted and a gateway drained mid-conversation.
-import { afterEach, describe, expect, it, onTestFailed } from 'vitest';
+// Chat, limits, failover, drain and stop run with one conversation queue (the
+// default) and with CONVERSATION_QUEUES=8.
+import { Queue } from 'bullmq';
 import { Redis, type Cluster } from 'ioredis';
-import { ClusterKeys, leaseTiming } from '@cs/cluster';
+import { afterEach, describe, expect, it, onTestFailed } from 'vitest';
+import {
+  ClusterKeys,
+  conversationQueueIndex,
+  conversationQueueNames,
+  leaseTiming,
+} from '@cs/cluster';
 import type { StoredEvent } from '@cs/protocol';
 import { ConversationClient, api, devToken, ids, isAgentReply } from '../support/clients.js';
 import { REFUSAL_ENV, refusalStoresNothing } from '../support/concurrency-refusal.js';
@@ -18,13 +26,16 @@ import {
   type ClusterOptions,
   type TestCluster,
 } from '../support/cluster.js';
-import type { AppProcess } from '../support/processes.js';
+import { startApp, type AppProcess } from '../support/processes.js';
 import { startPgBouncer, type PrivatePgBouncer } from '../support/pgbouncer.js';
 import { startPrivateRedis, type PrivateRedis } from '../support/redis-server.js';
 import { uniqueName } from '../support/services.js';
 import { openTestRedis, useTestRedis } from '../support/test-redis.js';
 
 const LEASE_TTL_MS = 3000;
+/** `CONVERSATION_QUEUES` of the tests that run on both layouts: the default, and eight queues. */
+const QUEUE_COUNTS = [1, 8] as const;
+const queues = (count: number) => ({ CONVERSATION_QUEUES: String(count) });
 /** What a bound measured from outside may exceed the contract's by (polling, scheduling). */
 const SLACK_MS = 1000;
 
@@ -236,9 +247,12 @@ async function keptThrough(
   openRedis: () => Redis | Cluster,
   conversationIds: readonly string[],
   spanMs: number,
+  queueCount = 1,
 ): Promise<void> {
   const { lockRenewTime } = leaseTiming(LEASE_TTL_MS);
-  const lock = (id: string) => `${c.prefix}:{conversations}:conversation-${id}:lock`;
+  const names = conversationQueueNames(queueCount);
+  const lock = (id: string) =>
+    `${c.prefix}:${names[conversationQueueIndex(id, queueCount)]}:conversation-${id}:lock`;
   const redis = openRedis();
   try {
     const tokens = await Promise.all(conversationIds.map((id) => redis.get(lock(id))));
@@ -285,9 +299,14 @@ async function chatAcrossGateways(c: TestCluster): Promise<void> {
 }
 
 describe('cluster of gateways and workers', () => {
-  it('delivers every stored event once and in order to clients on both gateways', async () => {
-    await chatAcrossGateways(await cluster_({ gateways: 2, workers: 2 }));
-  });
+  it.each(QUEUE_COUNTS)(
+    'delivers every stored event once and in order to clients on both gateways (%i queues)',
+    async (queueCount) => {
+      await chatAcrossGateways(
+        await cluster_({ gateways: 2, workers: 2, env: queues(queueCount) }),
+      );
+    },
+  );
 
   it('does the same through PgBouncer in transaction mode, with prepared statements off', async () => {
     bouncer = await startPgBouncer();
@@ -534,14 +553,22 @@ describe('cluster of gateways and workers', () => {
     await waitForAnswers(g1, bob, own.body.conversation_id);
   });
 
-  it.each(['evict_oldest', 'reject'] as const)(
-    'leaves exactly MAX_CONCURRENT_CONVERSATIONS running after 50 concurrent starts (%s)',
-    async (policy) => {
+  it.each([
+    { policy: 'evict_oldest', queueCount: 1 },
+    { policy: 'reject', queueCount: 1 },
+    { policy: 'evict_oldest', queueCount: 8 },
+  ] as const)(
+    'leaves exactly MAX_CONCURRENT_CONVERSATIONS running after 50 concurrent starts ($policy, $queueCount queues)',
+    async ({ policy, queueCount }) => {
       const limit = 3;
       const c = await cluster_({
         gateways: 2,
         workers: 2,
-        env: { MAX_CONCURRENT_CONVERSATIONS: String(limit), CONCURRENCY_POLICY: policy },
+        env: {
+          MAX_CONCURRENT_CONVERSATIONS: String(limit),
+          CONCURRENCY_POLICY: policy,
+          ...queues(queueCount),
+        },
       });
       const gateways = c.gateways;
       const token = await c.token('bob');
@@ -623,7 +650,7 @@ describe('cluster of gateways and workers', () => {
       if (policy === 'reject') expect(settled.running).toEqual([...accepted].sort());
       // And it stays so: no evicted conversation comes back, no slot leaks away,
       // while the holders keep their conversations for a lease's time.
-      await keptThrough(c, openTestRedis, settled.running, LEASE_TTL_MS);
+      await keptThrough(c, openTestRedis, settled.running, LEASE_TTL_MS, queueCount);
       expect(await running()).toEqual(settled);
 
       if (policy === 'evict_oldest') {
@@ -643,13 +670,15 @@ describe('cluster of gateways and workers', () => {
     },
   );
 
-  it.each([
-    { clients: 'a client connected', connected: true },
-    { clients: 'no client connected', connected: false },
-  ])(
-    'answers every message exactly once when the holder is killed mid-stream ($clients)',
-    async ({ connected }) => {
-      const c = await cluster_({ gateways: 1, workers: 2 });
+  it.each(
+    [
+      { clients: 'a client connected', connected: true },
+      { clients: 'no client connected', connected: false },
+    ].flatMap((clients) => QUEUE_COUNTS.map((queueCount) => ({ ...clients, queueCount }))),
+  )(
+    'answers every message exactly once when the holder is killed mid-stream ($clients, $queueCount queues)',
+    async ({ connected, queueCount }) => {
+      const c = await cluster_({ gateways: 1, workers: 2, env: queues(queueCount) });
       const gateway = c.gateways[0]!;
       const token = await c.token('carol');
       const id = await createConversation(gateway.url, token);
@@ -801,69 +830,110 @@ describe('cluster of gateways and workers', () => {
     expect((await workerHealth(paused))?.conversations).not.toContain(id);
   });
 
-  it('hands conversations over on SIGTERM and exits, ignoring a second SIGTERM', async () => {
-    const c = await cluster_({ gateways: 1, workers: 2 });
-    const gateway = c.gateways[0]!;
-    const token = await c.token('erin');
-    const id = await createConversation(gateway.url, token);
-    const client = await ConversationClient.connect(gateway.url, token, { conversation_id: id });
-    try {
-      await client.waitFor(isReady, 10_000, 'agent ready');
-      const first = await client.message('before the drain');
-      await client.waitForReply(first.ok ? first.event_id : -1);
-      const draining = await holderOf(c.workers, id);
-      const other = c.workers.find((w) => w !== draining)!;
+  it.each(QUEUE_COUNTS)(
+    'hands conversations over on SIGTERM and exits, ignoring a second SIGTERM (%i queues)',
+    async (queueCount) => {
+      const c = await cluster_({ gateways: 1, workers: 2, env: queues(queueCount) });
+      const gateway = c.gateways[0]!;
+      const token = await c.token('erin');
+      const id = await createConversation(gateway.url, token);
+      const client = await ConversationClient.connect(gateway.url, token, { conversation_id: id });
+      try {
+        await client.waitFor(isReady, 10_000, 'agent ready');
+        const first = await client.message('before the drain');
+        await client.waitForReply(first.ok ? first.event_id : -1);
+        const draining = await holderOf(c.workers, id);
+        const other = c.workers.find((w) => w !== draining)!;
 
-      const signalledAt = Date.now();
-      draining.signal('SIGTERM');
-      // As soon as it acts on the signal (not ready, or gone already).
-      await until(
-        async () =>
-          (await fetch(`${draining.url}/readyz`).then(
-            (r) => r.status,
-            () => 'gone',
-          )) !== 200,
-        'the worker to start draining',
-        5000,
-        10,
-      );
-      // A supervisor repeating the signal while the drain runs must not cut it short.
-      draining.signal('SIGTERM');
-      const sentAt = Date.now();
-      const eventId = await sendMessage(gateway.url, token, id, 'right after SIGTERM');
-      await client.waitForReply(eventId, 10_000);
-      const handOffMs = Date.now() - sentAt;
-      process.stdout.write(`message after SIGTERM answered in ${handOffMs} ms\n`);
-      expect(handOffMs).toBeLessThanOrEqual(2000 + SLACK_MS / 2);
+        const signalledAt = Date.now();
+        draining.signal('SIGTERM');
+        // As soon as it acts on the signal (not ready, or gone already).
+        await until(
+          async () =>
+            (await fetch(`${draining.url}/readyz`).then(
+              (r) => r.status,
+              () => 'gone',
+            )) !== 200,
+          'the worker to start draining',
+          5000,
+          10,
+        );
+        // A supervisor repeating the signal while the drain runs must not cut it short.
+        draining.signal('SIGTERM');
+        const sentAt = Date.now();
+        const eventId = await sendMessage(gateway.url, token, id, 'right after SIGTERM');
+        await client.waitForReply(eventId, 10_000);
+        const handOffMs = Date.now() - sentAt;
+        process.stdout.write(`message after SIGTERM answered in ${handOffMs} ms\n`);
+        expect(handOffMs).toBeLessThanOrEqual(2000 + SLACK_MS / 2);
 
-      // The answer came from the other worker, under its lease.
-      const lease = await leaseOf(c, id);
-      expect(lease.owner).toBe(await workerIdOf(other));
-      const { rows } = await c.sql.query<{ lease_epoch: string }>(
-        `SELECT lease_epoch FROM events
+        // The answer came from the other worker, under its lease.
+        const lease = await leaseOf(c, id);
+        expect(lease.owner).toBe(await workerIdOf(other));
+        const { rows } = await c.sql.query<{ lease_epoch: string }>(
+          `SELECT lease_epoch FROM events
           WHERE conversation_id = $1 AND source = 'agent' AND type = 'message' AND cause = $2`,
-        [id, eventId],
+          [id, eventId],
+        );
+        expect(rows.map((row) => Number(row.lease_epoch))).toEqual([lease.epoch]);
+        expect((await workerHealth(other))?.conversations).toContain(id);
+
+        const code = await Promise.race([
+          draining.exited,
+          sleep(30_000).then(() => 'still running'),
+        ]);
+        const exitMs = Date.now() - signalledAt;
+        process.stdout.write(`drained worker exited after ${exitMs} ms\n`);
+        expect(code).toBe(0);
+        expect(exitMs).toBeLessThanOrEqual(30_000);
+
+        const more = await client.message('after the drain');
+        await client.waitForReply(more.ok ? more.event_id : -1);
+        expectExactlyOnce(await readAllEvents(gateway.url, token, id), [
+          'before the drain',
+          'right after SIGTERM',
+          'after the drain',
+        ]);
+      } finally {
+        client.close();
+      }
+    },
+  );
+
+  it.each(QUEUE_COUNTS)(
+    'stops through one gateway a conversation held behind the other, and starts it again with the next message (%i queues)',
+    async (queueCount) => {
+      const c = await cluster_({ gateways: 2, workers: 2, env: queues(queueCount) });
+      const [g1, g2] = c.gateways as [AppProcess, AppProcess];
+      const token = await c.token('olga');
+      const id = await createConversation(g1.url, token);
+      await sendMessage(g1.url, token, id, 'before the stop');
+      await waitForAnswers(g1.url, token, id);
+      await holderOf(c.workers, id);
+
+      const stopped = await api<{ conversation_status: string }>(
+        g2.url,
+        'POST',
+        `/api/conversations/${id}/stop`,
+        { token },
       );
-      expect(rows.map((row) => Number(row.lease_epoch))).toEqual([lease.epoch]);
-      expect((await workerHealth(other))?.conversations).toContain(id);
+      expect([stopped.status, stopped.body.conversation_status]).toEqual([200, 'STOPPED']);
+      // Its job is gone from its queue and no worker lists it.
+      const hosted = await Promise.all(c.workers.map((w) => workerHealth(w)));
+      expect(hosted.flatMap((h) => h?.conversations ?? [])).not.toContain(id);
+      const info = await api<{ status: string }>(g1.url, 'GET', `/api/conversations/${id}`, {
+        token,
+      });
+      expect(info.body.status).toBe('STOPPED');
 
-      const code = await Promise.race([draining.exited, sleep(30_000).then(() => 'still running')]);
-      const exitMs = Date.now() - signalledAt;
-      process.stdout.write(`drained worker exited after ${exitMs} ms\n`);
-      expect(code).toBe(0);
-      expect(exitMs).toBeLessThanOrEqual(30_000);
-
-      const more = await client.message('after the drain');
-      await client.waitForReply(more.ok ? more.event_id : -1);
-      expectExactlyOnce(await readAllEvents(gateway.url, token, id), [
-        'before the drain',
-        'right after SIGTERM',
-        'after the drain',
+      await sendMessage(g2.url, token, id, 'after the stop');
+      expectExactlyOnce(await waitForAnswers(g2.url, token, id), [
+        'before the stop',
+        'after the stop',
       ]);
-    } finally {
-      client.close();
-    }
-  });
+      await holderOf(c.workers, id);
+    },
+  );
 
   it.each([
     { outage: 'a quick restart', downMs: 0, workers: 2, leaseMoves: false },
@@ -1067,3 +1137,130 @@ describe('cluster of gateways and workers', () => {
     }
   });
 });
+
+describe('a cluster on eight conversation queues', () => {
+  it('reports the waiting conversations per queue, gives every queue a consumer on each worker, and answers conversations of every queue from their own queue', async () => {
+    const count = 8;
+    const c = await cluster_({ gateways: 1, workers: 0, env: queues(count) });
+    const gateway = c.gateways[0]!;
+    const names = conversationQueueNames(count);
+    // A user each: MAX_CONCURRENT_CONVERSATIONS (3) would evict most of one user's 16.
+    const tokens = await Promise.all(Array.from({ length: 16 }, (_, n) => c.token(`quinn-${n}`)));
+    const redisClient = openTestRedis();
+    const queueOf = (id: string) =>
+      new Queue(names[conversationQueueIndex(id, count)]!, {
+        connection: redisClient,
+        prefix: c.prefix,
+      });
+    try {
+      // No worker yet: each conversation waits in the queue of its id.
+      const ids: string[] = [];
+      for (const token of tokens) {
+        const id = await createConversation(gateway.url, token);
+        await sendMessage(gateway.url, token, id, `to queue ${conversationQueueIndex(id, count)}`);
+        ids.push(id);
+      }
+      const expected = names.map(
+        (_, index) => ids.filter((id) => conversationQueueIndex(id, count) === index).length,
+      );
+      // 16 random ids fill at least four of the eight queues (all but certainly).
+      expect(expected.filter((n) => n > 0).length).toBeGreaterThanOrEqual(4);
+      let waiting: Array<number | undefined> = [];
+      await until(
+        async () => {
+          waiting = waitingPerQueue(await (await fetch(`${gateway.url}/metrics`)).text(), count);
+          return JSON.stringify(waiting) === JSON.stringify([ids.length, ...expected]);
+        },
+        () => `cs_conversations_waiting [total, per queue] ${JSON.stringify(waiting)}`,
+      );
+
+      // Two workers: each consumes every queue (BullMQ's registry of blocking connections).
+      const workers = [await c.startWorker(), await c.startWorker()];
+      for (const name of names) {
+        const queue = new Queue(name, { connection: redisClient, prefix: c.prefix });
+        try {
+          let consumers = 0;
+          await until(
+            async () => (consumers = (await queue.getWorkers()).length) >= 2,
+            () => `two consumers of ${name} (has ${consumers})`,
+          );
+        } finally {
+          await queue.close();
+        }
+      }
+      // What it costs (docs/design.md "Many queues"): the Redis connections of each worker.
+      const clients = String(await redisClient.client('LIST'))
+        .split('\n')
+        .map((line) => /name=(\S*)/.exec(line)?.[1] ?? '');
+      const own = (w: number) => clients.filter((name) => name.startsWith(`${c.prefix}-w${w}:`));
+      const blocking = clients.filter((name) => name.startsWith(`${c.prefix}:`)).length;
+      process.stdout.write(
+        `connections on ${count} queues: worker 1 ${own(1).length}, worker 2 ${own(2).length}, blocking (both) ${blocking}\n`,
+      );
+      for (const [n, id] of ids.entries()) {
+        expectExactlyOnce(await waitForAnswers(gateway.url, tokens[n]!, id), [
+          `to queue ${conversationQueueIndex(id, count)}`,
+        ]);
+        const queue = queueOf(id);
+        try {
+          expect(await queue.getJobState(`conversation-${id}`)).toBe('active');
+        } finally {
+          await queue.close();
+        }
+      }
+      await until(
+        async () => {
+          waiting = waitingPerQueue(
+            await (await fetch(`${workers[0]!.url}/metrics`)).text(),
+            count,
+          );
+          return waiting.every((n) => n === 0);
+        },
+        () => `no conversation waiting, on the worker: ${JSON.stringify(waiting)}`,
+      );
+    } finally {
+      redisClient.disconnect();
+    }
+  });
+
+  it('refuses to start a worker or a gateway given another queue count than the deployment uses, with one line naming CONVERSATION_QUEUES', async () => {
+    const c = await cluster_({ gateways: 1, workers: 0, env: queues(8) });
+    const { CONVERSATION_QUEUES: _eight, ...unset } = c.env;
+    const attempts = [
+      { app: 'worker', env: { ...c.env, ...queues(4), WORKER_ID: `${c.prefix}-w4` }, given: 4 },
+      { app: 'gateway', env: unset, given: 1 },
+    ] as const;
+    for (const { app, env, given } of attempts) {
+      const refusal = await startApp(app, env, { name: `${app} given ${given}` }).then(
+        (started) => {
+          started.signal('SIGKILL');
+          return 'started';
+        },
+        (error: Error) => error.message,
+      );
+      expect(refusal).toMatch(/exited \(1\) before it was healthy/);
+      const lines = refusal.split('\n').filter((line) => line.includes('CONVERSATION_QUEUES'));
+      expect(lines, refusal).toHaveLength(1);
+      expect(lines[0]).toContain(`uses 8 queues, this process was given ${given}`);
+      expect(refusal).not.toMatch(/\n\s+at /);
+    }
+    // The deployment's own number still starts, and answers.
+    await c.startWorker();
+    const token = await c.token('rita');
+    const id = await createConversation(c.gateways[0]!.url, token);
+    await sendMessage(c.gateways[0]!.url, token, id, 'same count');
+    expectExactlyOnce(await waitForAnswers(c.gateways[0]!.url, token, id), ['same count']);
+  });
+});
+
+/** `cs_conversations_waiting` of one scrape: [the total, then each queue by index]. */
+function waitingPerQueue(text: string, count: number): Array<number | undefined> {
+  const values: Array<number | undefined> = Array.from({ length: count + 1 }, () => undefined);
+  for (const line of text.split('\n')) {
+    const match = /^cs_conversations_waiting(?:\{([^}]*)\})? (\S+)$/.exec(line);
+    if (!match) continue;
+    const queue = /queue="(\d+)"/.exec(match[1] ?? '')?.[1];
+    values[queue === undefined ? 0 : Number(queue) + 1] = Number(match[2]);
+  }
+  return values;
+}

@@ -107,12 +107,17 @@ async function scrape(proc: AppProcess): Promise<string> {
   return response.text();
 }
 
-/** The sum of a metric's samples over all its label sets, or undefined when it has none. */
+/**
+ * The sum of a metric's samples over all its label sets, or undefined when it
+ * has none; the per-queue samples of `cs_conversations_waiting` (label
+ * `queue`) are left out, as its sample without that label is their sum.
+ */
 function sample(text: string, name: string): number | undefined {
   let total: number | undefined;
   for (const line of text.split('\n')) {
     const match = /^([a-zA-Z_:][\w:]*)(\{[^}]*\})? (\S+)/.exec(line);
-    if (match?.[1] === name) total = (total ?? 0) + Number(match[3]);
+    if (match?.[1] === name && !match[2]?.includes('queue="'))
+      total = (total ?? 0) + Number(match[3]);
   }
   return total;
 }

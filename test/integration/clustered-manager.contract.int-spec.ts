@@ -4,7 +4,8 @@
 // lease TTL. Each manager is a gateway with its own connection registry.
 // Published traffic is observed as a gateway receives it: the room of each
 // conversation is subscribed to as soon as the conversation is created, as a
-// gateway does when a client attaches.
+// gateway does when a client attaches. It runs on one conversation queue
+// (the default) and on eight (CONVERSATION_QUEUES), which every host consumes.
 import type { Redis } from 'ioredis';
 import { vi } from 'vitest';
 import { AgentRegistry } from '@cs/agents';
@@ -84,7 +85,7 @@ async function within<T>(promise: Promise<T>, ms: number, what: string): Promise
   }
 }
 
-async function clusterFixture(): Promise<ConversationManagerFixture> {
+async function clusterFixture(queueCount: number): Promise<ConversationManagerFixture> {
   const resources = new Resources();
   const prefix = uniqueName('cs_contract');
   const keys = new ClusterKeys(prefix);
@@ -152,6 +153,7 @@ async function clusterFixture(): Promise<ConversationManagerFixture> {
         options: {
           workerId,
           concurrency: 50,
+          queueCount,
           timing,
           idleTimeoutMs: 3_600_000,
           maxIterations: 10,
@@ -179,7 +181,7 @@ async function clusterFixture(): Promise<ConversationManagerFixture> {
 
     // --- the gateways: one per manager, sharing the queue's connection
     const gatewayRedis = resources.redis(`${prefix}:gateway`);
-    const jobs = new ConversationJobs(gatewayRedis, keys);
+    const jobs = new ConversationJobs(gatewayRedis, keys, { queueCount });
     resources.add(() => jobs.close());
     const broadcaster = new RedisRoomBroadcaster(gatewayRedis, keys);
     const inbox = new ConversationInbox(gatewayRedis, null, keys);
@@ -192,7 +194,9 @@ async function clusterFixture(): Promise<ConversationManagerFixture> {
       async untilUnheld(ref) {
         await vi.waitFor(
           async () => {
-            const job = await jobs.queue.getJob(conversationJobId(ref.conversationId));
+            const job = await jobs
+              .queueOf(ref.conversationId)
+              .getJob(conversationJobId(ref.conversationId));
             if (job) {
               const state = await job.getState();
               throw new Error(`the lease job of ${ref.conversationId} is still ${state}`);
@@ -255,4 +259,5 @@ async function clusterFixture(): Promise<ConversationManagerFixture> {
   }
 }
 
-conversationManagerContract('ClusteredConversationManager', clusterFixture);
+conversationManagerContract('ClusteredConversationManager', () => clusterFixture(1));
+conversationManagerContract('ClusteredConversationManager on 8 queues', () => clusterFixture(8));

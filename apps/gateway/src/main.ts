@@ -18,6 +18,7 @@ import {
   assertConnected,
   checkEvictionPolicy,
   checkRedisTarget,
+  claimQueueCount,
   connected,
   everyMaster,
   leaseTiming,
@@ -83,7 +84,8 @@ async function main({ config, logger: root }: ServiceContext): Promise<RunningSe
   });
   const warning = await checkEvictionPolicy(redis);
   if (warning) logger.warn(warning);
-  await checkShardedPubSub(redis, 'REDIS_URL');
+  await checkShardedPubSub(redis, config.redis.clusterUrls ? 'REDIS_CLUSTER_URLS' : 'REDIS_URL');
+  await claimQueueCount(redis, keys, config.cluster.conversationQueues);
   await Promise.all([connected(requests), connected(publisher)]);
 
   const metrics = new ServiceMetrics({ role: 'gateway', gateway_id: gatewayId });
@@ -97,11 +99,11 @@ async function main({ config, logger: root }: ServiceContext): Promise<RunningSe
   const connections = new ConnectionRegistry(redis, keys, gatewayId, GATEWAY_LIVENESS_MS);
   await connections.start();
   // Each start and wake-up carries the trace of the request that stored the message.
-  const jobs = new ConversationJobs(requests, keys, { traceparent: currentTraceparent });
-  metrics.setWaitingConversationsSource(async () => {
-    const counts = await jobs.queue.getJobCounts('waiting', 'delayed', 'prioritized');
-    return Object.values(counts).reduce((sum, count) => sum + count, 0);
+  const jobs = new ConversationJobs(requests, keys, {
+    traceparent: currentTraceparent,
+    queueCount: config.cluster.conversationQueues,
   });
+  metrics.setWaitingConversationsSource(() => jobs.waitingCounts());
   const broadcaster = new RedisRoomBroadcaster(publisher, keys);
   const manager = new ClusteredConversationManager({
     store,

@@ -14,6 +14,7 @@ import {
   checkEvictionPolicy,
   checkRedisTarget,
   everyMaster,
+  claimQueueCount,
   leaseTiming,
   openPublisher,
   openRedis,
@@ -58,12 +59,14 @@ async function main({ config, logger: root }: ServiceContext): Promise<RunningSe
   const publisher = openPublisher(redisUrl, `${workerId}:publish`);
   const warning = await checkEvictionPolicy(redis);
   if (warning) logger.warn(warning);
+  const queueCount = config.cluster.conversationQueues;
+  await claimQueueCount(redis, keys, queueCount);
 
   const metrics = new ServiceMetrics({ role: 'worker', worker_id: workerId });
   const clusterMetrics = metrics.cluster();
   // Queued conversations, read at scrape time: the metric workers scale on.
-  const jobs = new ConversationJobs(redis, keys);
-  metrics.setWaitingConversationsSource(() => waitingConversations(jobs));
+  const jobs = new ConversationJobs(redis, keys, { queueCount });
+  metrics.setWaitingConversationsSource(() => jobs.waitingCounts());
   const timing = leaseTiming(config.cluster.leaseTtlMs);
   const runtime = await createAgentRuntime(config, {
     onModelRequest: (seconds) => metrics.runtime().llmRequest(seconds),
@@ -90,6 +93,7 @@ async function main({ config, logger: root }: ServiceContext): Promise<RunningSe
     options: {
       workerId,
       concurrency: config.cluster.workerConcurrency,
+      queueCount,
       runtime: runtime.sessionRuntime({ metrics: metrics.runtime(), tracing: traceContext }),
       timing,
       idleTimeoutMs: config.limits.idleTimeoutMs,
@@ -108,7 +112,9 @@ async function main({ config, logger: root }: ServiceContext): Promise<RunningSe
     checks: [databaseCheck(opened.database), redisCheck(everyMaster(redis))],
   });
   host.start();
-  logger.info(`worker ${workerId} ready (health on port ${config.http.workerPort})`);
+  logger.info(
+    `worker ${workerId} ready (health on port ${config.http.workerPort}, ${queueCount} conversation queue${queueCount === 1 ? '' : 's'})`,
+  );
 
   return {
     logger,
@@ -123,12 +129,6 @@ async function main({ config, logger: root }: ServiceContext): Promise<RunningSe
       await opened.close();
     },
   };
-}
-
-/** Jobs waiting for a worker: waiting, delayed (handed back) and prioritized. */
-async function waitingConversations(jobs: ConversationJobs): Promise<number> {
-  const counts = await jobs.queue.getJobCounts('waiting', 'delayed', 'prioritized');
-  return Object.values(counts).reduce((sum, count) => sum + count, 0);
 }
 
 runService({ role: 'worker', drainTimeoutMs: DRAIN_TIMEOUT_MS }, main);

@@ -2,6 +2,8 @@ export * from './clustered-conversation-manager.js';
 export * from './leases/conversation-host.js';
 export * from './leases/conversation-inbox.js';
 export * from './leases/conversation-jobs.js';
+export * from './leases/conversation-queues.js';
+export * from './leases/queue-count.js';
 export * from './leases/conversation-stops.js';
 export * from './leases/lease-timing.js';
 export * from './leases/scoped-state-channel.js';

@@ -98,6 +98,19 @@ describe('loadConfig', () => {
     expect(problemsOf('standalone', { CORS_ORIGINS: '*' })).toHaveLength(1);
   });
 
+  it('reads CONVERSATION_QUEUES, a power of two from 1 to 1024 (default 1)', () => {
+    expect(loadConfig('worker', cluster).cluster.conversationQueues).toBe(1);
+    for (const count of [1, 2, 8, 256, 1024]) {
+      const env = { ...cluster, CONVERSATION_QUEUES: String(count) };
+      expect(loadConfig('worker', env).cluster.conversationQueues).toBe(count);
+    }
+    for (const bad of ['0', '3', '12', '2048', '-8', '8.0', '1e3', 'eight', '0x10']) {
+      expect(problemsOf('gateway', { ...cluster, CONVERSATION_QUEUES: bad })).toEqual([
+        `CONVERSATION_QUEUES: must be a power of two from 1 to 1024 (got ${JSON.stringify(bad)})`,
+      ]);
+    }
+  });
+
   it('reads the log level and the per-user connection cap', () => {
     const defaults = loadConfig('standalone', {});
     expect(defaults.log.level).toBe('info');

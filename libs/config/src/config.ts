@@ -26,6 +26,13 @@ const url = (protocols: string[]) =>
     `must be a URL (${protocols.join(' or ')})`,
   );
 
+/** `CONVERSATION_QUEUES`: 1, 2, 4, … 1024, written as a plain number. */
+function isQueueCount(text: string): boolean {
+  if (!/^[0-9]{1,4}$/.test(text)) return false;
+  const count = Number(text);
+  return count >= 1 && count <= 1024 && (count & (count - 1)) === 0;
+}
+
 /** Parses a JSON variable and checks it with `schema`: one problem line for the variable. */
 const json = <T extends z.ZodType>(schema: T) =>
   z.string().transform((text, ctx): z.infer<T> => {
@@ -118,6 +125,11 @@ const EnvSchema = z.object({
   IDLE_TIMEOUT_MS: positiveInt.default(3_600_000),
   LEASE_TTL_MS: z.coerce.number().int().min(1000).default(15_000),
   WORKER_CONCURRENCY: positiveInt.max(100_000).default(200),
+  CONVERSATION_QUEUES: z
+    .string()
+    .refine(isQueueCount, 'must be a power of two from 1 to 1024')
+    .transform(Number)
+    .default(1),
   AGENT: z
     .string()
     .regex(/^[a-z0-9][a-z0-9_.-]*$/, 'must be an agent name')
@@ -212,7 +224,13 @@ export interface AppConfig {
     /** Sockets and SSE streams one user may hold open on one process. */
     maxConnectionsPerUser: number;
   };
-  cluster: { leaseTtlMs: number; workerConcurrency: number; workerId: string | undefined };
+  cluster: {
+    leaseTtlMs: number;
+    workerConcurrency: number;
+    workerId: string | undefined;
+    /** BullMQ queues live conversations are spread over (a power of two, 1..1024). */
+    conversationQueues: number;
+  };
   agent: {
     default: string;
     multitaskStrategy: MultitaskStrategy;
@@ -347,6 +365,7 @@ export function loadConfig(
       leaseTtlMs: e.LEASE_TTL_MS,
       workerConcurrency: e.WORKER_CONCURRENCY,
       workerId: e.WORKER_ID,
+      conversationQueues: e.CONVERSATION_QUEUES,
     },
     agent: {
       default: e.AGENT,

@@ -53,4 +53,15 @@ describe(ServiceMetrics.name, () => {
     waiting = () => Promise.reject(new Error('down'));
     expect(await value(metrics, 'cs_conversations_waiting')).toBe(4);
   });
+
+  it('reports the waiting conversations of several queues as their sum, and each queue by its index', async () => {
+    const metrics = new ServiceMetrics({ role: 'gateway' });
+    metrics.setWaitingConversationsSource(() => Promise.resolve([3, 0, 2, 1]));
+    const text = await metrics.registry.metrics();
+    expect(text).toContain('cs_conversations_waiting{role="gateway"} 6\n');
+    expect(text).toContain('cs_conversations_waiting{queue="0",role="gateway"} 3\n');
+    expect(text).toContain('cs_conversations_waiting{queue="1",role="gateway"} 0\n');
+    expect(text).toContain('cs_conversations_waiting{queue="2",role="gateway"} 2\n');
+    expect(text).toContain('cs_conversations_waiting{queue="3",role="gateway"} 1\n');
+  });
 });

@@ -34,6 +34,9 @@ export interface ClusterMetricsRecorder {
   limitRejection(): void;
 }
 
+/** Conversations waiting for a worker: in all, or in each queue by index. */
+export type WaitingConversations = number | readonly number[];
+
 /** A scrape never waits longer than this for Redis (`cs_conversations_waiting`). */
 const SOURCE_TIMEOUT_MS = 1_000;
 /** Latencies from a millisecond to a few minutes (steps, model requests). */
@@ -62,7 +65,7 @@ export class ServiceMetrics {
   readonly llmTokens: Counter<'kind'>;
   readonly toolCalls: Counter<'tool' | 'outcome'>;
   private runningSource: () => number | Promise<number> = () => 0;
-  private waitingSource: () => number | Promise<number> = () => 0;
+  private waitingSource: () => WaitingConversations | Promise<WaitingConversations> = () => 0;
 
   constructor(labels: Record<string, string> = {}) {
     this.registry.setDefaultLabels(labels);
@@ -152,12 +155,19 @@ export class ServiceMetrics {
     const waiting = () => this.waitingSource();
     this.conversationsWaiting = new Gauge({
       name: 'cs_conversations_waiting',
-      help: 'Conversations waiting for a worker (queued jobs: waiting, delayed, prioritized)',
+      help: 'Conversations waiting for a worker (queued jobs: waiting, delayed, prioritized): the sum over the queues without a queue label, and each queue with its index as queue',
+      labelNames: ['queue'],
       registers: [this.registry],
       async collect() {
         // A dependency that does not answer leaves the last value: the scrape still answers.
         const value = await withTimeout(Promise.resolve().then(waiting), SOURCE_TIMEOUT_MS);
-        if (value !== undefined) this.set(value);
+        if (value === undefined) return;
+        if (typeof value === 'number') {
+          this.set(value);
+          return;
+        }
+        this.set(value.reduce((sum, count) => sum + count, 0));
+        value.forEach((count, index) => this.set({ queue: String(index) }, count));
       },
     });
   }
@@ -168,9 +178,12 @@ export class ServiceMetrics {
 
   /**
    * Where `cs_conversations_waiting` is read at scrape time (the BullMQ
-   * queue's counts: `ConversationJobs.waitingCount`); 0 when unset (standalone).
+   * queues' counts, by queue index: `ConversationJobs.waitingCounts`); 0 when
+   * unset (standalone).
    */
-  setWaitingConversationsSource(source: () => number | Promise<number>): void {
+  setWaitingConversationsSource(
+    source: () => WaitingConversations | Promise<WaitingConversations>,
+  ): void {
     this.waitingSource = source;
   }
 

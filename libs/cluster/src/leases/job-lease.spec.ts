@@ -13,17 +13,22 @@ function fakeLocks() {
   const state = {
     holders: new Map<string, string>(),
     calls: [] as Array<{ ids: string[]; tokens: string[]; duration: number }>,
+    /** The queue of each call. */
+    queues: [] as string[],
     moves: [] as string[],
-    failing: false,
+    failing: false as boolean | string,
   };
-  const extendLocks = (ids: string[], tokens: string[], duration: number) => {
+  const extendLocks = (queue: string, ids: string[], tokens: string[], duration: number) => {
     state.calls.push({ ids, tokens, duration });
-    if (state.failing) return Promise.reject(new Error('Connection is closed.'));
+    state.queues.push(queue);
+    if (state.failing === true || state.failing === queue)
+      return Promise.reject(new Error('Connection is closed.'));
     return Promise.resolve(ids.filter((id, i) => state.holders.get(id) !== tokens[i]));
   };
-  const job = (id: string) =>
+  const job = (id: string, queueName = '{conversations}') =>
     ({
       id,
+      queueName,
       moveToWait: (token: string) => {
         state.moves.push(token);
         return Promise.resolve(0);
@@ -37,6 +42,27 @@ const events = () => ({ onLockLost: vi.fn(), onError: vi.fn() });
 describe(JobLeases.name, () => {
   beforeEach(() => vi.useFakeTimers());
   afterEach(() => vi.useRealTimers());
+
+  it("renews the locks of each queue in a call of that queue's own, and a failing queue fails only its runs", async () => {
+    const { state, extendLocks, job } = fakeLocks();
+    state.holders.set('c-1', 'run-1').set('c-2', 'run-2').set('c-3', 'run-3');
+    const leases = new JobLeases(timing, extendLocks);
+    const [a, b] = [events(), events()];
+    leases.hold(job('c-1', '{conversations-0-1}'), 'run-1', a);
+    leases.hold(job('c-2', '{conversations-1-43}'), 'run-2', b);
+    leases.hold(job('c-3', '{conversations-0-1}'), 'run-3', a);
+    await vi.advanceTimersByTimeAsync(250);
+    expect(state.queues).toEqual(['{conversations-0-1}', '{conversations-1-43}']);
+    expect(state.calls).toEqual([
+      { ids: ['c-1', 'c-3'], tokens: ['run-1', 'run-3'], duration: 1_000 },
+      { ids: ['c-2'], tokens: ['run-2'], duration: 1_000 },
+    ]);
+    state.failing = '{conversations-1-43}';
+    await vi.advanceTimersByTimeAsync(250);
+    expect(b.onError).toHaveBeenCalledTimes(1);
+    expect(a.onError).not.toHaveBeenCalled();
+    expect(a.onLockLost).not.toHaveBeenCalled();
+  });
 
   it('renews every held lock by its own token in one call each lockRenewTime, for lockDuration', async () => {
     const { state, extendLocks, job } = fakeLocks();

@@ -1,8 +1,8 @@
 /**
  * The conversation's BullMQ job as its lease, through BullMQ's public API
  * only. The worker renews no lock itself (`skipLockRenewal`): each run of a
- * job has its lock renewed by its own token (`JobLeases`, all of them in one
- * `worker.extendJobLocks` call).
+ * job has its lock renewed by its own token (`JobLeases`, all of one queue
+ * in one `worker.extendJobLocks` call).
  *
  * Why per run: BullMQ hands a job out again when its lock lapsed (this
  * process was paused, or Redis was away, past the lock), possibly to the
@@ -14,7 +14,7 @@
  * earlier run's stops failing (its token is stale), the newer run's goes on.
  */
 import { WaitingError, Worker, type ConnectionOptions, type Job } from 'bullmq';
-import { CONVERSATION_QUEUE, type ConversationJobData } from './conversation-jobs.js';
+import type { ConversationJobData } from './conversation-jobs.js';
 import type { LeaseTiming } from './lease-timing.js';
 
 export type ConversationJob = Job<ConversationJobData, string>;
@@ -26,14 +26,15 @@ export interface ConversationWorkerOptions {
   timing: LeaseTiming;
 }
 
-/** The BullMQ worker of the conversation queue; `process` runs as long as the lease is held. */
+/** The BullMQ worker of one conversation queue; `process` runs as long as the lease is held. */
 export function conversationWorker(
+  queueName: string,
   process: (job: ConversationJob, token: string) => Promise<string>,
   options: ConversationWorkerOptions,
 ): Worker<ConversationJobData, string> {
   const { timing } = options;
   return new Worker<ConversationJobData, string>(
-    CONVERSATION_QUEUE,
+    queueName,
     (job, token) => {
       // BullMQ's Worker passes the run's lock token to every processor.
       if (token === undefined) throw new Error('a conversation job runs only with its lock token');
@@ -80,12 +81,13 @@ export interface JobLeaseEvents {
 }
 
 /**
- * Renews the locks of many runs in one call: the worker's public
- * `extendJobLocks` (one Lua script for all of them, as BullMQ's own lock
- * renewal does), resolving with the ids of the jobs whose lock it could not
- * renew (gone, or held by another token).
+ * Renews the locks of many runs of one queue in one call: the queue's
+ * worker's public `extendJobLocks` (one Lua script for all of them, as
+ * BullMQ's own lock renewal does), resolving with the ids of the jobs whose
+ * lock it could not renew (gone, or held by another token).
  */
 export type ExtendLocks = (
+  queueName: string,
   jobIds: string[],
   tokens: string[],
   duration: number,
@@ -93,8 +95,9 @@ export type ExtendLocks = (
 
 /**
  * The job locks of the runs in this process, renewed together every
- * `lockRenewTime` (one Redis call however many conversations are held), each
- * by its own run's token. Of two runs of one job (a stalled job handed out
+ * `lockRenewTime` (one Redis call per queue however many conversations are
+ * held: a queue's keys are in one slot, two queues' are not), each by its
+ * own run's token. Of two runs of one job (a stalled job handed out
  * again to this worker), only the newer one's lock is renewed: the earlier
  * run's token is stale by then, and that run is ending.
  */
@@ -139,12 +142,28 @@ export class JobLeases {
     // The newest run of each job (a Set keeps the order runs were held in).
     const newest = new Map<string, JobLease>();
     for (const lease of this.held) newest.set(lease.jobId, lease);
-    const leases = [...newest.values()];
-    if (leases.length === 0) return;
+    if (newest.size === 0) return;
+    const byQueue = new Map<string, JobLease[]>();
+    for (const lease of newest.values()) {
+      const queue = byQueue.get(lease.queueName);
+      if (queue) queue.push(lease);
+      else byQueue.set(lease.queueName, [lease]);
+    }
     this.renewing = true;
+    try {
+      await Promise.all(
+        [...byQueue].map(([queueName, leases]) => this.renewQueue(queueName, leases)),
+      );
+    } finally {
+      this.renewing = false;
+    }
+  }
+
+  private async renewQueue(queueName: string, leases: readonly JobLease[]): Promise<void> {
     try {
       const failed = new Set(
         await this.extendLocks(
+          queueName,
           leases.map((lease) => lease.jobId),
           leases.map((lease) => lease.token),
           this.timing.lockDuration,
@@ -154,8 +173,6 @@ export class JobLeases {
         if (failed.has(lease.jobId) && !lease.isReleased) lease.events.onLockLost();
     } catch (error) {
       for (const lease of leases) if (!lease.isReleased) lease.events.onError(error);
-    } finally {
-      this.renewing = false;
     }
   }
 }
@@ -174,6 +191,11 @@ export class JobLease {
   get jobId(): string {
     // BullMQ gives every job it hands out an id.
     return this.job.id ?? '';
+  }
+
+  /** The queue the job is in: its lock is renewed with the others of that queue. */
+  get queueName(): string {
+    return this.job.queueName;
   }
 
   get isReleased(): boolean {

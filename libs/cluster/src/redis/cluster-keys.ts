@@ -18,6 +18,11 @@ export class ClusterKeys {
     return this.prefix;
   }
 
+  /** How many conversation queues the deployment uses (`CONVERSATION_QUEUES`; `claimQueueCount`). */
+  get conversationQueueCount(): string {
+    return `${this.prefix}:{conversation-queues}:count`;
+  }
+
   /** The Socket.IO adapter's key. */
   get socketIo(): string {
     return `${this.prefix}:socket.io`;
