@@ -573,7 +573,7 @@ describe('web app', () => {
       const opened = await openEcho();
       const { errors } = opened;
       // Short enough to be parsed; marked would take seconds on it: cut off by the time budget.
-      const markers = '_*a'.repeat(10_000);
+      const markers = '_*a'.repeat(5_000);
       const answer = await sendThenStillLive(opened, markers, 'after the markers');
       await expect(answer.locator('.message-body').textContent()).resolves.toBe(`echo: ${markers}`);
       await expect(answer.locator('em, strong').count()).resolves.toBe(0);

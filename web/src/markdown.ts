@@ -84,7 +84,7 @@ const markdown = new Marked({
  * regular expression over the rest of the message, which no budget can cut
  * short (tens of ms on 64 KiB), and laying out that much HTML takes as long.
  */
-export const MARKDOWN_MAX_CHARS = 32_768;
+export const MARKDOWN_MAX_CHARS = 16_384;
 /** Messages up to this long are rendered without a time budget. */
 export const MARKDOWN_UNTIMED_CHARS = 2_048;
 /** Deeper nesting is shown as plain text (see markdownDepth); marked overflowed its stack at about 1,200 levels. */

@@ -7,9 +7,9 @@
 import { Component, h } from 'preact';
 
 /** The most characters a piece holds. */
-export const PIECE_CHARS = 2_000;
+export const PIECE_CHARS = 8_000;
 /** The most lines a piece holds. */
-export const PIECE_LINES = 40;
+export const PIECE_LINES = 200;
 /** Characters on one row of a message, to estimate how many rows a line wraps into. */
 const CHARS_PER_ROW = 80;
 
