@@ -18,10 +18,11 @@
 // Rendering is bounded, since one message must never stop the page: marked
 // recurses once per level of nesting (a few thousand block quotes overflow the
 // stack) and is quadratic on some inputs (tens of thousands of `*a` took
-// seconds). So a message is shown as plain text (escaped, line breaks kept)
-// when it is longer than MARKDOWN_MAX_CHARS, when a linear scan finds it nested
-// deeper than MARKDOWN_MAX_DEPTH, when marked has not finished within
-// MARKDOWN_BUDGET_MS (checked before each token), or when rendering throws.
+// seconds). So a message is shown as plain text (plain-text.ts: line breaks
+// kept, never parsed) when it is longer than MARKDOWN_MAX_CHARS, when a linear
+// scan finds it nested deeper than MARKDOWN_MAX_DEPTH, when marked has not
+// finished within MARKDOWN_BUDGET_MS (checked before each token and block), or
+// when rendering throws.
 import DOMPurify from 'dompurify';
 import { Marked, type Tokens } from 'marked';
 
@@ -82,7 +83,8 @@ const markdown = new Marked({
 /**
  * Longer messages are shown as plain text: some of marked's steps run a
  * regular expression over the rest of the message, which no budget can cut
- * short (tens of ms on 64 KiB), and laying out that much HTML takes as long.
+ * short (120 ms on one block quote of 8,000 lines, on a busy machine), and
+ * laying out that much HTML takes long too.
  */
 export const MARKDOWN_MAX_CHARS = 16_384;
 /** Messages up to this long are rendered without a time budget. */
