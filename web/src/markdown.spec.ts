@@ -3,6 +3,7 @@ import { describe, expect, it } from 'vitest';
 import {
   MARKDOWN_MAX_CHARS,
   MARKDOWN_MAX_DEPTH,
+  MARKDOWN_MAX_ELEMENTS,
   MARKDOWN_UNTIMED_CHARS,
   markdownDepth,
   renderMessage,
@@ -195,6 +196,13 @@ describe('renderMessage bounds', () => {
     expect(renderMessage(prose)).toEqual({ plain: 'size' });
     expect(renderMessage('*a'.repeat(131_072))).toEqual({ plain: 'size' });
     expect('html' in renderMessage(prose.slice(0, MARKDOWN_MAX_CHARS), Infinity)).toBe(true);
+  });
+
+  it('shows Markdown that makes more than MARKDOWN_MAX_ELEMENTS elements as plain text', () => {
+    const table = `|a|b|\n|-|-|\n${'|x|y|\n'.repeat(MARKDOWN_MAX_ELEMENTS)}`;
+    expect(renderMessage(table, Infinity)).toEqual({ plain: 'size' });
+    const smaller = `|a|b|\n|-|-|\n${'|x|y|\n'.repeat(100)}`;
+    expect('html' in renderMessage(smaller, Infinity)).toBe(true);
   });
 
   it('shows a message as plain text once its time budget is spent', () => {

@@ -87,6 +87,8 @@ const markdown = new Marked({
  * laying out that much HTML takes long too.
  */
 export const MARKDOWN_MAX_CHARS = 16_384;
+/** Markdown that makes more elements is shown as plain text. */
+export const MARKDOWN_MAX_ELEMENTS = 2_000;
 /** Messages up to this long are rendered without a time budget. */
 export const MARKDOWN_UNTIMED_CHARS = 2_048;
 /** Deeper nesting is shown as plain text (see markdownDepth); marked overflowed its stack at about 1,200 levels. */
@@ -146,6 +148,7 @@ const BLOCK_RENDERERS = [
   'listitem',
   'paragraph',
   'table',
+  'tablerow',
 ] as const;
 
 markdown.use({
@@ -168,13 +171,25 @@ export function renderMessage(text: string, budgetMs = MARKDOWN_BUDGET_MS): Rend
   deadline = text.length > MARKDOWN_UNTIMED_CHARS ? performance.now() + budgetMs : Infinity;
   try {
     html = markdown.parse(text, { async: false });
+    // A last step may have run long: sanitizing and laying out its HTML would too.
+    withinBudget();
   } catch (error) {
     // Also a stack overflow (RangeError) that the depth scan did not foresee.
     return { plain: error instanceof BudgetExceeded ? 'time' : 'error' };
   } finally {
     deadline = Infinity;
   }
+  // DOMPurify's walk (and the layout after it) costs by the element: a table of
+  // thousands of cells took 90 ms. Two tags an element.
+  if (countTags(html) > MARKDOWN_MAX_ELEMENTS * 2) return { plain: 'size' };
   return { html: sanitizeHtml(html) };
+}
+
+/** How many tags the HTML holds: every `<` of marked's output opens one (text is escaped). */
+function countTags(html: string): number {
+  let tags = 0;
+  for (let at = html.indexOf('<'); at !== -1; at = html.indexOf('<', at + 1)) tags += 1;
+  return tags;
 }
 
 const SPACE = 0x20;
