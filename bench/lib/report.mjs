@@ -413,6 +413,16 @@ function newScenarioRows(s) {
         `n=${web.paint.n} (${web.deltasArrived} deltas arrived)`,
       ),
     );
+    if (web.hostile) {
+      lines.push(
+        row([
+          'Web client',
+          `headless Chromium: worst of ${web.hostile.messages} hostile messages (262,144 and 16,384 characters) reaching the page → painted`,
+          ...blank,
+          `${ms(web.hostile.worst.painted)} (${web.hostile.worst.chars} characters of ${web.hostile.worst.name}); worst render ${ms(web.hostile.worstRender.render)} (${web.hostile.worstRender.chars} characters of ${web.hostile.worstRender.name})`,
+        ]),
+      );
+    }
   }
   return lines;
 }
@@ -611,6 +621,14 @@ function targetsTable(s, blocks) {
       `${ms(web.paint.p99)} (p50 ${ms(web.paint.p50)}, n=${web.paint.n})`,
       web.paint.p99 <= 50,
     );
+    if (web.hostile) {
+      add(
+        'web app, worst message of 262,144 characters of any content (or 16,384, parsed as Markdown), reaching the page → painted',
+        '≤ 50 ms',
+        `${ms(web.hostile.worst.painted)} (${web.hostile.worst.chars} characters of ${web.hostile.worst.name}; render ${ms(web.hostile.worstRender.render)} at worst)`,
+        web.hostile.worst.painted <= 50,
+      );
+    }
   }
   if (rows.length === 0) return [];
   return [

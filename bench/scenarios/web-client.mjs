@@ -2,14 +2,18 @@
 // JavaScript (web/scripts/measure-sizes.mjs, on what `npm run build` built),
 // and, in headless Chromium (playwright-core driving Debian's chromium), how
 // long the web app takes to open a 10,000-event conversation to its latest
-// events, and how long a streamed delta takes from reaching the page to being
-// painted.
-/* global window, document, location, innerHeight, requestAnimationFrame, MutationObserver, addEventListener -- pageProbe, openAndWait and the evaluated callbacks run in the page */
+// events, how long a streamed delta takes from reaching the page to being
+// painted, and how long the worst of a set of hostile messages (262,144
+// characters of deep nesting, emphasis markers, backticks, brackets, links,
+// lines, prose; and as long as Markdown is parsed, 16,384) takes from reaching
+// the page to being painted, and to render (the page's `cs:render-message`
+// User Timing measure).
+/* global window, document, location, innerHeight, requestAnimationFrame, MutationObserver, addEventListener -- pageProbe, openAndWait, answerPainted and the evaluated callbacks run in the page */
 import { spawn } from 'node:child_process';
 import { existsSync } from 'node:fs';
 import { join } from 'node:path';
 import { chromium } from 'playwright-core';
-import { api, createConversation, stopConversation } from '../lib/client.mjs';
+import { api, createConversation, postMessage, stopConversation } from '../lib/client.mjs';
 import { ROOT } from '../lib/cluster.mjs';
 import { EVENTS_PER_TURN, openHistoryStore, seedHistory, turnText } from '../lib/history.mjs';
 import { formatCpu, startCpuMeter } from '../lib/proc.mjs';
@@ -82,13 +86,23 @@ function pageProbe() {
   const painted = [];
   const pendingPaint = new Set();
   const seen = new Set();
-  window.__bench = { arrived, painted };
+  const answers = [];
+  window.__bench = { arrived, painted, answers };
   const Native = window.WebSocket;
   window.WebSocket = class extends Native {
     constructor(...args) {
       super(...args);
       this.addEventListener('message', (event) => {
-        if (typeof event.data !== 'string' || !event.data.includes('"stream":true')) return;
+        if (typeof event.data !== 'string') return;
+        if (
+          !event.data.includes('"stream":true') &&
+          event.data.includes('"source":"agent"') &&
+          event.data.includes('"action":"message"')
+        ) {
+          answers.push(performance.now());
+          return;
+        }
+        if (!event.data.includes('"stream":true')) return;
         const at = performance.now();
         for (const match of event.data.matchAll(/"delta":"([^"]*)"/g)) {
           for (const stamp of match[1].split(' '))
@@ -156,6 +170,128 @@ function openAndWait({ id, text, selector, timeoutMs }) {
     location.hash = `#/c/${id}`;
   });
 }
+
+/** Hostile messages: each is sent to the echo agent, whose answer repeats it (cut to 262,144 characters). */
+const MESSAGE_CHARS = 262_144;
+/** web/src/markdown.ts MARKDOWN_MAX_CHARS: the longest message parsed as Markdown, so timed. */
+const MARKDOWN_MAX_CHARS = 16_384;
+const HOSTILE = {
+  'nested block quotes': (n) => `q\n${'> '.repeat(n)}`,
+  'nested lists': (n) => `l\n${'- '.repeat(n)}`,
+  '*a': (n) => '*a'.repeat(n),
+  _a: (n) => '_a'.repeat(n),
+  '_*a': (n) => '_*a'.repeat(n),
+  '**a': (n) => '**a'.repeat(n),
+  backticks: (n) => '`a'.repeat(n),
+  brackets: (n) => '['.repeat(n),
+  links: (n) => '[a](b '.repeat(n),
+  'mixed markers': (n) => '*_`[<~'.repeat(n),
+  '> a lines': (n) => '> a\n'.repeat(n),
+  'a lines': (n) => 'a\n'.repeat(n),
+  table: (n) => `|a|b|\n|-|-|\n${'|x|y|\n'.repeat(n)}`,
+  prose: (n) => 'The quick brown fox jumps over the lazy dog. '.repeat(n),
+  'Markdown document': (n) =>
+    '## Heading\n\nSome **bold**, *em*, `code` and [a link](https://example.com).\n\n- one\n- two\n  - nested\n\n```js\nconst x = 1;\n```\n\n> quoted\n\n'.repeat(
+      n,
+    ),
+};
+
+/** `make(n)` long enough, cut to `chars`. */
+function sized(make, chars) {
+  let n = 1;
+  while (make(n).length < chars) n *= 2;
+  return make(n).slice(0, chars);
+}
+
+/**
+ * In the page: resolves once `count` agent messages are on screen (painted),
+ * with how long the last took from its WebSocket frame, and its render measure.
+ */
+function answerPainted({ count, timeoutMs }) {
+  return new Promise((resolve, reject) => {
+    const done = () => document.querySelectorAll('.log article.message.agent').length >= count;
+    const timer = setTimeout(() => {
+      observer.disconnect();
+      reject(new Error(`answer ${count} not on screen within ${timeoutMs} ms`));
+    }, timeoutMs);
+    const observer = new MutationObserver(() => {
+      if (!done()) return;
+      observer.disconnect();
+      clearTimeout(timer);
+      requestAnimationFrame(() =>
+        setTimeout(() => {
+          const at = performance.now();
+          const measures = performance.getEntriesByName('cs:render-message');
+          const render = measures.at(-1);
+          resolve({
+            painted: at - window.__bench.answers.at(-1),
+            render: render?.duration ?? null,
+            plain: render?.detail?.plain ?? null,
+          });
+        }, 0),
+      );
+    });
+    observer.observe(document.body, { subtree: true, childList: true });
+  });
+}
+
+/** Each hostile message at MESSAGE_CHARS and at MARKDOWN_MAX_CHARS, into an open echo conversation. */
+/** A quick run sends these alone. */
+const QUICK_HOSTILE = ['nested block quotes', '_*a', '> a lines', 'Markdown document'];
+
+async function measureHostile(page, gateway, token, ids, log, quick) {
+  const results = [];
+  const contents = Object.entries(HOSTILE).filter(
+    ([name]) => !quick || QUICK_HOSTILE.includes(name),
+  );
+  // The echo's answer is "echo: " and the message: at the Markdown limit, 6 characters fewer.
+  for (const chars of [MESSAGE_CHARS, MARKDOWN_MAX_CHARS - 'echo: '.length]) {
+    for (const [name, make] of contents) {
+      // Each in a conversation of its own: the figure is the message's, not the page's so far.
+      const id = await createConversation(gateway.url, token, { title: `hostile ${name}` });
+      ids.push(id);
+      await page.evaluate(openAndWait, {
+        id,
+        text: 'No messages yet',
+        selector: '.log .empty',
+        timeoutMs: OPEN_TIMEOUT_MS,
+      });
+      await page.getByText('Live', { exact: true }).waitFor({ timeout: OPEN_TIMEOUT_MS });
+      const painted = page.evaluate(answerPainted, { count: 1, timeoutMs: OPEN_TIMEOUT_MS });
+      await postMessage(gateway.url, token, id, sized(make, chars));
+      results.push({ name, chars, ...(await painted) });
+      await stopConversation(gateway.url, token, id).catch(() => undefined);
+    }
+  }
+  const worst = results.reduce((a, b) => (b.painted > a.painted ? b : a));
+  const worstRender = results.reduce((a, b) => ((b.render ?? 0) > (a.render ?? 0) ? b : a));
+  for (const result of results) {
+    log(
+      `    ${String(result.chars).padStart(7)} chars of ${result.name}: render ${result.render?.toFixed(1)} ms` +
+        ` (${result.plain ? `plain text: ${result.plain}` : 'Markdown'}), reached the page → painted ${result.painted.toFixed(1)} ms`,
+    );
+  }
+  log(
+    `  worst hostile message: ${worst.chars} chars of ${worst.name}, reached the page → painted ${worst.painted.toFixed(1)} ms;` +
+      ` worst render ${worstRender.render?.toFixed(1)} ms (${worstRender.chars} chars of ${worstRender.name})`,
+  );
+  return {
+    messages: results.length,
+    worst: { name: worst.name, chars: worst.chars, painted: round(worst.painted) },
+    worstRender: {
+      name: worstRender.name,
+      chars: worstRender.chars,
+      render: round(worstRender.render ?? 0),
+    },
+    results: results.map((result) => ({
+      ...result,
+      painted: round(result.painted),
+      render: result.render === null ? null : round(result.render),
+    })),
+  };
+}
+
+const round = (value) => Math.round(value * 100) / 100;
 
 export async function runBrowser(ctx) {
   const { cluster, options, log } = ctx;
@@ -249,7 +385,10 @@ export async function runBrowser(ctx) {
       `  streamed delta reached the page → painted  ${formatSummary(paint)} (${arrived} deltas arrived)`,
     );
     log(`  ${formatCpu(openCpu)}`);
+
+    const hostile = await measureHostile(page, gateway, token, ids, log, options.quick);
     return {
+      hostile,
       events: info.last_event_id + 1 + turns * EVENTS_PER_TURN,
       open,
       paint,

@@ -486,6 +486,164 @@ describe('web app', () => {
     }
   });
 
+  describe('hostile messages', () => {
+    /** How soon a message sent after a hostile one must be on screen, its answer too. */
+    const LIVE_MS = 1000;
+
+    /** A page signed in, on a new conversation of the echo agent, its socket live. */
+    async function openEcho() {
+      const opened = await newPage();
+      const user = await signIn(opened.page);
+      const id = await newConversation(opened.page);
+      await opened.page
+        .getByRole('status')
+        .filter({ hasText: 'Live' })
+        .waitFor({ timeout: TIMEOUT });
+      const token = await devToken(app.url, { user_id: user });
+      /** Sends a message as the page's user, through the API: a blocked page cannot delay it. */
+      const post = async (content: string) => {
+        const sent = await api(app.url, 'POST', `/api/conversations/${id}/events`, {
+          token,
+          body: { action: 'message', args: { content } },
+        });
+        expect(sent.status, JSON.stringify(sent.body)).toBe(201);
+      };
+      return { ...opened, post };
+    }
+
+    /**
+     * Sends `hostile`, then at once another message: the agent answers the
+     * hostile one first, and the page draws that answer before the next. The
+     * next message's answer must be on screen within LIVE_MS of being sent,
+     * and the composer must still send. Returns the hostile message's answer.
+     */
+    async function sendThenStillLive(
+      { page, post }: Awaited<ReturnType<typeof openEcho>>,
+      hostile: string,
+      after: string,
+    ) {
+      const answers = page.getByRole('article', { name: /^Agent / });
+      const before = await answers.count();
+      await post(hostile);
+      await post(after);
+      await article(page, `echo: ${after}`).waitFor({ timeout: LIVE_MS });
+      await send(page, `${after}, from the page`);
+      await seeReply(page, `${after}, from the page`);
+      await expect(answers.count()).resolves.toBe(before + 3);
+      return answers.nth(before);
+    }
+
+    it('shows Markdown nested thousands of levels deep as its text, and stays live', async () => {
+      const opened = await openEcho();
+      const { errors } = opened;
+      // After the echo's "echo: ", a line of 5,000 nested block quotes, or lists.
+      for (const [name, line] of [
+        ['quotes', '> '.repeat(5000)],
+        ['lists', '- '.repeat(5000)],
+        ['both', '> - 1. '.repeat(2000)],
+      ] as const) {
+        const hostile = `${name}\n${line}deep`;
+        const answer = await sendThenStillLive(opened, hostile, `after the ${name}`);
+        await expect(answer.locator('.message-body').textContent()).resolves.toBe(
+          `echo: ${hostile}`,
+        );
+        await expect(answer.locator('blockquote, ul, ol').count()).resolves.toBe(0);
+      }
+      expect(errors).toEqual([]);
+    });
+
+    it('shows a message of tens of thousands of emphasis markers as its text at once, and stays live', async () => {
+      const opened = await openEcho();
+      const { page, errors } = opened;
+      // The longest message there may be (the echo is cut to the same length).
+      const longest = '*a'.repeat(131_072);
+      const answer = await sendThenStillLive(opened, longest, 'after the longest');
+      const shown = await answer.locator('.message-body').textContent();
+      expect(shown).toBe(`echo: ${longest}`.slice(0, 262_144));
+      await expect(answer.locator('em, strong').count()).resolves.toBe(0);
+      await expect(
+        article(page, /^\*a\*a/)
+          .locator('.message-body')
+          .textContent(),
+      ).resolves.toBe(longest);
+      expect(errors).toEqual([]);
+    });
+
+    it('shows a shorter message of emphasis markers Markdown takes seconds on as its text, and stays live', async () => {
+      const opened = await openEcho();
+      const { errors } = opened;
+      // Short enough to be parsed; marked would take seconds on it: cut off by the time budget.
+      const markers = '_*a'.repeat(5_000);
+      const answer = await sendThenStillLive(opened, markers, 'after the markers');
+      await expect(answer.locator('.message-body').textContent()).resolves.toBe(`echo: ${markers}`);
+      await expect(answer.locator('em, strong').count()).resolves.toBe(0);
+      expect(errors).toEqual([]);
+    });
+
+    it('isolates a title and a message holding U+202E, so the text around them reads as written', async () => {
+      const { page, errors } = await newPage();
+      const user = await signIn(page);
+      const token = await devToken(app.url, { user_id: user });
+      const title = '\u202Eevil title';
+      const created = await api<{ conversation_id: string }>(
+        app.url,
+        'POST',
+        '/api/conversations',
+        { token, body: { title } },
+      );
+      expect(created.status).toBe(201);
+      await page.goto(`${app.url}/#/c/${created.body.conversation_id}`);
+      await page.getByRole('status').filter({ hasText: 'Live' }).waitFor({ timeout: TIMEOUT });
+
+      // "Delete “<title>” and all its messages?": the words after the title stay in order.
+      await page.getByRole('button', { name: `Delete ${title}` }).click();
+      const question = page.getByRole('group', { name: `Delete ${title}?` }).locator('p');
+      // For each two characters after the title that share a line: is the second to the right?
+      const order = await question.evaluate((paragraph) => {
+        const document = paragraph.ownerDocument;
+        const walker = document.createTreeWalker(paragraph, 4 /* text */);
+        let last = walker.nextNode();
+        for (let node = last; node; node = walker.nextNode()) last = node;
+        const text = last?.textContent ?? '';
+        const boxes = [...text].map((_, index) => {
+          const range = document.createRange();
+          range.setStart(last, index);
+          range.setEnd(last, index + 1);
+          return range.getBoundingClientRect();
+        });
+        const pairs = boxes.slice(1).flatMap((box, index) => {
+          const before = boxes[index]!;
+          return Math.abs(box.top - before.top) < 2 && box.width > 0 && before.width > 0
+            ? [box.left > before.left]
+            : [];
+        });
+        return { text, pairs };
+      });
+      expect(order.text).toBe('” and all its messages?');
+      expect(order.pairs.length).toBeGreaterThan(10);
+      expect(order.pairs.every((rightward) => rightward)).toBe(true);
+      await page.getByRole('button', { name: 'Keep it' }).click();
+
+      // A message's text is isolated, its direction its own (right to left for Hebrew).
+      const message = '\u202Eevil message';
+      await send(page, message);
+      await seeReply(page, message);
+      await send(page, 'שלום, world');
+      await seeReply(page, 'שלום, world');
+      const bodies = page.getByRole('article').locator('.message-body');
+      const styles = await bodies.evaluateAll((elements) =>
+        elements.map((element) => {
+          const style = element.ownerDocument.defaultView!.getComputedStyle(element);
+          return `${style.unicodeBidi} ${style.direction}`;
+        }),
+      );
+      expect(styles).toEqual(['isolate ltr', 'isolate ltr', 'isolate rtl', 'isolate ltr']);
+      await send(page, 'after the bidi');
+      await article(page, 'echo: after the bidi').waitFor({ timeout: LIVE_MS });
+      expect(errors).toEqual([]);
+    });
+  });
+
   it('opens a long conversation at its latest messages and loads older ones on scroll', async () => {
     const { page } = await newPage();
     const user = await signIn(page);

@@ -56,6 +56,7 @@ describe('npm run bench', () => {
       /web app initial JavaScript .*: \d+ bytes gzipped/,
       /open a conversation of 400 events → its latest on screen +p50 [\d.]+ ms .*\(n=2\)/,
       /streamed delta reached the page → painted +p50 [\d.]+ ms/,
+      /worst hostile message: \d+ chars of .+, reached the page → painted [\d.]+ ms/,
       /connect → awaiting_user_input \(400 events stored\) +p50 [\d.]+ ms .*\(n=5\)/,
       /5 conversations of 400 events hosted/,
     ]) {

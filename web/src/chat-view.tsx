@@ -1,7 +1,7 @@
 // The open conversation: header with its state and controls, notices, the
 // message log (stored messages as articles, streamed text, folded tool calls),
 // the approval panel, the composer.
-import type { ComponentChildren } from 'preact';
+import { Fragment, type ComponentChildren } from 'preact';
 import { useEffect, useLayoutEffect, useRef, useState } from 'preact/hooks';
 import {
   MAX_MESSAGE_CONTENT_CHARS,
@@ -9,7 +9,9 @@ import {
   type ConversationServiceClient,
   type StoredEvent,
 } from '@cs/client';
-import { renderMarkdownOnce } from './markdown.js';
+import { renderMessageOnce } from './markdown.js';
+import { MessageBoundary } from './message-boundary.js';
+import { PlainText } from './plain-text.js';
 import {
   agentStateLabel,
   buildTimeline,
@@ -101,7 +103,7 @@ export function ChatView(props: {
           Conversations
         </button>
         <div class="chat-title">
-          <h2 id="chat-title">{view.loading ? 'Loading…' : title}</h2>
+          <h2 id="chat-title">{view.loading ? 'Loading…' : <bdi>{title}</bdi>}</h2>
           <p class="chat-meta">
             <span>{view.info ? statusLabel(view.info.status) : ''}</span>
             <span aria-hidden="true"> · </span>
@@ -178,17 +180,23 @@ export function ChatView(props: {
           <p class="empty">No messages yet. Say something to start the agent.</p>
         )}
         {items.map((item) => (
-          <TimelineEntry key={item.key} item={item} awaitingApproval={awaitingApproval} />
+          <MessageBoundary key={item.key} fallback={() => <EntryAsText item={item} />}>
+            <TimelineEntry item={item} awaitingApproval={awaitingApproval} />
+          </MessageBoundary>
         ))}
         {streaming.map(([cause, text]) => (
           <div key={`s${cause}`} class="message agent streaming" data-streaming="true">
-            <div class="message-text">{text}</div>
+            <div class="message-text" dir="auto">
+              <PlainText text={text} />
+            </div>
             <span class="visually-hidden">The agent is writing</span>
           </div>
         ))}
         {view.pending.map((message) => (
           <div key={message.clientEventId} class="message user pending">
-            <div class="message-text">{message.text}</div>
+            <div class="message-text" dir="auto">
+              <PlainText text={message.text} />
+            </div>
             <span class="sending">Sending…</span>
           </div>
         ))}
@@ -199,7 +207,11 @@ export function ChatView(props: {
           <p id="approval-title">
             The agent asks to run{' '}
             {pendingCalls.length > 0
-              ? pendingCalls.map((tool) => `“${tool}”`).join(', ')
+              ? pendingCalls.map((tool, index) => (
+                  <Fragment key={index}>
+                    {index > 0 && ', '}“<bdi>{tool}</bdi>”
+                  </Fragment>
+                ))
               : 'a tool'}
             .
           </p>
@@ -250,21 +262,32 @@ function TimelineEntry({
     case 'user':
       return (
         <Message kind="user" event={item.event}>
-          <div class="message-body message-text">{item.text}</div>
+          <div class="message-body message-text" dir="auto">
+            <PlainText text={item.text} />
+          </div>
         </Message>
       );
-    case 'agent':
+    case 'agent': {
+      const rendered = renderMessageOnce(item.event, item.text);
       return (
         <>
           <Message kind="agent" event={item.event}>
-            <div
-              class="message-body markdown"
-              dangerouslySetInnerHTML={{ __html: renderMarkdownOnce(item.event, item.text) }}
-            />
+            {'html' in rendered ? (
+              <div
+                class="message-body markdown"
+                dir="auto"
+                dangerouslySetInnerHTML={{ __html: rendered.html }}
+              />
+            ) : (
+              <div class="message-body message-text" dir="auto" data-plain-text={rendered.plain}>
+                <PlainText text={item.text} />
+              </div>
+            )}
           </Message>
           {item.interrupted && <p class="note">Interrupted before the answer was complete.</p>}
         </>
       );
+    }
     case 'tool': {
       const waiting = !item.result && awaitingApproval;
       const state = item.result
@@ -281,7 +304,11 @@ function TimelineEntry({
       return (
         <details class={`tool tool-${state.replace(' ', '-')}`} open={waiting}>
           <summary>
-            Tool call <code>{item.tool}</code> <span class="tool-state">{state}</span>
+            Tool call{' '}
+            <code>
+              <bdi>{item.tool}</bdi>
+            </code>{' '}
+            <span class="tool-state">{state}</span>
           </summary>
           {item.args !== undefined && (
             <>
@@ -299,8 +326,29 @@ function TimelineEntry({
       );
     }
     case 'note':
-      return <p class={`note note-${item.tone}`}>{item.text}</p>;
+      return (
+        <p class={`note note-${item.tone}`} dir="auto">
+          {item.text}
+        </p>
+      );
   }
+}
+
+/**
+ * An entry whose drawing threw: a message as its text alone (no time, no
+ * Markdown), anything else as a line saying so.
+ */
+function EntryAsText({ item }: { item: TimelineItem }) {
+  if (item.kind !== 'user' && item.kind !== 'agent') {
+    return <p class="note note-error">This entry could not be shown.</p>;
+  }
+  return (
+    <article class={`message ${item.kind}`} aria-label={SPEAKER_LABELS[item.kind]}>
+      <div class="message-body message-text" dir="auto">
+        <PlainText text={item.text} />
+      </div>
+    </article>
+  );
 }
 
 /**

@@ -168,7 +168,9 @@ export function ConversationList(props: {
                 />
               ) : deleting === id ? (
                 <div class="confirm" role="group" aria-label={`Delete ${title}?`}>
-                  <p>Delete “{title}” and all its messages?</p>
+                  <p>
+                    Delete “<bdi>{title}</bdi>” and all its messages?
+                  </p>
                   <button type="button" class="danger" onClick={() => void remove(id)}>
                     Delete for good
                   </button>
@@ -183,7 +185,9 @@ export function ConversationList(props: {
                     href={`#/c/${id}`}
                     aria-current={id === openId ? 'page' : undefined}
                   >
-                    <span class="conversation-title">{title}</span>
+                    <span class="conversation-title">
+                      <bdi>{title}</bdi>
+                    </span>
                     <span class="conversation-meta">
                       <span class={`badge badge-${info.status.toLowerCase()}`}>
                         {statusLabel(info.status)}

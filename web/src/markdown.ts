@@ -14,6 +14,15 @@
 // alt text, media elements are removed, and so are the attributes that load a
 // URL by themselves (`srcset`, `poster`, `background`). The page's
 // Content-Security-Policy (img-src 'self') is the second line.
+//
+// Rendering is bounded, since one message must never stop the page: marked
+// recurses once per level of nesting (a few thousand block quotes overflow the
+// stack) and is quadratic on some inputs (tens of thousands of `*a` took
+// seconds). So a message is shown as plain text (plain-text.ts: line breaks
+// kept, never parsed) when it is longer than MARKDOWN_MAX_CHARS, when a linear
+// scan finds it nested deeper than MARKDOWN_MAX_DEPTH, when marked has not
+// finished within MARKDOWN_BUDGET_MS (checked before each token and block), or
+// when rendering throws.
 import DOMPurify from 'dompurify';
 import { Marked, type Tokens } from 'marked';
 
@@ -71,8 +80,268 @@ const markdown = new Marked({
   },
 });
 
-export function renderMarkdown(text: string): string {
-  return sanitizeHtml(markdown.parse(text, { async: false }));
+/**
+ * Longer messages are shown as plain text: some of marked's steps run a
+ * regular expression over the rest of the message, which no budget can cut
+ * short (120 ms on one block quote of 8,000 lines, on a busy machine), and
+ * laying out that much HTML takes long too.
+ */
+export const MARKDOWN_MAX_CHARS = 16_384;
+/** Markdown that makes more elements is shown as plain text. */
+export const MARKDOWN_MAX_ELEMENTS = 2_000;
+/** Messages up to this long are rendered without a time budget. */
+export const MARKDOWN_UNTIMED_CHARS = 2_048;
+/** Deeper nesting is shown as plain text (see markdownDepth); marked overflowed its stack at about 1,200 levels. */
+export const MARKDOWN_MAX_DEPTH = 32;
+/** A message whose Markdown is not rendered by then is shown as plain text. */
+export const MARKDOWN_BUDGET_MS = 20;
+
+/** Why a message is shown as plain text rather than rendered Markdown. */
+export type PlainTextReason = 'size' | 'depth' | 'time' | 'error';
+
+/** A message's Markdown as sanitized HTML, or why it is to be shown as plain text (see plain-text.ts). */
+export type RenderedMessage = { html: string } | { plain: PlainTextReason };
+
+class BudgetExceeded extends Error {}
+
+/** When marked must give up: checked before every token it reads and every block it writes. */
+let deadline = Infinity;
+
+function withinBudget(): false {
+  if (performance.now() > deadline) throw new BudgetExceeded('Markdown render budget exceeded');
+  return false; // marked then runs its own tokenizer or renderer
+}
+
+const BLOCK_TOKENIZERS = [
+  'space',
+  'code',
+  'fences',
+  'heading',
+  'hr',
+  'blockquote',
+  'list',
+  'html',
+  'def',
+  'table',
+  'lheading',
+  'paragraph',
+  'text',
+] as const;
+const INLINE_TOKENIZERS = [
+  'escape',
+  'tag',
+  'link',
+  'reflink',
+  'emStrong',
+  'codespan',
+  'br',
+  'del',
+  'autolink',
+  'url',
+  'inlineText',
+] as const;
+const BLOCK_RENDERERS = [
+  'code',
+  'blockquote',
+  'heading',
+  'list',
+  'listitem',
+  'paragraph',
+  'table',
+  'tablerow',
+] as const;
+
+markdown.use({
+  tokenizer: Object.fromEntries(
+    [...BLOCK_TOKENIZERS, ...INLINE_TOKENIZERS].map((name) => [name, withinBudget]),
+  ),
+  renderer: Object.fromEntries(BLOCK_RENDERERS.map((name) => [name, withinBudget])),
+});
+
+/**
+ * A message's Markdown rendered and sanitized, or plain text when rendering is
+ * out of bounds. Up to MARKDOWN_UNTIMED_CHARS the budget does not apply: so
+ * short a message renders in a few ms whatever it holds, and a busy machine
+ * (or marked's first, cold run) must not turn ordinary messages into text.
+ */
+export function renderMessage(text: string, budgetMs = MARKDOWN_BUDGET_MS): RenderedMessage {
+  if (text.length > MARKDOWN_MAX_CHARS) return { plain: 'size' };
+  if (markdownDepth(text) > MARKDOWN_MAX_DEPTH) return { plain: 'depth' };
+  let html: string;
+  deadline = text.length > MARKDOWN_UNTIMED_CHARS ? performance.now() + budgetMs : Infinity;
+  try {
+    html = markdown.parse(text, { async: false });
+    // A last step may have run long: sanitizing and laying out its HTML would too.
+    withinBudget();
+  } catch (error) {
+    // Also a stack overflow (RangeError) that the depth scan did not foresee.
+    return { plain: error instanceof BudgetExceeded ? 'time' : 'error' };
+  } finally {
+    deadline = Infinity;
+  }
+  // DOMPurify's walk (and the layout after it) costs by the element: a table of
+  // thousands of cells took 90 ms. Two tags an element.
+  if (countTags(html) > MARKDOWN_MAX_ELEMENTS * 2) return { plain: 'size' };
+  return { html: sanitizeHtml(html) };
+}
+
+/** How many tags the HTML holds: every `<` of marked's output opens one (text is escaped). */
+function countTags(html: string): number {
+  let tags = 0;
+  for (let at = html.indexOf('<'); at !== -1; at = html.indexOf('<', at + 1)) tags += 1;
+  return tags;
+}
+
+const SPACE = 0x20;
+const TAB = 0x09;
+const NEWLINE = 0x0a;
+
+function isBlank(code: number): boolean {
+  return code === SPACE || code === TAB || code === NEWLINE || code === 0x0d || Number.isNaN(code);
+}
+
+function isDigit(code: number): boolean {
+  return code >= 0x30 && code <= 0x39;
+}
+
+/**
+ * An upper bound of how deeply marked would nest the message, in one pass
+ * over it. For each line (outside fenced code at the top level): the block
+ * quote markers and list markers it starts with, plus one level for every two
+ * columns of indentation among them (a nested list needs at least two), the
+ * space after each marker not counted. For
+ * each paragraph: the most emphasis and strikethrough delimiters (`*`, `_`,
+ * `~`) and brackets open at once, a run that can close taken as closing.
+ */
+export function markdownDepth(text: string): number {
+  let deepest = 0;
+  let fence: { char: number; length: number } | undefined;
+  let inlineOpen = 0;
+  let start = 0;
+  while (start <= text.length) {
+    let end = text.indexOf('\n', start);
+    if (end === -1) end = text.length;
+    const line = fence === undefined ? lineStart(text, start, end) : undefined;
+    if (line === undefined) {
+      if (fence !== undefined && closesFence(text, start, end, fence)) fence = undefined;
+    } else if (line.fence !== undefined) {
+      fence = line.fence;
+      inlineOpen = 0;
+    } else if (line.blank) {
+      deepest = Math.max(deepest, line.depth); // (a line of markers alone nests as deep)
+      inlineOpen = 0; // emphasis and links end with their paragraph
+    } else {
+      deepest = Math.max(deepest, line.depth);
+      for (let i = line.textStart; i < end; i += 1) {
+        const code = text.charCodeAt(i);
+        if (code === 0x5c) {
+          i += 1; // a backslash escapes what follows
+        } else if (code === 0x5b) {
+          inlineOpen += 1;
+          deepest = Math.max(deepest, inlineOpen);
+        } else if (code === 0x5d) {
+          inlineOpen = Math.max(0, inlineOpen - 1);
+        } else if (code === 0x2a || code === 0x5f || code === 0x7e) {
+          let runEnd = i + 1;
+          while (runEnd < end && text.charCodeAt(runEnd) === code) runEnd += 1;
+          const run = runEnd - i;
+          const canOpen = !isBlank(text.charCodeAt(runEnd));
+          const canClose = i > line.textStart && !isBlank(text.charCodeAt(i - 1));
+          if (canClose && (inlineOpen > 0 || !canOpen)) {
+            inlineOpen = Math.max(0, inlineOpen - run);
+          } else if (canOpen && !(canClose && code === 0x5f)) {
+            // (an underscore inside a word neither opens nor closes)
+            inlineOpen += run;
+            deepest = Math.max(deepest, inlineOpen);
+          }
+          i = runEnd - 1;
+        }
+      }
+    }
+    start = end + 1;
+  }
+  return deepest;
+}
+
+/** How a line begins: its container depth, where its text starts, whether it opens a fence or is blank. */
+function lineStart(
+  text: string,
+  start: number,
+  end: number,
+): {
+  depth: number;
+  textStart: number;
+  blank: boolean;
+  fence?: { char: number; length: number };
+} {
+  let markers = 0;
+  let columns = 0;
+  let i = start;
+  while (i < end) {
+    const code = text.charCodeAt(i);
+    if (code === SPACE) {
+      columns += 1;
+      i += 1;
+    } else if (code === TAB) {
+      columns += 4;
+      i += 1;
+    } else if (code === 0x3e) {
+      i = afterMarker(text, i + 1); // >
+      markers += 1;
+    } else if (
+      (code === 0x2d || code === 0x2a || code === 0x2b) &&
+      isBlank(text.charCodeAt(i + 1))
+    ) {
+      i = afterMarker(text, i + 1); // - * +
+      markers += 1;
+    } else if (isDigit(code)) {
+      let digits = i;
+      while (digits < end && digits - i < 9 && isDigit(text.charCodeAt(digits))) digits += 1;
+      const after = text.charCodeAt(digits);
+      if ((after !== 0x2e && after !== 0x29) || !isBlank(text.charCodeAt(digits + 1))) break;
+      i = afterMarker(text, digits + 1); // 1. or 1)
+      markers += 1;
+    } else {
+      break;
+    }
+  }
+  const depth = markers + Math.floor(columns / 2);
+  const blank = i >= end || (i === end - 1 && text.charCodeAt(i) === 0x0d);
+  // A fence at the top level (no marker, at most three spaces before it).
+  let fence: { char: number; length: number } | undefined;
+  const first = text.charCodeAt(i);
+  if (markers === 0 && i - start <= 3 && columns <= 3 && (first === 0x60 || first === 0x7e)) {
+    let run = i;
+    while (run < end && text.charCodeAt(run) === first) run += 1;
+    // (a backtick fence's info string holds no backtick)
+    let info = run;
+    while (first === 0x60 && info < end && text.charCodeAt(info) !== 0x60) info += 1;
+    if (run - i >= 3 && (first === 0x7e || info === end)) fence = { char: first, length: run - i };
+  }
+  return { depth, textStart: i, blank, fence };
+}
+
+/** Past the one space or tab a container marker takes (it is not indentation). */
+function afterMarker(text: string, i: number): number {
+  const code = text.charCodeAt(i);
+  return code === SPACE || code === TAB ? i + 1 : i;
+}
+
+/** Whether the line closes the fence: at most three spaces, a run as long or longer, then only blanks. */
+function closesFence(
+  text: string,
+  start: number,
+  end: number,
+  fence: { char: number; length: number },
+): boolean {
+  let i = start;
+  while (i < end && i - start < 4 && text.charCodeAt(i) === SPACE) i += 1;
+  if (i - start > 3) return false;
+  let run = i;
+  while (run < end && text.charCodeAt(run) === fence.char) run += 1;
+  if (run - i < fence.length) return false;
+  for (let rest = run; rest < end; rest += 1) if (!isBlank(text.charCodeAt(rest))) return false;
+  return true;
 }
 
 /** DOMPurify on rendered Markdown: plain HTML only, images as links, nothing that fetches. */
@@ -96,14 +365,23 @@ export function sanitizeHtml(html: string): string {
   });
 }
 
-const rendered = new WeakMap<object, string>();
+const rendered = new WeakMap<object, RenderedMessage>();
 
-/** Rendered once per event object: a stored message never changes. */
-export function renderMarkdownOnce(key: object, text: string): string {
-  let html = rendered.get(key);
-  if (html === undefined) {
-    html = renderMarkdown(text);
-    rendered.set(key, html);
+/**
+ * Rendered once per event object: a stored message never changes. Each render
+ * is a User Timing measure, `cs:render-message` (its detail: the length, and
+ * why it is plain text if it is), which `npm run bench` reads.
+ */
+export function renderMessageOnce(key: object, text: string): RenderedMessage {
+  let message = rendered.get(key);
+  if (message === undefined) {
+    const started = performance.now();
+    message = renderMessage(text);
+    rendered.set(key, message);
+    performance.measure('cs:render-message', {
+      start: started,
+      detail: { chars: text.length, plain: 'plain' in message ? message.plain : null },
+    });
   }
-  return html;
+  return message;
 }
