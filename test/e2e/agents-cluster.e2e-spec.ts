@@ -7,11 +7,7 @@
 // request is a span of its message's trace that holds no key and no text.
 import { afterAll, beforeAll, describe, expect, it, onTestFailed } from 'vitest';
 import type { StoredEvent } from '@cs/protocol';
-import {
-  FakeModelServer,
-  openAiCompletion,
-  openAiStream,
-} from '../fakes/fake-model-server.js';
+import { FakeModelServer, openAiCompletion, openAiStream } from '../fakes/fake-model-server.js';
 import { FakeMcpServer } from '../fakes/fake-mcp-server.js';
 import {
   FakeRemoteAgent,

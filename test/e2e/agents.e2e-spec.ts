@@ -9,11 +9,7 @@ import { join } from 'node:path';
 import { createInterface } from 'node:readline';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { ActionEvent, ServerEvent, StoredEvent } from '@cs/protocol';
-import {
-  FakeModelServer,
-  openAiCompletion,
-  openAiStream,
-} from '../fakes/fake-model-server.js';
+import { FakeModelServer, openAiCompletion, openAiStream } from '../fakes/fake-model-server.js';
 import { FakeMcpServer } from '../fakes/fake-mcp-server.js';
 import { api, devToken, isAgentReply } from '../support/clients.js';
 import {

@@ -4,10 +4,7 @@
 // (OpenAI-compatible bodies; `streaming` holds for Anthropic's too).
 import { expect } from 'vitest';
 import type { ServerEvent, StoredEvent } from '@cs/protocol';
-import type {
-  FakeModelServer,
-  FakeReply,
-} from '../fakes/fake-model-server.js';
+import type { FakeModelServer, FakeReply } from '../fakes/fake-model-server.js';
 import { ConversationClient, api, isAgentReply } from './clients.js';
 
 type Body = Record<string, unknown>;

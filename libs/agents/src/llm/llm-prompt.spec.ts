@@ -1,6 +1,11 @@
 import { beforeEach, describe, expect, it } from 'vitest';
 import type { StoredEvent } from '@cs/protocol';
-import { CURRENT_TIME_TOOL, contextOf, events, resetEventIds } from '../../../../test/fakes/agent-context.js';
+import {
+  CURRENT_TIME_TOOL,
+  contextOf,
+  events,
+  resetEventIds,
+} from '../../../../test/fakes/agent-context.js';
 import { PromptTooLargeError, buildLlmPrompt, leftOutNote } from './llm-prompt.js';
 import type { PromptMessage } from './model-client.js';
 import { MESSAGE_OVERHEAD_TOKENS, tokenCounter } from './token-counter.js';
