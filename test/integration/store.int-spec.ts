@@ -19,6 +19,7 @@ import { sqlErrorCode } from '@cs/store';
 import {
   DataDirLockedError,
   PostgresConversationStore,
+  WriteClock,
   loadMigrations,
   lockDataDir,
   migrate,
@@ -910,6 +911,25 @@ describe.each(backends)('PostgresConversationStore on $name', (backend) => {
   });
 
   describe('listConversations', () => {
+    it("takes a new conversation's times from the write clock its activity times come from", async () => {
+      // Activity order compares creation times with later append times: one
+      // clock for both (the database's now() had microseconds the store's
+      // clock, in whole milliseconds, could fall behind within one).
+      const clocked = new PostgresConversationStore(database, {
+        clock: new WriteClock(() => Date.parse('2026-01-02T03:04:05.678Z')),
+      });
+      const { conversation } = await clocked.createConversation(newConversation());
+      expect(conversation.createdAt.toISOString()).toBe('2026-01-02T03:04:05.678Z');
+      const { rows } = await database.query<{ created: string; updated: string }>(
+        `SELECT to_char(created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"') AS created,
+                to_char(updated_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"') AS updated
+           FROM conversations WHERE id = $1`,
+        [conversation.id],
+      );
+      const at = '2026-01-02T03:04:05.678000Z';
+      expect(rows[0]).toEqual({ created: at, updated: at });
+    });
+
     it('pages newest activity first, stable while new conversations arrive', async () => {
       const tenantId = uniqueName('tenant');
       const existing = [];

@@ -7,3 +7,4 @@ export * from './database/sql-database.js';
 export { PostgresConversationStore } from './postgres-conversation.store.js';
 export * from './schema.migrator.js';
 export * from './store.factory.js';
+export * from './write-clock.js';

@@ -102,7 +102,7 @@ export class PostgresConversationStore implements ConversationStore {
     for (let round = 0; round < 2; round += 1) {
       const inserted = await guardData(() =>
         prepared.length === 0
-          ? this.conversations.insertIfAbsent(input)
+          ? this.conversations.insertIfAbsent(input, this.clock.now())
           : this.insertWithEvents(input, prepared),
       );
       if (inserted) return { conversation: inserted, created: true };
@@ -122,7 +122,7 @@ export class PostgresConversationStore implements ConversationStore {
   ): Promise<ConversationRecord | null> {
     return this.database.transaction(async (tx) => {
       const conversations = new ConversationRepository(tx);
-      const inserted = await conversations.insertIfAbsent(input);
+      const inserted = await conversations.insertIfAbsent(input, this.clock.now());
       if (!inserted) return null;
       await appendLocked(tx, input.tenantId, input.id, prepared, ANY_WRITER, this.clock);
       return conversations.find(input.tenantId, input.id);

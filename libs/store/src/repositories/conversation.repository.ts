@@ -88,13 +88,18 @@ export interface AppendHead {
 export class ConversationRepository {
   constructor(private readonly db: SqlQueryable) {}
 
-  /** Inserts unless the id exists (for anyone); null when it did. */
-  async insertIfAbsent(input: NewConversation): Promise<ConversationRecord | null> {
+  /**
+   * Inserts unless the id exists (for anyone); null when it did. `at` is its
+   * creation and first activity time, from the store's one write clock (as
+   * every later activity time is), so that activity order never mixes clocks.
+   */
+  async insertIfAbsent(input: NewConversation, at: string): Promise<ConversationRecord | null> {
     const settings = input.settings ?? DEFAULT_SETTINGS;
     const { rows } = await this.db.query<ConversationRow>(
       `INSERT INTO conversations (id, tenant_id, user_id, app_name, title, metadata, agent, instructions,
-                                  confirmation_mode, multitask_strategy, max_iterations, max_budget_usd)
-       VALUES ($1, $2, $3, $4, $5, $6::jsonb, $7::jsonb, $8, $9, $10, $11, $12)
+                                  confirmation_mode, multitask_strategy, max_iterations, max_budget_usd,
+                                  created_at, updated_at)
+       VALUES ($1, $2, $3, $4, $5, $6::jsonb, $7::jsonb, $8, $9, $10, $11, $12, $13::timestamptz, $13::timestamptz)
        ON CONFLICT (id) DO NOTHING
        RETURNING ${COLUMNS}`,
       [
@@ -110,6 +115,7 @@ export class ConversationRepository {
         settings.multitaskStrategy,
         settings.maxIterations,
         settings.maxBudgetUsd,
+        at,
       ],
     );
     return rows[0] ? toRecord(rows[0]) : null;
