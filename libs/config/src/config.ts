@@ -1,6 +1,7 @@
 import { z } from 'zod';
 import {
   CONCURRENCY_POLICIES,
+  DEFAULT_MULTITASK_STRATEGY,
   MULTITASK_STRATEGIES,
   type ConcurrencyPolicy,
   type MultitaskStrategy,
@@ -138,7 +139,7 @@ const EnvSchema = z.object({
   MIGRATE_ON_START: bool.default(true),
   MAX_ITERATIONS: positiveInt.max(10_000).default(100),
   MAX_BUDGET_PER_TASK_USD: z.coerce.number().min(0).max(1e6).default(0),
-  MULTITASK_STRATEGY: z.enum(MULTITASK_STRATEGIES).default('enqueue'),
+  MULTITASK_STRATEGY: z.enum(MULTITASK_STRATEGIES).default(DEFAULT_MULTITASK_STRATEGY),
   AGENT_MODULES: z
     .string()
     .transform((value) =>

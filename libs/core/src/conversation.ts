@@ -7,6 +7,7 @@ import type {
   EventSource,
   MultitaskStrategy,
 } from '@cs/protocol';
+import { DEFAULT_MULTITASK_STRATEGY } from '@cs/protocol';
 
 /** Who owns a conversation: every lookup is scoped by tenant. */
 export interface ConversationRef {
@@ -84,6 +85,14 @@ export interface ConversationSettings {
   /** Lower limits than the deployment's, or null. */
   maxIterations: number | null;
   maxBudgetUsd: number | null;
+}
+
+/** What a message sent while a turn runs does: the conversation's strategy, else the deployment's. */
+export function effectiveMultitaskStrategy(
+  settings: Pick<ConversationSettings, 'multitaskStrategy'>,
+  deployment: MultitaskStrategy = DEFAULT_MULTITASK_STRATEGY,
+): MultitaskStrategy {
+  return settings.multitaskStrategy ?? deployment;
 }
 
 export const DEFAULT_SETTINGS: ConversationSettings = {
@@ -193,6 +202,6 @@ export function toConversationInfo(
     last_event_id: record.lastEventId,
     agent: record.agent.name,
     confirmation_mode: record.settings.confirmationMode,
-    multitask_strategy: record.settings.multitaskStrategy ?? defaultStrategy,
+    multitask_strategy: effectiveMultitaskStrategy(record.settings, defaultStrategy),
   };
 }

@@ -5,7 +5,13 @@
  * `EventRepository.appendToLog(s)`.
  */
 import type { AppendedEvent } from '@cs/core';
-import { AgentBusyError, LeaseLostError, NotFoundError, isAgentBusy } from '@cs/core';
+import {
+  AgentBusyError,
+  LeaseLostError,
+  NotFoundError,
+  effectiveMultitaskStrategy,
+  isAgentBusy,
+} from '@cs/core';
 import type { MultitaskStrategy, StoredEvent } from '@cs/protocol';
 import type { SqlQueryable } from './database/sql-database.js';
 import type { AppendPlan, FoldedDeltas, PreparedDraft } from './event-append.plan.js';
@@ -99,10 +105,9 @@ export async function appendLocked(
   }
 
   // The strategy as it is now, under the lock: a PATCH applies from the next message on.
-  const strategy = head.multitaskStrategy ?? writer.defaultMultitaskStrategy;
   const busy =
     writer.defaultMultitaskStrategy !== null &&
-    strategy === 'reject' &&
+    effectiveMultitaskStrategy(head, writer.defaultMultitaskStrategy) === 'reject' &&
     (await isAgentBusy({
       agentState: head.agentState,
       unansweredMessages: () =>

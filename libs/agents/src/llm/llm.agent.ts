@@ -25,6 +25,7 @@ import type { AppConfig } from '@cs/config';
 import { startSpan, type OpenSpan } from '@cs/observability';
 import {
   ToolNameSchema,
+  MAX_MODEL_TITLE_CHARS,
   cutText,
   isAction,
   type AgentOutput,
@@ -386,7 +387,7 @@ function messageText(event: StoredEvent): string | undefined {
   return typeof content === 'string' ? content : undefined;
 }
 
-/** One line, no wrapping quotes, no final period, at most 80 characters. */
+/** One line, no wrapping quotes, no final period, at most `MAX_MODEL_TITLE_CHARS`. */
 export function cleanTitle(text: string): string {
   const line = text
     .trim()
@@ -396,8 +397,8 @@ export function cleanTitle(text: string): string {
     .replace(/\.$/, '')
     .replace(/\s+/g, ' ')
     .trim();
-  if (line.length <= 80) return line;
-  const cut = cutText(line, 80);
+  if (line.length <= MAX_MODEL_TITLE_CHARS) return line;
+  const cut = cutText(line, MAX_MODEL_TITLE_CHARS);
   const space = cut.lastIndexOf(' ');
   return space > 20 ? cut.slice(0, space) : cut;
 }

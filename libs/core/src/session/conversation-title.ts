@@ -5,7 +5,7 @@
  * `STATUS$TITLE_UPDATED`. A failure leaves the conversation untitled. The
  * title request's usage counts in the conversation's metrics like a step's.
  */
-import { StatusId, cutText, isAction, storableText } from '@cs/protocol';
+import { MAX_AGENT_TITLE_CHARS, StatusId, cutText, isAction, storableText } from '@cs/protocol';
 import type { StatusUpdate, StoredEvent } from '@cs/protocol';
 import type { Agent } from '../agent.js';
 import type { ConversationRef, MetricsDelta } from '../conversation.js';
@@ -15,8 +15,6 @@ import type { StepUsage } from './step-runner.js';
 import { fallbackTitle } from './title.js';
 import type { TurnRunner } from './turn-runner.js';
 import { isUserMessage } from './user-event-queue.js';
-
-const MAX_AGENT_TITLE_CHARS = 200;
 
 export interface TitleDeps {
   store: ConversationStore;

@@ -18,7 +18,7 @@ import {
 } from '../conversation.js';
 import { AgentBusyError, ConflictError, LeaseLostError, NotFoundError } from '../errors.js';
 import { isAgentBusy } from '../agent-busy.js';
-import { DEFAULT_SETTINGS, refOf } from '../conversation.js';
+import { DEFAULT_SETTINGS, effectiveMultitaskStrategy, refOf } from '../conversation.js';
 import { randomUUID } from 'node:crypto';
 import { systemClock, type Clock } from '../ports/clock.port.js';
 import type {
@@ -293,10 +293,9 @@ export class InMemoryConversationStore implements ConversationStore {
       fresh.push({ event, clientEventId: key, leaseEpoch: epoch ?? null, draft });
       results.push({ event: clone(event), duplicate: false });
     }
-    const strategy = record.settings.multitaskStrategy ?? options?.defaultMultitaskStrategy;
     const busy =
       options?.defaultMultitaskStrategy !== undefined &&
-      strategy === 'reject' &&
+      effectiveMultitaskStrategy(record.settings, options.defaultMultitaskStrategy) === 'reject' &&
       fresh.length > 0 &&
       isAgentBusy({
         agentState: record.agentState,
