@@ -87,6 +87,15 @@ export interface ConversationSettings {
   maxBudgetUsd: number | null;
 }
 
+/** The statuses of a live conversation: held by a process, or about to be. */
+export const LIVE_STATUSES: readonly ConversationStatus[] = ['STARTING', 'RUNNING'];
+/** The statuses a start moves from (to `STARTING`). */
+export const STARTABLE_STATUSES: readonly ConversationStatus[] = ['STOPPED', 'ERROR'];
+
+export function isLiveStatus(status: ConversationStatus): boolean {
+  return LIVE_STATUSES.includes(status);
+}
+
 /** What a message sent while a turn runs does: the conversation's strategy, else the deployment's. */
 export function effectiveMultitaskStrategy(
   settings: Pick<ConversationSettings, 'multitaskStrategy'>,

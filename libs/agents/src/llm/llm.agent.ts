@@ -26,6 +26,7 @@ import { startSpan, type OpenSpan } from '@cs/observability';
 import {
   ToolNameSchema,
   MAX_MODEL_TITLE_CHARS,
+  backoffDelay,
   cutText,
   isAction,
   type AgentOutput,
@@ -273,8 +274,11 @@ export class LlmAgent implements Agent {
   }
 
   private backoff(attempt: number): number {
-    const base = Math.min(this.maxBackoffMs, this.backoffMs * 2 ** attempt);
-    return Math.round(base * (0.8 + Math.random() * 0.4));
+    return backoffDelay(attempt, {
+      baseMs: this.backoffMs,
+      maxMs: this.maxBackoffMs,
+      jitter: [0.8, 1.2],
+    });
   }
 
   private usageOutput(usage: ModelUsage): AgentOutput {
