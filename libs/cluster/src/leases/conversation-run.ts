@@ -9,7 +9,7 @@ import {
   type ConversationRef,
   type SessionEndReason,
 } from '@cs/core';
-import type { ConversationHostDeps } from './conversation-host.js';
+import type { ConversationHostDeps } from './conversation-host.deps.js';
 import { TOO_MANY_FAILOVERS, type FailoverBreaker } from './failover-breaker.js';
 import {
   deliverToHosted,
