@@ -7,6 +7,7 @@
 //   npm run bench -- --quick
 //   npm run bench -- --only round-trip,cold-start
 //   npm run bench -- --only memory
+//   npm run bench -- --only round-trip,sustained,redis-cluster
 //   npm run bench -- --only streaming,model-turn,long-history,sizes,browser
 //   npm run bench -- --gateways 3 --workers 3 --sustained-conversations 1000 --duration 20
 import { mkdtempSync } from 'node:fs';
@@ -28,6 +29,7 @@ import { runLongHistory } from './scenarios/long-history.mjs';
 import { runModelTurn } from './scenarios/model-turn.mjs';
 import { startFakeModel } from './lib/fake-model.mjs';
 import { runBrowser, runSizes } from './scenarios/web-client.mjs';
+import { runRedisCluster } from './scenarios/redis-cluster.mjs';
 
 const SCENARIOS = [
   { name: 'building-blocks', title: 'Building blocks', run: runBuildingBlocks },
@@ -37,6 +39,11 @@ const SCENARIOS = [
   { name: 'failover', title: 'Failover (kill -9)', run: (ctx) => runFailover(ctx, 'SIGKILL') },
   { name: 'handoff', title: 'Hand-off (SIGTERM)', run: (ctx) => runFailover(ctx, 'SIGTERM') },
   { name: 'sustained', title: 'Sustained load', run: runSustained },
+  {
+    name: 'redis-cluster',
+    title: 'Redis Cluster (3 masters, CONVERSATION_QUEUES=8): round trip, sustained, failovers',
+    run: runRedisCluster,
+  },
   { name: 'streaming', title: 'Streaming (agent delta → client)', run: runStreaming },
   { name: 'model-turn', title: "Model turn (the service's overhead)", run: runModelTurn },
   { name: 'sizes', title: 'Client SDK and web app sizes', run: runSizes },
