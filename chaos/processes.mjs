@@ -68,8 +68,11 @@ export class ManagedProcess {
   }
 }
 
-/** A private redis-server (append-only file on, like a production Redis for BullMQ). */
-export async function redisServer(log) {
+/**
+ * A private redis-server (append-only file on, like a production Redis for
+ * BullMQ; `durable: false`: off, like the benchmark's Redis Cluster nodes).
+ */
+export async function redisServer(log, { durable = true } = {}) {
   const port = await freePort();
   const dir = mkdtempSync(join(tmpdir(), 'cs-chaos-redis-'));
   const proc = new ManagedProcess({
@@ -82,10 +85,7 @@ export async function redisServer(log) {
       '127.0.0.1',
       '--dir',
       dir,
-      '--appendonly',
-      'yes',
-      '--appendfsync',
-      'always',
+      ...(durable ? ['--appendonly', 'yes', '--appendfsync', 'always'] : ['--appendonly', 'no']),
       '--save',
       '',
       '--maxmemory-policy',

@@ -43,3 +43,5 @@ export interface LocalRedisCluster {
 export declare function redisClusterAvailable(): boolean;
 export declare function startRedisCluster(): Promise<LocalRedisCluster>;
 export declare function parseCommandStats(text: string): Array<[string, number]>;
+/** Calls of each command so far on the Redis (node) on `port` (INFO commandstats); {} when down. */
+export declare function commandCallsAt(port: number): Promise<Record<string, number>>;

@@ -134,10 +134,7 @@ export async function startRedisCluster() {
       async commandCalls() {
         const calls = {};
         for (const node of await cluster.masters()) {
-          const text = await withNode(node.port, (redis) => redis.info('commandstats')).catch(
-            () => '',
-          );
-          for (const [command, count] of parseCommandStats(text)) {
+          for (const [command, count] of Object.entries(await commandCallsAt(node.port))) {
             calls[command] = (calls[command] ?? 0) + count;
           }
         }
@@ -153,6 +150,12 @@ export async function startRedisCluster() {
     await stop();
     throw error;
   }
+}
+
+/** Calls of each command so far on the Redis (node) on `port` (INFO commandstats); {} when down. */
+export async function commandCallsAt(port) {
+  const text = await withNode(port, (redis) => redis.info('commandstats')).catch(() => '');
+  return Object.fromEntries(parseCommandStats(text));
 }
 
 /** `cmdstat_<name>:calls=<n>,…` lines of INFO commandstats → [name, calls]. */
