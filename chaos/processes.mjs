@@ -34,9 +34,12 @@ export class ManagedProcess {
   }
 
   async start() {
+    const env = { ...process.env, ...this.env };
+    // `undefined`: unset (e.g. REDIS_URL of the caller's environment on a Redis Cluster).
+    for (const [key, value] of Object.entries(env)) if (value === undefined) delete env[key];
     const child = spawn(this.command, this.args, {
       cwd: ROOT,
-      env: { ...process.env, ...this.env },
+      env,
       stdio: ['ignore', 'pipe', 'pipe'],
     });
     this.child = child;

@@ -630,6 +630,48 @@ function targetsTable(s, blocks) {
       );
     }
   }
+  const rc = s['redis-cluster'];
+  if (rc) {
+    const on = 'on a 3-master Redis Cluster with 8 queues:';
+    if (rc.roundTripRatio !== null) {
+      add(
+        `${on} round trip p50`,
+        '≤ 1.3 × one Redis in the same run',
+        `${ms(rc.roundTrip.latency.p50)} = ${rc.roundTripRatio} × ${ms(s['round-trip']?.latency.p50)}`,
+        rc.roundTripRatio <= 1.3,
+      );
+    }
+    const levels = (rc.sustained?.levels ?? []).filter((l) => l.offeredRate !== null);
+    const top =
+      levels.filter(meets).sort((a, b) => b.throughput.value - a.throughput.value)[0] ??
+      levels.sort((a, b) => b.throughput.value - a.throughput.value)[0];
+    if (top) {
+      add(
+        `${on} sustained load`,
+        '≥ 1,000 user messages/s with p99 ≤ 100 ms',
+        `${top.throughput.value} msg/s (${levelName(top)}), p99 ${ms(top.latency.p99)}`,
+        meets(top),
+      );
+    }
+    if (rc.failover) {
+      add(
+        `${on} failover after kill -9 of a worker, every conversation`,
+        '≤ LEASE_TTL_MS + 2 s',
+        `max ${ms(rc.failover.latency.max)} (${rc.failover.withinBound}/${rc.failover.conversations} within)`,
+        rc.failover.withinBound === rc.failover.conversations,
+      );
+    }
+    const kill = rc.masterKill;
+    if (kill) {
+      add(
+        `${on} kill -9 of a Redis master under load`,
+        'every acknowledged message answered; first answer ≤ cluster-node-timeout + 3 s',
+        `${kill.unanswered} of ${kill.acknowledged} unanswered; first answer of the ${kill.affected}` +
+          ` conversations on it: max ${ms(kill.firstAnswerAffected.max)} (bound ${ms(kill.boundMs)})`,
+        kill.unanswered === 0 && kill.withinBound === kill.affected,
+      );
+    }
+  }
   if (rows.length === 0) return [];
   return [
     '## Figures to reach',
