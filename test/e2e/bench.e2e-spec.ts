@@ -20,11 +20,28 @@ interface Level {
   throughput: { value: number };
   latency: Summary;
 }
+interface RedisClusterResult {
+  /** Which cluster ran it (every scenario's result says so). */
+  cluster?: unknown;
+  roundTrip: { latency: Summary };
+  roundTripRatio: number | null;
+  sustained: { levels: Level[] };
+  failover: null;
+  masterKill: {
+    acknowledged: number;
+    unanswered: number;
+    affected: number;
+    withinBound: number;
+    boundMs: number;
+    firstAnswerAffected: { max: number };
+  };
+}
 interface Results {
   scenarios: {
     'building-blocks': { blocks: Record<string, Summary> };
-    'round-trip': { latency: Summary };
+    'round-trip': { latency: Summary; cluster?: unknown };
     sustained: { levels: Level[] };
+    'redis-cluster'?: RedisClusterResult;
   };
 }
 interface ReportModule {
@@ -105,5 +122,76 @@ describe('npm run bench', () => {
     // A level meets it with ≥ 1,000 answered per second and p99 ≤ 100 ms.
     expect(sustained([level(1000, 999.7, 30), level(1100, 1100.2, 65)])).toBe('yes');
     expect(sustained([level(1000, 999.7, 30), level(1250, 1250, 216)])).toBe('**no**');
+
+    // The Redis Cluster's rows: its round trip against one Redis's of the same run, its
+    // sustained load, and kill -9 of a master (every acknowledged message answered, the
+    // first answer of its conversations within cluster-node-timeout + 3 s).
+    const single = measured.scenarios['round-trip'].latency.p50;
+    const onCluster = (change: (rc: RedisClusterResult) => void) =>
+      variant((d) => {
+        const rc: RedisClusterResult = {
+          cluster: d.scenarios['round-trip'].cluster,
+          roundTrip: { latency: { p50: single * 1.2, p99: 1 } },
+          roundTripRatio: 1.2,
+          sustained: { levels: [level(1000, 1000.1, 80)] },
+          failover: null,
+          masterKill: {
+            acknowledged: 400,
+            unanswered: 0,
+            affected: 5,
+            withinBound: 5,
+            boundMs: 5000,
+            firstAnswerAffected: { max: 4100 },
+          },
+        };
+        change(rc);
+        d.scenarios['redis-cluster'] = rc;
+      });
+    const cluster = 'on a 3-master Redis Cluster with 8 queues:';
+    expect(
+      verdict(
+        onCluster(() => undefined),
+        `${cluster} round trip p50`,
+      ),
+    ).toBe('yes');
+    expect(
+      verdict(
+        onCluster((rc) => (rc.roundTripRatio = 1.4)),
+        `${cluster} round trip p50`,
+      ),
+    ).toBe('**no**');
+    expect(
+      verdict(
+        onCluster(() => undefined),
+        `${cluster} sustained load`,
+      ),
+    ).toBe('yes');
+    expect(
+      verdict(
+        onCluster((rc) => (rc.sustained.levels = [level(1000, 640, 900)])),
+        `${cluster} sustained load`,
+      ),
+    ).toBe('**no**');
+    const kill = `${cluster} kill -9 of a Redis master under load`;
+    expect(
+      verdict(
+        onCluster(() => undefined),
+        kill,
+      ),
+    ).toBe('yes');
+    expect(
+      verdict(
+        onCluster((rc) => (rc.masterKill.unanswered = 1)),
+        kill,
+      ),
+    ).toBe('**no**');
+    expect(
+      verdict(
+        onCluster((rc) => (rc.masterKill.withinBound = 4)),
+        kill,
+      ),
+    ).toBe('**no**');
+    // Without the scenario in the results, no such row.
+    expect(renderMarkdown(measured, null)).not.toContain(cluster);
   });
 });
