@@ -115,7 +115,14 @@ export async function writeReports({
     options,
   };
   const file = join(RESULTS_DIR, options.quick ? `${date}-quick.json` : `${date}.json`);
-  const previous = existsSync(file) ? JSON.parse(readFileSync(file, 'utf8')) : null;
+  // The first full run of a day starts from the newest results before it, so that
+  // BENCHMARKS.md keeps showing the scenarios it did not run (each with its run's date).
+  const latest = options.quick ? null : latestResults();
+  const previous = existsSync(file)
+    ? JSON.parse(readFileSync(file, 'utf8'))
+    : latest
+      ? JSON.parse(readFileSync(latest, 'utf8'))
+      : null;
   const merged = {
     date,
     machine: await machine(cluster),
@@ -689,8 +696,15 @@ export function renderMarkdown(data, chart) {
   const blocks = s['building-blocks']?.blocks ?? null;
   const lines = [];
   lines.push('# Benchmarks', '');
+  const runDates = [
+    ...new Set(
+      Object.values(s)
+        .map((scenario) => scenario.run?.slice(0, 10))
+        .filter(Boolean),
+    ),
+  ].sort();
   lines.push(
-    `Measured on ${data.date} by \`npm run bench\` (bench/run.mjs) on one machine: ${m.cores} × ${m.cpu},` +
+    `Measured on ${runDates.length > 1 ? runDates.join(', ') : data.date} by \`npm run bench\` (bench/run.mjs) on one machine: ${m.cores} × ${m.cpu},` +
       ` ${m.memoryGiB} GiB RAM, Linux ${m.kernel}, Node ${m.node}, Postgres ${m.postgres ?? '?'},` +
       ` Redis ${m.redis ?? '?'}. Everything shares the ${m.cores} cores: Postgres, Redis, the gateways,` +
       ' the workers and the load generator itself. Raw numbers: ' +
