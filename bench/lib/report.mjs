@@ -690,6 +690,70 @@ function targetsTable(s, blocks) {
   ];
 }
 
+const CAPACITY_ROLES = ['gateway', 'worker', 'postgres', 'redis'];
+
+/** The capacity scenario's costs per unit of work, one Redis beside the Redis Cluster. */
+function capacitySection(capacity) {
+  if (!capacity?.redis || !capacity?.redisCluster) return [];
+  const both = [capacity.redis, capacity.redisCluster];
+  const roles = (costs) =>
+    costs ? CAPACITY_ROLES.map((r) => `${r} ${costs[r] ?? '–'}`).join(', ') : '–';
+  const lines = [
+    '## Capacity (per unit of work)',
+    '',
+    'From the `capacity` scenario (`npm run bench -- --only capacity`); CPU in ms of one core' +
+      ' per unit, Redis commands of the masters (INFO commandstats), Postgres transactions' +
+      ' (pg_stat_database). [docs/capacity.md](docs/capacity.md) turns them into nodes.',
+    '',
+    row(['Measure', 'one Redis', 'Redis Cluster (3 masters, 8 queues)']),
+    row(['---', '---', '---']),
+  ];
+  const levels = Math.max(...both.map((b) => b.messages.levels.length));
+  for (let i = 0; i < levels; i += 1) {
+    const cells = both.map((b) => {
+      const l = b.messages.levels[i];
+      return l
+        ? `${l.answeredPerSecond} msg/s answered (of ${l.offeredRate}): ${roles(l.cpuMsPerMessage)};` +
+            ` ${l.redisCommandsPerMessage.total} Redis commands, ${l.pgTransactionsPerMessage}` +
+            ` Postgres transactions; p99 ${ms(l.latency.p99)}`
+        : '–';
+    });
+    lines.push(row([`per message with its answer, level ${i + 1}`, ...cells]));
+  }
+  lines.push(
+    row([
+      'per streamed delta',
+      ...both.map(
+        (b) =>
+          `${b.streaming.deltasPerSecond} deltas/s over ${b.streaming.streams} streams: ` +
+          `${roles(b.streaming.cpuMsPerDelta)}; ${b.streaming.redisCommandsPerDelta.total} Redis commands`,
+      ),
+    ]),
+  );
+  lines.push(
+    row([
+      'memory per idle socket (a gateway)',
+      ...both.map((b) => `${b.memory.gateway.perSocketKiB} KiB (${b.memory.gateway.sockets})`),
+    ]),
+  );
+  lines.push(
+    row([
+      'memory per hosted idle conversation (the workers)',
+      ...both.map(
+        (b) => `${b.memory.worker.perConversationKiB} KiB (${b.memory.worker.conversations})`,
+      ),
+    ]),
+  );
+  lines.push(
+    row([
+      'hosted idle conversations: CPU % of a core (workers + Postgres) per 1,000',
+      ...both.map((b) => `${b.memory.worker.idleCpuPerThousand ?? '–'}`),
+    ]),
+  );
+  lines.push('');
+  return lines;
+}
+
 export function renderMarkdown(data, chart) {
   const s = data.scenarios;
   const m = data.machine;
@@ -747,6 +811,7 @@ export function renderMarkdown(data, chart) {
     );
   }
   lines.push(...targetsTable(s, blocks));
+  lines.push(...capacitySection(s.capacity));
   lines.push('## Results', '');
   lines.push(
     row(['Scenario', 'Measure', 'p50', 'p95', 'p99', 'Throughput', 'vs building blocks', 'Notes']),
