@@ -243,11 +243,11 @@ async function measureBackend(side, redis) {
   const quick = options.quick;
   log('    memory (fresh processes):');
   const sockets = await gatewaySockets(side, side.cluster.gateways[0], {
-    count: quick ? 500 : 2000,
+    count: Math.min(options.memorySockets, quick ? 500 : 2000),
     idleWindowMs: quick ? 2000 : 5000,
   });
   const hosted = await workerConversations(side, {
-    count: quick ? 200 : 1000,
+    count: Math.min(options.memoryConversations, quick ? 200 : 1000),
     idleWindowMs: quick ? 4000 : 10_000,
   });
   log('    per user message with its answer:');
@@ -255,7 +255,7 @@ async function measureBackend(side, redis) {
     side,
     redis,
     options.capacityRates,
-    quick ? 60 : options.capacityConversations,
+    quick ? Math.min(60, options.capacityConversations) : options.capacityConversations,
     (quick ? 5 : 10) * 1000,
   );
   log('    per streamed delta:');
