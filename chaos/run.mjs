@@ -390,8 +390,17 @@ async function main() {
       GROUP BY u.conversation_id, u.id`,
   );
   for (const row of answers) {
-    if (row.replies !== 1)
-      violate(`user event ${row.conversation_id}#${row.id} has ${row.replies} replies`);
+    if (row.replies === 1) continue;
+    // Where the conversation stands, for whoever looks into it.
+    const { rows: states } = await db.query(
+      `SELECT status, agent_state, answered_through::int AS answered_through, lease_epoch::int AS epoch
+         FROM conversations WHERE id = $1`,
+      [row.conversation_id],
+    );
+    violate(
+      `user event ${row.conversation_id}#${row.id} has ${row.replies} replies` +
+        ` (conversation: ${JSON.stringify(states[0] ?? null)})`,
+    );
   }
   const { rows: shapes } = await db.query(
     'SELECT conversation_id, count(*)::int AS n, min(id)::int AS first, max(id)::int AS last FROM events GROUP BY conversation_id',
