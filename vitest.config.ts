@@ -48,6 +48,7 @@ const E2E_SERIAL = [
   // the chaos smoke kills, pauses and restarts processes on a timer and
   // loads both cores; the bench smoke measures latencies
   'test/e2e/chaos.e2e-spec.ts',
+  'test/e2e/chaos-redis-cluster.e2e-spec.ts',
   'test/e2e/bench.e2e-spec.ts',
   // Kills and fails over Redis masters under load.
   'test/e2e/redis-cluster.e2e-spec.ts',
