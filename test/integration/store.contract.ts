@@ -145,6 +145,29 @@ export function conversationStoreContract(
         expect(await store.getConversation(otherTenant, input.id)).toBeNull();
       });
 
+      it('stores a conversation with its first events, all of it or none', async () => {
+        const input = newConversation();
+        const { conversation } = await store.createConversation(input, [
+          message('hello', { clientEventId: 'first', stateDelta: { greeted: true } }),
+        ]);
+        expect(conversation).toMatchObject({ lastEventId: 0 });
+        const snapshot = await store.getSnapshot(input.tenantId, input.id);
+        expect(snapshot).toMatchObject({
+          conversation: { lastEventId: 0 },
+          state: { greeted: true },
+        });
+        expect(await store.readEvents(input.tenantId, input.id, { limit: 10 })).toMatchObject([
+          { id: 0, client_event_id: 'first', message: 'hello' },
+        ]);
+        // A draft the log refuses stores no conversation either.
+        const refused = newConversation();
+        await expect(
+          store.createConversation(refused, [message('fine'), agentStateChanged('dancing')]),
+        ).rejects.toBeInstanceOf(BadRequestError);
+        expect(await store.getConversation(refused.tenantId, refused.id)).toBeNull();
+        expect(await fixture.countEvents(refused.id)).toBe(0);
+      });
+
       it('refuses an id that is not a UUID', async () => {
         await expect(
           store.createConversation(newConversation({ id: 'not-a-uuid' })),
@@ -604,6 +627,64 @@ export function conversationStoreContract(
         // A backslash and the letters of an escape are plain text.
         await store.append(tenantId, id, [message('\\u0000 and \\ud800')]);
         expect(await fixture.countEvents(conversation.id)).toBe(1);
+      });
+    });
+
+    describe('incarnations', () => {
+      it('refuses a write for another incarnation of the id and reads it nothing', async () => {
+        const conversation = await created();
+        const { tenantId, id, incarnation } = conversation;
+        const [written] = await store.append(tenantId, id, [message('mine')], { incarnation });
+        expect(written).toMatchObject({ duplicate: false, event: { id: 0 } });
+        const other = '00000000-0000-4000-8000-000000000000';
+        await expect(
+          store.append(tenantId, id, [message('stale')], { incarnation: other }),
+        ).rejects.toBeInstanceOf(NotFoundError);
+        expect(await fixture.countEvents(id)).toBe(1);
+        expect(
+          await store.readEventPage(tenantId, id, {
+            limit: 10,
+            maxBytes: 10_000,
+            incarnation: other,
+          }),
+        ).toEqual({ events: [], hasMore: false });
+        expect(
+          (await store.readEventPage(tenantId, id, { limit: 10, maxBytes: 10_000, incarnation }))
+            .events,
+        ).toHaveLength(1);
+      });
+    });
+
+    describe('readEventPage', () => {
+      it('cuts a page at its limit or its bytes, never before the first event, and says when more follow', async () => {
+        const { tenantId, id } = await created();
+        // Five events of the same size.
+        await store.append(
+          tenantId,
+          id,
+          Array.from({ length: 5 }, (_, i) => message(`m${i}`)),
+        );
+        const page = (range: Partial<Parameters<ConversationStore['readEventPage']>[2]>) =>
+          store
+            .readEventPage(tenantId, id, { limit: 100, maxBytes: 1_000_000, ...range })
+            .then(({ events, hasMore }) => ({ ids: events.map((e) => e.id), hasMore }));
+        const size = Buffer.byteLength(JSON.stringify(message('m0').body));
+        expect(await page({})).toEqual({ ids: [0, 1, 2, 3, 4], hasMore: false });
+        expect(await page({ limit: 2 })).toEqual({ ids: [0, 1], hasMore: true });
+        expect(await page({ maxBytes: 2 * size })).toEqual({ ids: [0, 1], hasMore: true });
+        expect(await page({ maxBytes: 2 * size + 1 })).toEqual({ ids: [0, 1], hasMore: true });
+        expect(await page({ maxBytes: 1 })).toEqual({ ids: [0], hasMore: true });
+        expect(await page({ fromId: 3 })).toEqual({ ids: [3, 4], hasMore: false });
+        expect(await page({ fromId: 1, toId: 3, limit: 3 })).toEqual({
+          ids: [1, 2, 3],
+          hasMore: false,
+        });
+        expect(await page({ reverse: true, limit: 2 })).toEqual({ ids: [4, 3], hasMore: true });
+        expect(await page({ reverse: true, toId: 1 })).toEqual({ ids: [1, 0], hasMore: false });
+        // Another tenant reads nothing.
+        expect(
+          await store.readEventPage(uniqueName('tenant'), id, { limit: 10, maxBytes: 10_000 }),
+        ).toEqual({ events: [], hasMore: false });
       });
     });
 
