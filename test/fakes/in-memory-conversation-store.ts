@@ -103,9 +103,11 @@ export class InMemoryConversationStore implements ConversationStore {
   }
 
   async createConversation(
-    input: NewConversation,
+    given: NewConversation,
     drafts: readonly EventDraft[] = [],
   ): Promise<{ conversation: ConversationRecord; created: boolean }> {
+    // Postgres keeps a uuid in lower case, whatever case it was written in.
+    const input = { ...given, id: given.id.toLowerCase() };
     if (!isUuid(input.id)) {
       throw new BadRequestError('conversation_id must be a UUID', 'conversation_id');
     }
@@ -228,7 +230,7 @@ export class InMemoryConversationStore implements ConversationStore {
 
   deleteConversation(tenantId: string, conversationId: string): Promise<boolean> {
     if (!this.find(tenantId, conversationId)) return Promise.resolve(false);
-    this.conversations.delete(conversationId);
+    this.conversations.delete(conversationId.toLowerCase());
     return Promise.resolve(true);
   }
 
@@ -371,7 +373,7 @@ export class InMemoryConversationStore implements ConversationStore {
   lastEventIds(refs: readonly ConversationKey[]): Promise<Map<string, number>> {
     const found = new Map<string, number>();
     for (const ref of refs) {
-      const record = this.conversations.get(ref.conversationId)?.record;
+      const record = this.conversations.get(ref.conversationId.toLowerCase())?.record;
       if (record && record.tenantId === ref.tenantId) found.set(record.id, record.lastEventId);
     }
     return Promise.resolve(found);
@@ -475,7 +477,7 @@ export class InMemoryConversationStore implements ConversationStore {
   }
 
   private find(tenantId: string, conversationId: string): ConversationEntry | undefined {
-    const entry = this.conversations.get(conversationId);
+    const entry = this.conversations.get(conversationId.toLowerCase());
     return entry && entry.record.tenantId === tenantId ? entry : undefined;
   }
 }

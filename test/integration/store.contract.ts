@@ -168,6 +168,22 @@ export function conversationStoreContract(
         expect(await fixture.countEvents(refused.id)).toBe(0);
       });
 
+      it('names a conversation by its id in either case, and keeps the id in lower case', async () => {
+        const input = newConversation({ id: randomUUID().toUpperCase() });
+        const id = input.id.toLowerCase();
+        const { conversation } = await store.createConversation(input);
+        expect(conversation.id).toBe(id);
+        expect(await store.createConversation({ ...input, id })).toMatchObject({ created: false });
+        expect((await store.getConversation(input.tenantId, input.id))?.id).toBe(id);
+        await store.append(input.tenantId, input.id, [message('upper')]);
+        expect(await store.readEvents(input.tenantId, id, { limit: 10 })).toHaveLength(1);
+        expect(
+          await store.lastEventIds([{ tenantId: input.tenantId, conversationId: input.id }]),
+        ).toEqual(new Map([[id, 0]]));
+        expect(await store.deleteConversation(input.tenantId, input.id)).toBe(true);
+        expect(await store.getConversation(input.tenantId, id)).toBeNull();
+      });
+
       it('refuses an id that is not a UUID', async () => {
         await expect(
           store.createConversation(newConversation({ id: 'not-a-uuid' })),
