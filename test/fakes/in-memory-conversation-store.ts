@@ -40,7 +40,7 @@ import {
   type EventRange,
   type NewConversation,
 } from '@cs/core';
-import { isAction, isSameEvent, readAgentState } from '@cs/protocol';
+import { CONVERSATION_STATUSES, isAction, isSameEvent, readAgentState } from '@cs/protocol';
 import type { ConversationStatus, StoredEvent } from '@cs/protocol';
 // The store's own cursor codec and draft checks, not copies: plain code that
 // loads no driver.
@@ -112,6 +112,9 @@ export class InMemoryConversationStore implements ConversationStore {
       throw new BadRequestError('conversation_id must be a UUID', 'conversation_id');
     }
     drafts.forEach(prepareDraft);
+    if (hasNul(input) || refusedInJson(input.metadata) || refusedInJson(input.agent)) {
+      throw refusedText();
+    }
     const existing = this.conversations.get(input.id);
     if (existing) {
       const owned =
@@ -207,13 +210,15 @@ export class InMemoryConversationStore implements ConversationStore {
     return { items: items.map((row) => clone(row.record)), nextCursor };
   }
 
-  updateConversation(
+  async updateConversation(
     tenantId: string,
     conversationId: string,
     patch: ConversationPatch,
   ): Promise<ConversationRecord | null> {
     const entry = this.find(tenantId, conversationId);
-    if (!entry) return Promise.resolve(null);
+    if (!entry) return null;
+    if (Object.values(patch).every((value) => value === undefined)) return clone(entry.record);
+    if (hasNul(patch.title) || refusedInJson(patch.metadata)) throw refusedText();
     if (patch.title !== undefined) entry.record.title = patch.title;
     if (patch.metadata !== undefined) entry.record.metadata = clone(patch.metadata);
     if (patch.confirmationMode !== undefined)
@@ -225,7 +230,7 @@ export class InMemoryConversationStore implements ConversationStore {
       if (typeof value === 'number') entry.record.metrics[metric] += value;
     }
     this.touch(entry);
-    return Promise.resolve(clone(entry.record));
+    return clone(entry.record);
   }
 
   deleteConversation(tenantId: string, conversationId: string): Promise<boolean> {
@@ -234,17 +239,21 @@ export class InMemoryConversationStore implements ConversationStore {
     return Promise.resolve(true);
   }
 
-  setStatus(
+  async setStatus(
     tenantId: string,
     conversationId: string,
     status: ConversationStatus,
     expected?: readonly ConversationStatus[],
   ): Promise<boolean> {
+    for (const value of [status, ...(expected ?? [])]) {
+      if (!CONVERSATION_STATUSES.includes(value)) {
+        throw new BadRequestError(`invalid status ${String(value)}`, 'status');
+      }
+    }
     const entry = this.find(tenantId, conversationId);
-    if (!entry || (expected && !expected.includes(entry.record.status)))
-      return Promise.resolve(false);
+    if (!entry || (expected && !expected.includes(entry.record.status))) return false;
     entry.record.status = status;
-    return Promise.resolve(true);
+    return true;
   }
 
   releaseLease(
@@ -357,7 +366,7 @@ export class InMemoryConversationStore implements ConversationStore {
     if (busy) throw new AgentBusyError();
     // What Postgres refuses to store in JSON (refused-text.ts).
     if (fresh.some(({ event, draft }) => refusedInJson(event) || refusedInJson(draft.stateDelta))) {
-      throw new BadRequestError('text contains characters that cannot be stored');
+      throw refusedText();
     }
 
     for (const { draft, ...row } of fresh) {
@@ -519,6 +528,18 @@ function checkLimit(limit: number): void {
 }
 
 const LONE_SURROGATE = /[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[\uDC00-\uDFFF]/;
+
+/** What the Postgres store answers for text it cannot store (refused-text.ts). */
+function refusedText(): BadRequestError {
+  return new BadRequestError('text contains characters that cannot be stored');
+}
+
+/** A NUL character anywhere in a value, keys included: no Postgres text holds one. */
+function hasNul(value: unknown): boolean {
+  if (typeof value === 'string') return value.includes('\u0000');
+  if (typeof value !== 'object' || value === null) return false;
+  return Object.entries(value).some(([key, item]) => hasNul(key) || hasNul(item));
+}
 
 /** A NUL character or a lone surrogate anywhere in a JSON value, keys included. */
 function refusedInJson(value: unknown): boolean {

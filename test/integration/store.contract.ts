@@ -13,6 +13,7 @@ import {
   LeaseLostError,
   NotFoundError,
 } from '@cs/core';
+import type { ConversationStatus } from '@cs/protocol';
 import { decodeCursor } from '@cs/store';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { uniqueName } from '../support/services.js';
@@ -916,6 +917,50 @@ export function conversationStoreContract(
           'STOPPED',
         );
         expect((await store.getConversation(failed.tenantId, failed.id))?.status).toBe('ERROR');
+      });
+
+      it('refuses a status it does not know', async () => {
+        const { tenantId, id } = await created();
+        const unknown = 'DANCING' as ConversationStatus;
+        await expect(store.setStatus(tenantId, id, unknown)).rejects.toMatchObject({
+          code: 'BAD_REQUEST',
+          field: 'status',
+        });
+        await expect(store.setStatus(tenantId, id, 'RUNNING', [unknown])).rejects.toMatchObject({
+          code: 'BAD_REQUEST',
+          field: 'status',
+        });
+        expect((await store.getConversation(tenantId, id))?.status).toBe('STOPPED');
+      });
+
+      it('changes nothing for an empty patch, not even the activity time', async () => {
+        const conversation = await created();
+        await new Promise((resolve) => setTimeout(resolve, 3));
+        const same = await store.updateConversation(conversation.tenantId, conversation.id, {});
+        expect(same).toEqual(conversation);
+        expect(await store.getConversation(conversation.tenantId, conversation.id)).toEqual(
+          conversation,
+        );
+      });
+
+      it("refuses text Postgres cannot store in a conversation's title or metadata", async () => {
+        for (const overrides of [{ title: 'nul \u0000' }, { metadata: { k: 'nul \u0000' } }]) {
+          const input = newConversation(overrides);
+          await expect(store.createConversation(input)).rejects.toBeInstanceOf(BadRequestError);
+          expect(await store.getConversation(input.tenantId, input.id)).toBeNull();
+        }
+        const conversation = await created();
+        const { tenantId, id } = conversation;
+        for (const patch of [
+          { title: 'nul \u0000' },
+          { metadata: { k: 'nul \u0000' } },
+          { metadata: { k: 'lone \ud800' } },
+        ]) {
+          await expect(store.updateConversation(tenantId, id, patch)).rejects.toBeInstanceOf(
+            BadRequestError,
+          );
+        }
+        expect(await store.getConversation(tenantId, id)).toEqual(conversation);
       });
 
       it('sets a status only from an expected one', async () => {
