@@ -10,6 +10,7 @@ import {
   AgentBusyError,
   BadRequestError,
   ConflictError,
+  DEFAULT_SETTINGS,
   LeaseLostError,
   NotFoundError,
 } from '@cs/core';
@@ -121,8 +122,37 @@ export function conversationStoreContract(
           leaseOwner: null,
           metrics: { iterations: 0, prompt_tokens: 0, completion_tokens: 0, cost_usd: 0 },
         });
+        expect(conversation).toMatchObject({
+          settings: DEFAULT_SETTINGS,
+          turnCost: null,
+          answeredThrough: -1,
+        });
+        expect(conversation.incarnation).toMatch(/^[0-9a-f-]{36}$/);
         expect(conversation.createdAt).toBeInstanceOf(Date);
+        expect(conversation.updatedAt).toEqual(conversation.createdAt);
         expect(await store.getConversation(input.tenantId, input.id)).toEqual(conversation);
+      });
+
+      it('stores the settings it is given', async () => {
+        const settings = {
+          confirmationMode: true,
+          multitaskStrategy: 'reject' as const,
+          maxIterations: 7,
+          maxBudgetUsd: 0.5,
+        };
+        const input = newConversation({ settings });
+        const { conversation } = await store.createConversation(input);
+        expect(conversation.settings).toEqual(settings);
+        expect((await store.getConversation(input.tenantId, input.id))?.settings).toEqual(settings);
+        const updated = await store.updateConversation(input.tenantId, input.id, {
+          confirmationMode: false,
+          multitaskStrategy: 'enqueue',
+        });
+        expect(updated?.settings).toEqual({
+          ...settings,
+          confirmationMode: false,
+          multitaskStrategy: 'enqueue',
+        });
       });
 
       it('returns the stored conversation when its owner repeats the id', async () => {
