@@ -15,7 +15,8 @@ import {
   NotFoundError,
 } from '@cs/core';
 import type { ConversationStatus } from '@cs/protocol';
-import { decodeCursor } from '@cs/store';
+// The codec alone, not all of @cs/store: the unit project loads this file too.
+import { decodeCursor } from '../../libs/store/src/conversation-page.cursor.js';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { uniqueName } from '../support/services.js';
 
