@@ -76,7 +76,13 @@ export default defineConfig({
         resolve: { alias },
         test: {
           name: 'unit',
-          include: ['apps/**/*.spec.ts', 'libs/**/*.spec.ts', 'web/src/**/*.spec.ts'],
+          include: [
+            'apps/**/*.spec.ts',
+            'libs/**/*.spec.ts',
+            'web/src/**/*.spec.ts',
+            // the fakes' own specs, such as the in-memory store's contract run
+            'test/fakes/**/*.spec.ts',
+          ],
           environment: 'node',
           // A few specs spin the CPU on purpose (an agent that never ends its
           // step, a 1 MiB nested body): 5 s was too short beside another file
