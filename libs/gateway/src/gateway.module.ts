@@ -11,6 +11,7 @@ import { ConversationSockets } from './realtime/conversation-sockets.js';
 import { ConversationGateway } from './realtime/conversation.gateway.js';
 import { EventStreamService } from './realtime/event-stream.service.js';
 import { ConnectionLimiter } from './realtime/connection-limiter.js';
+import { TurnWatchService } from './realtime/turn-watch.service.js';
 
 /**
  * The client-facing edge shared by the gateway and the standalone app: REST,
@@ -36,11 +37,13 @@ export class GatewayModule {
         EventStreamService,
         LifecycleService,
         ConnectionLimiter,
+        TurnWatchService,
       ],
       exports: [
         ConversationRoomHub,
         ConversationGateway,
         EventStreamService,
+        TurnWatchService,
         LifecycleService,
         TokenService,
       ],

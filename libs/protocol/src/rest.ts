@@ -155,6 +155,35 @@ export type ConversationStateResponse = z.infer<typeof ConversationStateResponse
 export const ConversationPresenceSchema = z.object({ sockets: z.number().int().min(0) });
 export type ConversationPresence = z.infer<typeof ConversationPresenceSchema>;
 
+/** Where the turn of one user event stands (`GET /conversations/:id/turns/:event_id`). */
+export const TurnStatusSchema = z.enum([
+  'pending',
+  'running',
+  'awaiting_user_confirmation',
+  'completed',
+  'error',
+  'undone',
+]);
+export const TurnResponseSchema = z.object({
+  status: TurnStatusSchema,
+  agent_state: AgentStateSchema.nullable(),
+  events: z.array(StoredEventSchema),
+});
+export type TurnResponse = z.infer<typeof TurnResponseSchema>;
+
+/**
+ * `POST /conversations/:id/events`: `turn` only with `Prefer: wait=<s>`
+ * (null when the time was up before the turn ended).
+ */
+export const SentUserActionSchema = z.object({
+  event_id: z.number().int(),
+  turn: z
+    .object({ agent_state: AgentStateSchema.nullable(), events: z.array(StoredEventSchema) })
+    .nullable()
+    .optional(),
+});
+export type SentUserAction = z.infer<typeof SentUserActionSchema>;
+
 /**
  * A user or tenant id, as Postgres stores it: no NUL (refused) and no lone
  * surrogate (stored as U+FFFD, so that two such ids would be one).
