@@ -105,6 +105,7 @@ export async function createAgentRuntime(
       ...observability,
       tools,
       price,
+      ...(config.llm.model ? { defaultModel: config.llm.model } : {}),
       maxBudgetUsd: config.limits.maxBudgetUsd,
       multitaskStrategy: config.agent.multitaskStrategy,
       onEnd: (ref) => void endConversation(ref.conversationId),

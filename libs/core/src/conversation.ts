@@ -7,6 +7,7 @@ import type {
   EventSource,
   MultitaskStrategy,
 } from '@cs/protocol';
+import type { ModelUsageDelta } from './usage.js';
 
 /** Who owns a conversation: every lookup is scoped by tenant. */
 export interface ConversationRef {
@@ -138,6 +139,8 @@ export interface EventDraft {
    * `answeredThrough` moves up to it (turns settle in id order).
    */
   answers?: number;
+  /** The model usage of the step this event stores, recorded with it (see usage.ts). */
+  usage?: ModelUsageDelta;
 }
 
 /**

@@ -24,3 +24,4 @@ export * from './ports/cluster-metrics.port.js';
 export * from './session/stream-text.js';
 export * from './ports/tracing.port.js';
 export * from './session/turn-tracker.js';
+export * from './usage.js';

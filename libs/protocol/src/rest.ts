@@ -184,6 +184,38 @@ export const SentUserActionSchema = z.object({
 });
 export type SentUserAction = z.infer<typeof SentUserActionSchema>;
 
+/** A UTC day `YYYY-MM-DD` that exists in the calendar. */
+const queryDay = z
+  .string()
+  .regex(/^\d{4}-\d{2}-\d{2}$/, 'must be a date YYYY-MM-DD')
+  .refine((day) => {
+    const time = Date.parse(`${day}T00:00:00Z`);
+    return Number.isFinite(time) && new Date(time).toISOString().startsWith(day);
+  }, 'must be a date YYYY-MM-DD');
+
+/** `GET /usage`: UTC days `from..to` (both included), grouped. */
+export const UsageQuerySchema = z
+  .object({
+    from: queryDay,
+    to: queryDay,
+    group_by: z.enum(['day', 'user', 'model', 'conversation']).default('day'),
+    user_id: z.string().min(1).max(128).optional(),
+  })
+  .refine((query) => query.from <= query.to, { message: 'must not be after to', path: ['from'] });
+export type UsageQueryInput = z.infer<typeof UsageQuerySchema>;
+
+const UsageTotalsSchema = z.object({
+  prompt_tokens: z.number(),
+  completion_tokens: z.number(),
+  cost_usd: z.number(),
+  requests: z.number(),
+});
+export const UsageResponseSchema = z.object({
+  results: z.array(UsageTotalsSchema.extend({ key: z.string() })),
+  total: UsageTotalsSchema,
+});
+export type UsageResponse = z.infer<typeof UsageResponseSchema>;
+
 /**
  * A user or tenant id, as Postgres stores it: no NUL (refused) and no lone
  * surrogate (stored as U+FFFD, so that two such ids would be one).

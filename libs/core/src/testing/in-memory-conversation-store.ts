@@ -34,6 +34,24 @@ import type {
   EventRange,
 } from '../ports/conversation-store.port.js';
 import { applyDelta, mergeScopes, splitStateDelta } from '../state.js';
+import {
+  EMPTY_USAGE,
+  addUsage,
+  utcDay,
+  type UsageQuery,
+  type UsageReport,
+  type UsageScope,
+  type UsageTotals,
+} from '../usage.js';
+
+/** One usage row, keyed as the Postgres table is. */
+interface UsageRow extends UsageTotals {
+  tenantId: string;
+  userId: string;
+  day: string;
+  model: string;
+  conversationId: string;
+}
 
 interface StoredRow {
   event: StoredEvent;
@@ -62,6 +80,7 @@ export class InMemoryConversationStore implements ConversationStore {
   private readonly conversations = new Map<string, ConversationEntry>();
   private readonly appStates = new Map<string, Record<string, unknown>>();
   private readonly userStates = new Map<string, Record<string, unknown>>();
+  private readonly usage = new Map<string, UsageRow>();
   private readonly clock: Clock;
   /** Test hook run before each append (after nothing has been written). */
   beforeAppend: AppendHook | null = null;
@@ -405,8 +424,64 @@ export class InMemoryConversationStore implements ConversationStore {
       if (typeof value === 'number') record.metrics[metric] += value;
     }
     record.turnCost = countTurnCost(record.turnCost, draft);
+    if (draft.usage) {
+      const { model, promptTokens, completionTokens, costUsd, requests } = draft.usage;
+      const key = {
+        tenantId: record.tenantId,
+        userId: record.userId,
+        day: utcDay(this.clock.now()),
+        model,
+        conversationId: record.id,
+      };
+      const id = JSON.stringify(key);
+      const row = this.usage.get(id) ?? { ...key, ...EMPTY_USAGE };
+      this.usage.set(id, {
+        ...row,
+        ...addUsage(row, {
+          prompt_tokens: promptTokens,
+          completion_tokens: completionTokens,
+          cost_usd: costUsd,
+          requests,
+        }),
+      });
+    }
     const agentState = readAgentState(draft.body);
     if (agentState !== null) record.agentState = agentState;
+  }
+
+  usageReport(tenantId: string, query: UsageQuery): Promise<UsageReport> {
+    const groups = new Map<string, UsageTotals>();
+    let total = EMPTY_USAGE;
+    for (const row of this.usageRows(tenantId, query)) {
+      const key = {
+        day: row.day,
+        user: row.userId,
+        model: row.model,
+        conversation: row.conversationId,
+      }[query.groupBy];
+      groups.set(key, addUsage(groups.get(key) ?? EMPTY_USAGE, row));
+      total = addUsage(total, row);
+    }
+    const results = [...groups]
+      .sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0))
+      .map(([key, totals]) => ({ key, ...totals }));
+    return Promise.resolve({ results, total });
+  }
+
+  usageCost(tenantId: string, scope: UsageScope): Promise<number> {
+    let cost = 0;
+    for (const row of this.usageRows(tenantId, scope)) cost += row.cost_usd;
+    return Promise.resolve(cost);
+  }
+
+  private usageRows(tenantId: string, scope: UsageScope): UsageRow[] {
+    return [...this.usage.values()].filter(
+      (row) =>
+        row.tenantId === tenantId &&
+        (scope.userId === undefined || row.userId === scope.userId) &&
+        row.day >= scope.from &&
+        row.day <= scope.to,
+    );
   }
 
   private find(tenantId: string, conversationId: string): ConversationEntry | undefined {
