@@ -25,3 +25,5 @@ export * from './session/stream-text.js';
 export * from './ports/tracing.port.js';
 export * from './session/turn-tracker.js';
 export * from './usage.js';
+export * from './budgets/model-budget.js';
+export * from './budgets/local-budget-ledger.js';
