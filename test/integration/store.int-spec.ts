@@ -1202,6 +1202,25 @@ describe.each(backends)('PostgresConversationStore on $name', (backend) => {
       });
     });
 
+    it("records a title request's usage with the metrics it adds", async () => {
+      const conversation = await created({ userId: 'carol' });
+      const today = new Date().toISOString().slice(0, 10);
+      const updated = await store.updateConversation(conversation.tenantId, conversation.id, {
+        title: 'named',
+        addMetrics: { prompt_tokens: 100, completion_tokens: 20, cost_usd: 0.25 },
+        addUsage: usage('m3', 0.25),
+      });
+      expect(updated?.metrics.cost_usd).toBeCloseTo(0.25);
+      const report = await store.usageReport(conversation.tenantId, {
+        from: today,
+        to: today,
+        groupBy: 'user',
+      });
+      expect(report.results).toEqual([
+        { key: 'carol', prompt_tokens: 100, completion_tokens: 20, cost_usd: 0.25, requests: 1 },
+      ]);
+    });
+
     it('records nothing of an append that fails (the same transaction)', async () => {
       const conversation = await created();
       const today = new Date().toISOString().slice(0, 10);

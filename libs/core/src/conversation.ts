@@ -113,6 +113,8 @@ export interface ConversationPatch {
   multitaskStrategy?: MultitaskStrategy;
   /** Counters added to the metrics: usage outside a turn's events (a title request). */
   addMetrics?: MetricsDelta;
+  /** That usage, recorded in `model_usage` in the same write. */
+  addUsage?: ModelUsageDelta;
 }
 
 /**

@@ -197,9 +197,32 @@ export class PostgresConversationStore implements ConversationStore {
     if (Object.values(patch).every((value) => value === undefined)) {
       return this.conversations.find(tenantId, conversationId);
     }
-    return guardData(() =>
-      this.conversations.update(tenantId, conversationId, patch, this.clock.now()),
-    );
+    const at = this.clock.now();
+    const usage = patch.addUsage;
+    if (usage) {
+      // A title request's usage: counted with the metrics it adds, in one transaction.
+      return guardData(() =>
+        this.database.transaction(async (tx) => {
+          const record = await new ConversationRepository(tx).update(
+            tenantId,
+            conversationId,
+            patch,
+            at,
+          );
+          if (record) {
+            await new UsageRepository(tx).add(
+              tenantId,
+              record.userId,
+              conversationId,
+              at.slice(0, 10),
+              usage,
+            );
+          }
+          return record;
+        }),
+      );
+    }
+    return guardData(() => this.conversations.update(tenantId, conversationId, patch, at));
   }
 
   async deleteConversation(tenantId: string, conversationId: string): Promise<boolean> {

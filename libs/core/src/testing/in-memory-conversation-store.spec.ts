@@ -53,6 +53,43 @@ describe(InMemoryConversationStore.name, () => {
     expect(await store.append(T, 'c', [userMessage('d')], refuse)).toHaveLength(1);
   });
 
+  it('records model usage of appends and title updates, and reports it by group for one tenant', async () => {
+    const store = new InMemoryConversationStore();
+    await store.createConversation(newConversation('c-1', 'alice'));
+    await store.createConversation(newConversation('c-2', 'bob'));
+    await store.createConversation(newConversation('c-3', 'alice', 'tenant-2'));
+    const usage = (model: string, costUsd: number) => ({
+      model,
+      promptTokens: 10,
+      completionTokens: 2,
+      costUsd,
+      requests: 1,
+    });
+    const step = (model: string, cost: number): EventDraft => ({
+      source: 'agent',
+      body: { action: 'message', args: { content: 'a' }, message: 'a' },
+      usage: usage(model, cost),
+    });
+    await store.append(T, 'c-1', [step('m1', 1), step('m2', 2)]);
+    await store.append(T, 'c-2', [step('m1', 4)]);
+    await store.append('tenant-2', 'c-3', [step('m1', 8)]);
+    await store.updateConversation(T, 'c-1', { addUsage: usage('m1', 0.5) });
+    const today = new Date().toISOString().slice(0, 10);
+    const byModel = await store.usageReport(T, { from: today, to: today, groupBy: 'model' });
+    expect(byModel.results.map((r) => [r.key, r.cost_usd, r.requests])).toEqual([
+      ['m1', 5.5, 3],
+      ['m2', 2, 1],
+    ]);
+    expect(byModel.total).toEqual({
+      prompt_tokens: 40,
+      completion_tokens: 8,
+      cost_usd: 7.5,
+      requests: 4,
+    });
+    expect(await store.usageCost(T, { from: today, to: today, userId: 'alice' })).toBe(3.5);
+    expect(await store.usageCost(T, { from: '2000-01-01', to: '2000-01-01' })).toBe(0);
+  });
+
   it('appends with gap-free ids from 0 and keeps last_event_id in step', async () => {
     const store = new InMemoryConversationStore();
     await store.createConversation(newConversation('c'));

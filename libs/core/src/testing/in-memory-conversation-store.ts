@@ -38,6 +38,7 @@ import {
   EMPTY_USAGE,
   addUsage,
   utcDay,
+  type ModelUsageDelta,
   type UsageQuery,
   type UsageReport,
   type UsageScope,
@@ -200,6 +201,7 @@ export class InMemoryConversationStore implements ConversationStore {
       const metric = name as keyof typeof entry.record.metrics;
       if (typeof value === 'number') entry.record.metrics[metric] += value;
     }
+    if (patch.addUsage) this.recordUsage(entry.record, patch.addUsage);
     entry.record.updatedAt = new Date(this.clock.now());
     return Promise.resolve(clone(entry.record));
   }
@@ -424,29 +426,31 @@ export class InMemoryConversationStore implements ConversationStore {
       if (typeof value === 'number') record.metrics[metric] += value;
     }
     record.turnCost = countTurnCost(record.turnCost, draft);
-    if (draft.usage) {
-      const { model, promptTokens, completionTokens, costUsd, requests } = draft.usage;
-      const key = {
-        tenantId: record.tenantId,
-        userId: record.userId,
-        day: utcDay(this.clock.now()),
-        model,
-        conversationId: record.id,
-      };
-      const id = JSON.stringify(key);
-      const row = this.usage.get(id) ?? { ...key, ...EMPTY_USAGE };
-      this.usage.set(id, {
-        ...row,
-        ...addUsage(row, {
-          prompt_tokens: promptTokens,
-          completion_tokens: completionTokens,
-          cost_usd: costUsd,
-          requests,
-        }),
-      });
-    }
+    if (draft.usage) this.recordUsage(record, draft.usage);
     const agentState = readAgentState(draft.body);
     if (agentState !== null) record.agentState = agentState;
+  }
+
+  private recordUsage(record: ConversationRecord, usage: ModelUsageDelta): void {
+    const { model, promptTokens, completionTokens, costUsd, requests } = usage;
+    const key = {
+      tenantId: record.tenantId,
+      userId: record.userId,
+      day: utcDay(this.clock.now()),
+      model,
+      conversationId: record.id,
+    };
+    const id = JSON.stringify(key);
+    const row = this.usage.get(id) ?? { ...key, ...EMPTY_USAGE };
+    this.usage.set(id, {
+      ...row,
+      ...addUsage(row, {
+        prompt_tokens: promptTokens,
+        completion_tokens: completionTokens,
+        cost_usd: costUsd,
+        requests,
+      }),
+    });
   }
 
   usageReport(tenantId: string, query: UsageQuery): Promise<UsageReport> {
