@@ -59,6 +59,8 @@ const E2E_ON_REDIS_CLUSTER = [
   'test/e2e/cluster.e2e-spec.ts',
   'test/e2e/agent-runtime-cluster.e2e-spec.ts',
   'test/e2e/agents-cluster.e2e-spec.ts',
+  'test/e2e/budgets.e2e-spec.ts',
+  'test/e2e/rest-wait.e2e-spec.ts',
 ];
 
 export default defineConfig({

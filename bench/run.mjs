@@ -32,10 +32,12 @@ import { startFakeModel } from './lib/fake-model.mjs';
 import { runBrowser, runSizes } from './scenarios/web-client.mjs';
 import { runRedisCluster } from './scenarios/redis-cluster.mjs';
 import { runCapacity } from './scenarios/capacity.mjs';
+import { runRestWait } from './scenarios/rest-wait.mjs';
 
 const SCENARIOS = [
   { name: 'building-blocks', title: 'Building blocks', run: runBuildingBlocks },
   { name: 'round-trip', title: 'Round trip (message → echo)', run: runRoundTrip },
+  { name: 'rest-wait', title: 'Waited REST round trip (Prefer: wait)', run: runRestWait },
   { name: 'cold-start', title: 'Cold start', run: runColdStart },
   { name: 'replay', title: 'Reconnect replay', run: runReplay },
   { name: 'failover', title: 'Failover (kill -9)', run: (ctx) => runFailover(ctx, 'SIGKILL') },

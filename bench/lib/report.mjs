@@ -477,6 +477,15 @@ function targetsTable(s, blocks) {
       meets(best),
     );
   }
+  const waited = s['rest-wait'];
+  if (waited) {
+    add(
+      'waited REST round trip p50 (Prefer: wait)',
+      '≤ 2 × the plain round trip',
+      `${ms(waited.waited.p50)} = ${waited.ratio} × ${ms(waited.plain.p50)}`,
+      waited.ratio <= 2,
+    );
+  }
   const cold = s['cold-start'];
   if (cold) add('cold start p50', '≤ 20 ms', ms(cold.latency.p50), cold.latency.p50 <= 20);
   const replay = s.replay;
@@ -864,6 +873,19 @@ export function renderMarkdown(data, chart) {
       ),
     );
     lines.push(latencyRow('Round trip', 'message → ack (stored)', rt.ack, '–', '–', ''));
+  }
+  const waited = s['rest-wait'];
+  if (waited) {
+    lines.push(
+      latencyRow(
+        'Waited REST round trip',
+        'POST …/events with Prefer: wait → the turn in the response (echo)',
+        waited.waited,
+        '–',
+        `p50 ${waited.ratio} × the plain socket round trip (p50 ${ms(waited.plain.p50)}), measured alternately`,
+        `n=${waited.waited.n}, errors ${waited.errors}`,
+      ),
+    );
   }
   const cold = s['cold-start'];
   if (cold) {

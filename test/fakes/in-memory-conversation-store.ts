@@ -40,6 +40,14 @@ import {
   type EventPageRange,
   type EventRange,
   type NewConversation,
+  EMPTY_USAGE,
+  addUsage,
+  utcDay,
+  type ModelUsageDelta,
+  type UsageQuery,
+  type UsageReport,
+  type UsageScope,
+  type UsageTotals,
 } from '@cs/core';
 import { CONVERSATION_STATUSES, isAction, isSameEvent, readAgentState } from '@cs/protocol';
 import type { ConversationStatus, StoredEvent } from '@cs/protocol';
@@ -52,6 +60,15 @@ import {
 } from '../../libs/store/src/conversation-page.cursor.js';
 import { prepareDraft } from '../../libs/store/src/event-append.plan.js';
 import { WriteClock } from '../../libs/store/src/write-clock.js';
+
+/** One usage row, keyed as the Postgres table is. */
+interface UsageRow extends UsageTotals {
+  tenantId: string;
+  userId: string;
+  day: string;
+  model: string;
+  conversationId: string;
+}
 
 interface StoredRow {
   event: StoredEvent;
@@ -82,6 +99,7 @@ export class InMemoryConversationStore implements ConversationStore {
   private readonly conversations = new Map<string, ConversationEntry>();
   private readonly appStates = new Map<string, Record<string, unknown>>();
   private readonly userStates = new Map<string, Record<string, unknown>>();
+  private readonly usage = new Map<string, UsageRow>();
   private readonly clock: Clock;
   /**
    * The real store's clock over `clock`: each reading later than the last, by
@@ -230,6 +248,7 @@ export class InMemoryConversationStore implements ConversationStore {
       const metric = name as keyof typeof entry.record.metrics;
       if (typeof value === 'number') entry.record.metrics[metric] += value;
     }
+    if (patch.addUsage) this.recordUsage(entry.record, patch.addUsage);
     this.touch(entry);
     return clone(entry.record);
   }
@@ -469,6 +488,7 @@ export class InMemoryConversationStore implements ConversationStore {
       if (typeof value === 'number') record.metrics[metric] += value;
     }
     record.turnCost = countTurnCost(record.turnCost, draft);
+    if (draft.usage) this.recordUsage(record, draft.usage);
     const agentState = readAgentState(draft.body);
     if (agentState !== null) record.agentState = agentState;
   }
@@ -483,6 +503,63 @@ export class InMemoryConversationStore implements ConversationStore {
   private touch(entry: ConversationEntry, activity = this.nextActivity()): void {
     entry.record.updatedAt = activity.at;
     entry.activityMicros = activity.micros;
+  }
+
+  private recordUsage(record: ConversationRecord, usage: ModelUsageDelta): void {
+    const { model, promptTokens, completionTokens, costUsd, requests } = usage;
+    const key = {
+      tenantId: record.tenantId,
+      userId: record.userId,
+      day: utcDay(this.clock.now()),
+      model,
+      conversationId: record.id,
+    };
+    const id = JSON.stringify(key);
+    const row = this.usage.get(id) ?? { ...key, ...EMPTY_USAGE };
+    this.usage.set(id, {
+      ...row,
+      ...addUsage(row, {
+        prompt_tokens: promptTokens,
+        completion_tokens: completionTokens,
+        cost_usd: costUsd,
+        requests,
+      }),
+    });
+  }
+
+  usageReport(tenantId: string, query: UsageQuery): Promise<UsageReport> {
+    const groups = new Map<string, UsageTotals>();
+    let total = EMPTY_USAGE;
+    for (const row of this.usageRows(tenantId, query)) {
+      const key = {
+        day: row.day,
+        user: row.userId,
+        model: row.model,
+        conversation: row.conversationId,
+      }[query.groupBy];
+      groups.set(key, addUsage(groups.get(key) ?? EMPTY_USAGE, row));
+      total = addUsage(total, row);
+    }
+    const results = [...groups]
+      .sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0))
+      .map(([key, totals]) => ({ key, ...totals }));
+    return Promise.resolve({ results, total });
+  }
+
+  usageCost(tenantId: string, scope: UsageScope): Promise<number> {
+    let cost = 0;
+    for (const row of this.usageRows(tenantId, scope)) cost += row.cost_usd;
+    return Promise.resolve(cost);
+  }
+
+  private usageRows(tenantId: string, scope: UsageScope): UsageRow[] {
+    return [...this.usage.values()].filter(
+      (row) =>
+        row.tenantId === tenantId &&
+        (scope.userId === undefined || row.userId === scope.userId) &&
+        row.day >= scope.from &&
+        row.day <= scope.to,
+    );
   }
 
   private find(tenantId: string, conversationId: string): ConversationEntry | undefined {

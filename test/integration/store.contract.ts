@@ -1039,6 +1039,111 @@ export function conversationStoreContract(
       });
     });
 
+    describe('model usage', () => {
+      const usage = (model: string, costUsd: number) => ({
+        model,
+        promptTokens: 100,
+        completionTokens: 20,
+        costUsd,
+        requests: 1,
+      });
+
+      it('records the usage a step carries with its events, by user, model, conversation and day', async () => {
+        const tenantId = uniqueName('usage');
+        const alice = await created({ tenantId, userId: 'alice' });
+        const alicesOther = await created({ tenantId, userId: 'alice' });
+        const bob = await created({ tenantId, userId: 'bob' });
+        const elsewhere = await created({ userId: 'alice' });
+        await store.append(tenantId, alice.id, [step(0, 0.5, { usage: usage('m1', 0.5) })]);
+        await store.append(tenantId, alice.id, [
+          step(0, 0.25, { usage: usage('m1', 0.25) }),
+          step(0, 0.125, { usage: usage('m2', 0.125) }),
+        ]);
+        await store.append(tenantId, alicesOther.id, [step(0, 1, { usage: usage('m1', 1) })]);
+        await store.append(tenantId, bob.id, [step(0, 2, { usage: usage('m2', 2) })]);
+        await store.append(elsewhere.tenantId, elsewhere.id, [
+          step(0, 4, { usage: usage('m1', 4) }),
+        ]);
+        const today = new Date().toISOString().slice(0, 10);
+        const days = { from: today, to: today };
+
+        const byModel = await store.usageReport(tenantId, { ...days, groupBy: 'model' });
+        expect(byModel.results).toEqual([
+          { key: 'm1', prompt_tokens: 300, completion_tokens: 60, cost_usd: 1.75, requests: 3 },
+          { key: 'm2', prompt_tokens: 200, completion_tokens: 40, cost_usd: 2.125, requests: 2 },
+        ]);
+        expect(byModel.total).toEqual({
+          prompt_tokens: 500,
+          completion_tokens: 100,
+          cost_usd: 3.875,
+          requests: 5,
+        });
+        const byUser = await store.usageReport(tenantId, { ...days, groupBy: 'user' });
+        expect(byUser.results.map((row) => [row.key, row.cost_usd])).toEqual([
+          ['alice', 1.875],
+          ['bob', 2],
+        ]);
+        const alices = await store.usageReport(tenantId, {
+          ...days,
+          groupBy: 'conversation',
+          userId: 'alice',
+        });
+        expect(alices.results.map((row) => [row.key, row.requests]).sort()).toEqual(
+          [
+            [alice.id, 3],
+            [alicesOther.id, 1],
+          ].sort(),
+        );
+        const byDay = await store.usageReport(tenantId, { ...days, groupBy: 'day' });
+        expect(byDay.results.map((row) => row.key)).toEqual([today]);
+        expect(await store.usageCost(tenantId, { ...days, userId: 'alice' })).toBeCloseTo(1.875);
+        expect(await store.usageCost(tenantId, days)).toBeCloseTo(3.875);
+        expect(
+          await store.usageReport(tenantId, {
+            from: '2000-01-01',
+            to: '2000-01-31',
+            groupBy: 'day',
+          }),
+        ).toEqual({
+          results: [],
+          total: { prompt_tokens: 0, completion_tokens: 0, cost_usd: 0, requests: 0 },
+        });
+      });
+
+      it("records a title request's usage with the metrics it adds", async () => {
+        const conversation = await created({ userId: 'carol' });
+        const today = new Date().toISOString().slice(0, 10);
+        const updated = await store.updateConversation(conversation.tenantId, conversation.id, {
+          title: 'named',
+          addMetrics: { prompt_tokens: 100, completion_tokens: 20, cost_usd: 0.25 },
+          addUsage: usage('m3', 0.25),
+        });
+        expect(updated?.metrics.cost_usd).toBeCloseTo(0.25);
+        const report = await store.usageReport(conversation.tenantId, {
+          from: today,
+          to: today,
+          groupBy: 'user',
+        });
+        expect(report.results).toEqual([
+          { key: 'carol', prompt_tokens: 100, completion_tokens: 20, cost_usd: 0.25, requests: 1 },
+        ]);
+      });
+
+      it('records nothing of an append that fails (the same transaction)', async () => {
+        const conversation = await created();
+        const today = new Date().toISOString().slice(0, 10);
+        await expect(
+          store.append(
+            conversation.tenantId,
+            conversation.id,
+            [step(0, 1, { usage: usage('m1', 1) })],
+            { leaseEpoch: 7 },
+          ),
+        ).rejects.toBeInstanceOf(LeaseLostError);
+        expect(await store.usageCost(conversation.tenantId, { from: today, to: today })).toBe(0);
+      });
+    });
+
     describe('tenant isolation', () => {
       it('hides a conversation from another tenant on every read and write', async () => {
         const conversation = await created();

@@ -8,6 +8,7 @@ import type {
   MultitaskStrategy,
 } from '@cs/protocol';
 import { DEFAULT_MULTITASK_STRATEGY } from '@cs/protocol';
+import type { ModelUsageDelta } from './usage.js';
 
 /** Who owns a conversation: every lookup is scoped by tenant. */
 export interface ConversationRef {
@@ -130,6 +131,8 @@ export interface ConversationPatch {
   multitaskStrategy?: MultitaskStrategy;
   /** Counters added to the metrics: usage outside a turn's events (a title request). */
   addMetrics?: MetricsDelta;
+  /** That usage, recorded in `model_usage` in the same write. */
+  addUsage?: ModelUsageDelta;
 }
 
 /**
@@ -156,6 +159,8 @@ export interface EventDraft {
    * `answeredThrough` moves up to it (turns settle in id order).
    */
   answers?: number;
+  /** The model usage of the step this event stores, recorded with it (see usage.ts). */
+  usage?: ModelUsageDelta;
 }
 
 /**

@@ -4,6 +4,7 @@ import { TokenService } from './auth/token.service.js';
 import { ConversationService } from './conversations/conversation.service.js';
 import { ConversationsController } from './http/conversations.controller.js';
 import { DevTokenController } from './http/dev-token.controller.js';
+import { UsageController } from './http/usage.controller.js';
 import { HealthController } from './observability/health.controller.js';
 import { LifecycleService } from './observability/lifecycle.service.js';
 import { ConversationRoomHub } from './realtime/conversation-room-hub.js';
@@ -11,6 +12,7 @@ import { ConversationSockets } from './realtime/conversation-sockets.js';
 import { ConversationGateway } from './realtime/conversation.gateway.js';
 import { EventStreamService } from './realtime/event-stream.service.js';
 import { ConnectionLimiter } from './realtime/connection-limiter.js';
+import { TurnWatchService } from './realtime/turn-watch.service.js';
 
 /**
  * The client-facing edge shared by the gateway and the standalone app: REST,
@@ -24,7 +26,7 @@ export class GatewayModule {
   static forRoot(ports: Provider[]): DynamicModule {
     return {
       module: GatewayModule,
-      controllers: [ConversationsController, DevTokenController, HealthController],
+      controllers: [ConversationsController, DevTokenController, HealthController, UsageController],
       providers: [
         ...ports,
         TokenService,
@@ -36,11 +38,13 @@ export class GatewayModule {
         EventStreamService,
         LifecycleService,
         ConnectionLimiter,
+        TurnWatchService,
       ],
       exports: [
         ConversationRoomHub,
         ConversationGateway,
         EventStreamService,
+        TurnWatchService,
         LifecycleService,
         TokenService,
       ],

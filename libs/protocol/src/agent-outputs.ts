@@ -108,6 +108,7 @@ export const TURN_ERROR_REASONS = [
   'llm_error',
   'agent_http_error',
   'agent_error',
+  'budget_exhausted',
 ] as const;
 export type TurnErrorReason = (typeof TURN_ERROR_REASONS)[number];
 

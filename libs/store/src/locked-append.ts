@@ -1,7 +1,7 @@
 /**
  * The append that takes a transaction (an idempotency key seen before,
- * `user:` / `app:` keys, a refusal when busy, or a plain append left
- * undone), and what every append is written as: the plain append of
+ * `user:` / `app:` keys, model usage to record, a refusal when busy, or a
+ * plain append left undone), and what every append is written as: the plain append of
  * `EventRepository.appendToLog(s)`.
  */
 import type { AppendedEvent } from '@cs/core';
@@ -20,6 +20,7 @@ import { ConversationRepository } from './repositories/conversation.repository.j
 import type { PlainAppend, StoredEventRow } from './repositories/event.repository.js';
 import { EventRepository, toStoredEvent } from './repositories/event.repository.js';
 import { ScopedStateRepository } from './repositories/scoped-state.repository.js';
+import { UsageRepository } from './repositories/usage.repository.js';
 import type { WriteClock } from './write-clock.js';
 
 export const NOTHING_STORED: ReadonlyMap<string, StoredEventRow> = new Map();
@@ -139,6 +140,15 @@ export async function appendLocked(
   }
   if (!folded.app.empty) {
     await states.mergeAppState(tenantId, head.appName, folded.app.set, folded.app.deleted, at);
+  }
+
+  if (folded.usage.length > 0) {
+    const usage = new UsageRepository(tx);
+    // The UTC day of the write: the day the step's events carry.
+    const day = at.slice(0, 10);
+    for (const delta of folded.usage) {
+      await usage.add(tenantId, head.userId, conversationId, day, delta);
+    }
   }
 
   const written: StoredEvent[] = plan.fresh.map((row) =>

@@ -46,6 +46,8 @@ export interface TurnSettings {
   allowedTools: readonly string[] | undefined;
   /** Prices a usage the agent did not price (`LLM_PRICES` of its model). */
   price: (usage: StepUsage) => number;
+  /** The model its usage is recorded under (`model_usage`). */
+  usageModel: string;
 }
 
 /** What a turn needs of its session. */
@@ -404,6 +406,17 @@ export class TurnRunner {
         cost_usd: cost,
       },
       state: step.stateDelta,
+      ...(step.usage.length > 0
+        ? {
+            usage: {
+              model: this.deps.settings.usageModel,
+              promptTokens: prompt,
+              completionTokens: completion,
+              costUsd: cost,
+              requests: step.usage.length,
+            },
+          }
+        : {}),
     };
   }
 

@@ -382,6 +382,16 @@ export class ConversationService {
     idempotencyKey?: string,
   ): Promise<AppendedEvent> {
     const conversation = await this.find(principal, conversationId);
+    return this.sendUserActionToFound(principal, conversation, action, idempotencyKey);
+  }
+
+  /** `sendUserAction` to a conversation `find` has just read (a REST wait joins its room between). */
+  sendUserActionToFound(
+    principal: Principal,
+    conversation: ConversationRecord,
+    action: UserAction,
+    idempotencyKey?: string,
+  ): Promise<AppendedEvent> {
     // Read just now: its status tells the manager whether the message may start it.
     return this.deliverUserAction(principal, conversation, action, idempotencyKey, {
       status: conversation.status,
