@@ -16,6 +16,7 @@ const alias = {
   '@cs/observability': lib('observability'),
   '@cs/process': lib('process'),
   '@cs/client': lib('client'),
+  '@cs/webhooks': lib('webhooks'),
 };
 
 // SWC compiles the sources so that Nest's decorator metadata works in tests.

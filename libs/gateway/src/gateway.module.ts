@@ -4,6 +4,7 @@ import { TokenService } from './auth/token.service.js';
 import { ConversationService } from './conversations/conversation.service.js';
 import { ConversationsController } from './http/conversations.controller.js';
 import { DevTokenController } from './http/dev-token.controller.js';
+import { WebhookDeliveriesController } from './http/webhook-deliveries.controller.js';
 import { HealthController } from './observability/health.controller.js';
 import { LifecycleService } from './observability/lifecycle.service.js';
 import { ConversationRoomHub } from './realtime/conversation-room-hub.js';
@@ -24,7 +25,12 @@ export class GatewayModule {
   static forRoot(ports: Provider[]): DynamicModule {
     return {
       module: GatewayModule,
-      controllers: [ConversationsController, DevTokenController, HealthController],
+      controllers: [
+        ConversationsController,
+        DevTokenController,
+        HealthController,
+        WebhookDeliveriesController,
+      ],
       providers: [
         ...ports,
         TokenService,

@@ -1,4 +1,7 @@
 /** What webhooks tell product backends (PROTOCOL.md "Webhooks"). */
+import { z } from 'zod';
+import { DEFAULT_PAGE_LIMIT, MAX_PAGE_LIMIT } from './limits.js';
+import { queryInt } from './rest.js';
 
 /** The types of webhook messages, in the order PROTOCOL.md lists them. */
 export const WEBHOOK_EVENT_TYPES = [
@@ -34,4 +37,23 @@ export interface WebhookDeliveryInfo {
   last_error: string | null;
   created_at: string;
   delivered_at: string | null;
+}
+
+/** `GET /api/webhook-deliveries` query. */
+export const ListWebhookDeliveriesQuerySchema = z.strictObject({
+  status: z.enum(WEBHOOK_DELIVERY_STATUSES).optional(),
+  limit: queryInt(1, MAX_PAGE_LIMIT).default(DEFAULT_PAGE_LIMIT),
+  /** The opaque cursor of the previous page; the outbox decodes and checks it. */
+  page_id: z
+    .string()
+    .min(1)
+    .max(64)
+    .regex(/^[A-Za-z0-9_-]+$/, 'must be a page id')
+    .optional(),
+});
+export type ListWebhookDeliveriesQuery = z.infer<typeof ListWebhookDeliveriesQuerySchema>;
+
+export interface WebhookDeliveryPage {
+  results: WebhookDeliveryInfo[];
+  next_page_id: string | null;
 }
