@@ -125,7 +125,7 @@ describe('webhooks on a cluster (2 gateways, 2 workers)', () => {
     const id: string = created.body.conversation_id;
     await until(() => hungId !== null, 'an attempt held', 20_000);
     const heldConversation = receiver.received.find((webhook) => webhook.id === hungId)!.body.data
-      .conversation_id as string;
+      .conversation_id;
     // The next turn of the same conversation waits behind the held delivery.
     const sent = await api(
       cluster.gateways[1]!.url,
