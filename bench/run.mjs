@@ -28,6 +28,8 @@ import { runLongHistory } from './scenarios/long-history.mjs';
 import { runModelTurn } from './scenarios/model-turn.mjs';
 import { startFakeModel } from './lib/fake-model.mjs';
 import { runBrowser, runSizes } from './scenarios/web-client.mjs';
+import { WEBHOOK_TENANT, runWebhooks } from './scenarios/webhooks.mjs';
+import { startWebhookReceiver } from './lib/webhook-receiver.mjs';
 
 const SCENARIOS = [
   { name: 'building-blocks', title: 'Building blocks', run: runBuildingBlocks },
@@ -43,6 +45,7 @@ const SCENARIOS = [
   { name: 'browser', title: 'Web app in headless Chromium', run: runBrowser },
   { name: 'memory', title: 'Memory', run: runMemory },
   { name: 'long-history', title: 'Long histories', run: runLongHistory },
+  { name: 'webhooks', title: 'Webhook delivery lag', run: runWebhooks },
 ];
 
 const USAGE = `usage: npm run bench -- [options]
@@ -74,6 +77,8 @@ const USAGE = `usage: npm run bench -- [options]
                                  tokens (default 20: 50 tokens/s), tokens an answer (default 50)
   --history-conversations N      conversations of the long-history scenario (default 50)
   --history-events N             events in each of their histories (default 10000)
+  --webhook-conversations N      conversations of the webhooks scenario (default 1000)
+  --webhook-rates a,b,…          offered turns/s of its paced levels (default 100,250,500)
   --profile                      run the services with --cpu-prof and print where their CPU went
   --render                       only write BENCHMARKS.md (and the chart) again from the newest results
   --keep                         keep the database and the Redis keys
@@ -111,6 +116,8 @@ function parseOptions(argv) {
       'model-tokens': { type: 'string', default: '50' },
       'history-conversations': { type: 'string', default: '50' },
       'history-events': { type: 'string', default: '10000' },
+      'webhook-conversations': { type: 'string', default: '1000' },
+      'webhook-rates': { type: 'string', default: '100,250,500' },
       'worker-concurrency': { type: 'string', default: '10000' },
       keep: { type: 'boolean', default: false },
       render: { type: 'boolean', default: false },
@@ -182,6 +189,12 @@ function parseOptions(argv) {
     modelTokens: int('model-tokens', 1, 10_000),
     historyConversations: int('history-conversations', 1, 1000),
     historyEvents: int('history-events', 4, 100_000),
+    webhookConversations: int('webhook-conversations', 1, 5000),
+    webhookRates: values['webhook-rates']
+      .split(',')
+      .filter(Boolean)
+      .map((s) => Number(s))
+      .filter((n) => Number.isFinite(n) && n > 0),
     workerConcurrency: int('worker-concurrency', 1, 100_000),
   };
 }
@@ -219,6 +232,11 @@ async function main() {
         tokens: options.modelTokens,
       })
     : null;
+  // The webhooks scenario's endpoint, started first: the services are given its URL. It
+  // takes only its scenario's tenant, so that the other scenarios enqueue nothing.
+  const webhookReceiver = selected.some((s) => s.name === 'webhooks')
+    ? await startWebhookReceiver()
+    : null;
   const cluster = new Cluster({
     gateways: options.gateways,
     workers: options.workers,
@@ -228,6 +246,17 @@ async function main() {
     nodeArgs: profileDir ? ['--cpu-prof', `--cpu-prof-dir=${profileDir}`] : [],
     env: {
       AGENT_MODULES: BENCH_AGENTS,
+      ...(webhookReceiver
+        ? {
+            WEBHOOKS: JSON.stringify([
+              {
+                url: webhookReceiver.url,
+                secret: webhookReceiver.secret,
+                tenants: [WEBHOOK_TENANT],
+              },
+            ]),
+          }
+        : {}),
       ...(model
         ? {
             LLM_BASE_URL: model.url,
@@ -270,6 +299,7 @@ async function main() {
       log,
       results,
       model,
+      webhookReceiver,
       upcoming: [],
       /** A development token for a user of the bench tenant (cached). */
       async token(userId) {
@@ -302,6 +332,7 @@ async function main() {
       await cluster.destroy({ keep: options.keep });
     }
     await model?.stop();
+    await webhookReceiver?.stop();
   }
   if (profileDir) {
     log(`\nCPU profiles of the services (open in Chrome DevTools): ${profileDir}`);
