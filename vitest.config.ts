@@ -16,6 +16,7 @@ const alias = {
   '@cs/observability': lib('observability'),
   '@cs/process': lib('process'),
   '@cs/client': lib('client'),
+  '@cs/webhooks': lib('webhooks'),
 };
 
 // SWC compiles the sources so that Nest's decorator metadata works in tests.
@@ -52,6 +53,8 @@ const E2E_SERIAL = [
   'test/e2e/bench.e2e-spec.ts',
   // Kills and fails over Redis masters under load.
   'test/e2e/redis-cluster.e2e-spec.ts',
+  // Kills a worker mid-delivery; a redelivery is awaited after its claim lapses.
+  'test/e2e/webhooks-cluster.e2e-spec.ts',
 ];
 
 /** Run a second time on a Redis Cluster (`TEST_REDIS=cluster`). */

@@ -33,6 +33,8 @@ import { runBrowser, runSizes } from './scenarios/web-client.mjs';
 import { runRedisCluster } from './scenarios/redis-cluster.mjs';
 import { runCapacity } from './scenarios/capacity.mjs';
 import { runRestWait } from './scenarios/rest-wait.mjs';
+import { WEBHOOK_TENANT, runWebhooks } from './scenarios/webhooks.mjs';
+import { startWebhookReceiver } from './lib/webhook-receiver.mjs';
 
 const SCENARIOS = [
   { name: 'building-blocks', title: 'Building blocks', run: runBuildingBlocks },
@@ -59,6 +61,7 @@ const SCENARIOS = [
     title: 'Capacity: CPU, memory, Redis commands per unit of work (one Redis and a Redis Cluster)',
     run: runCapacity,
   },
+  { name: 'webhooks', title: 'Webhook delivery lag', run: runWebhooks },
 ];
 
 const USAGE = `usage: npm run bench -- [options]
@@ -92,6 +95,8 @@ const USAGE = `usage: npm run bench -- [options]
   --history-events N             events in each of their histories (default 10000)
   --capacity-rates a,b,c         paced rates (msg/s) of the capacity scenario (default 50,150,300)
   --capacity-conversations N     conversations they are spread over (default 300; --quick: 60)
+  --webhook-conversations N      conversations of the webhooks scenario (default 1000)
+  --webhook-rates a,b,…          offered turns/s of its paced levels (default 100,250,500)
   --profile                      run the services with --cpu-prof and print where their CPU went
   --render                       only write BENCHMARKS.md (and the chart) again from the newest results
   --keep                         keep the database and the Redis keys
@@ -131,6 +136,8 @@ function parseOptions(argv) {
       'history-events': { type: 'string', default: '10000' },
       'capacity-rates': { type: 'string', default: '50,150,300' },
       'capacity-conversations': { type: 'string', default: '300' },
+      'webhook-conversations': { type: 'string', default: '1000' },
+      'webhook-rates': { type: 'string', default: '100,250,500' },
       'worker-concurrency': { type: 'string', default: '10000' },
       keep: { type: 'boolean', default: false },
       render: { type: 'boolean', default: false },
@@ -207,6 +214,12 @@ function parseOptions(argv) {
       .filter(Boolean)
       .map((s) => Number(s))
       .filter((n) => Number.isFinite(n) && n > 0),
+    webhookConversations: int('webhook-conversations', 1, 5000),
+    webhookRates: values['webhook-rates']
+      .split(',')
+      .filter(Boolean)
+      .map((s) => Number(s))
+      .filter((n) => Number.isFinite(n) && n > 0),
     capacityConversations: int('capacity-conversations', 1, 5000),
     workerConcurrency: int('worker-concurrency', 1, 100_000),
   };
@@ -245,6 +258,11 @@ async function main() {
         tokens: options.modelTokens,
       })
     : null;
+  // The webhooks scenario's endpoint, started first: the services are given its URL. It
+  // takes only its scenario's tenant, so that the other scenarios enqueue nothing.
+  const webhookReceiver = selected.some((s) => s.name === 'webhooks')
+    ? await startWebhookReceiver()
+    : null;
   const cluster = new Cluster({
     gateways: options.gateways,
     workers: options.workers,
@@ -254,6 +272,17 @@ async function main() {
     nodeArgs: profileDir ? ['--cpu-prof', `--cpu-prof-dir=${profileDir}`] : [],
     env: {
       AGENT_MODULES: BENCH_AGENTS,
+      ...(webhookReceiver
+        ? {
+            WEBHOOKS: JSON.stringify([
+              {
+                url: webhookReceiver.url,
+                secret: webhookReceiver.secret,
+                tenants: [WEBHOOK_TENANT],
+              },
+            ]),
+          }
+        : {}),
       ...(model
         ? {
             LLM_BASE_URL: model.url,
@@ -296,6 +325,7 @@ async function main() {
       log,
       results,
       model,
+      webhookReceiver,
       upcoming: [],
       /** A development token for a user of the bench tenant (cached). */
       async token(userId) {
@@ -328,6 +358,7 @@ async function main() {
       await cluster.destroy({ keep: options.keep });
     }
     await model?.stop();
+    await webhookReceiver?.stop();
   }
   if (profileDir) {
     log(`\nCPU profiles of the services (open in Chrome DevTools): ${profileDir}`);

@@ -383,6 +383,21 @@ function newScenarioRows(s) {
       ]),
     );
   }
+  const webhooks = s.webhooks;
+  if (webhooks) {
+    for (const level of webhooks.levels) {
+      lines.push(
+        latencyRow(
+          'Webhooks',
+          `answer stored → turn.completed at the receiver, ${level.offeredRate} turns/s offered over ${level.conversations} conversations`,
+          level.lag,
+          `${level.throughput.value} turn.completed/s`,
+          '–',
+          `errors ${level.errors}; pending ${level.pendingAfter} 3 s after the level`,
+        ),
+      );
+    }
+  }
   const sizes = s.sizes;
   if (sizes) {
     lines.push(
@@ -577,6 +592,16 @@ function targetsTable(s, blocks) {
       '≤ 30 ms',
       `${ms(history.latency.p50)} (connect → ready at the client; stored loading → ready ${ms(history.stored.p50)})`,
       history.latency.p50 <= 30,
+    );
+  }
+  const hooks = s.webhooks;
+  const hooked = hooks?.levels.find((level) => level.offeredRate === 500);
+  if (hooked) {
+    add(
+      `webhook delivery lag at 500 turns/s over ${hooked.conversations} conversations, p50 / p99`,
+      '≤ 20 ms / ≤ 200 ms',
+      `${ms(hooked.lag.p50)} / ${ms(hooked.lag.p99)} (${hooked.throughput.value} turn.completed/s received)`,
+      hooked.lag.p50 <= 20 && hooked.lag.p99 <= 200 && hooked.throughput.value >= 450,
     );
   }
   const model = s['model-turn'];

@@ -137,7 +137,9 @@ describe.each(backends)('partitioned events on $name', (backend) => {
       const heads = await rowsOf(database, 'conversations', 'id');
       expect(events.length).toBeGreaterThan(24 * 2);
 
-      expect(await migrate(database)).toEqual([PARTITIONING]);
+      // Up to the partitioning only: later migrations may add columns to the rows compared.
+      const through = migrations.filter((m) => m.name <= PARTITIONING);
+      expect(await migrate(database, through)).toEqual([PARTITIONING]);
 
       expect(await rowsOf(database, 'events', 'conversation_id, id')).toEqual(events);
       expect(await rowsOf(database, 'conversations', 'id')).toEqual(heads);

@@ -34,6 +34,8 @@ describe('npm run bench', () => {
       '30,60,90',
       '--capacity-conversations',
       '30',
+      '--webhook-conversations',
+      '20',
     ]);
 
     expect(code, output).toBe(0);
@@ -67,6 +69,7 @@ describe('npm run bench', () => {
       /worst hostile message: \d+ chars of .+, reached the page → painted [\d.]+ ms/,
       /connect → awaiting_user_input \(400 events stored\) +p50 [\d.]+ ms .*\(n=5\)/,
       /5 conversations of 400 events hosted/,
+      /100 turns\/s offered over 20 conversations: .* lag p50 [\d.]+ ms .*errors 0/,
     ]) {
       expect(output).toMatch(line);
     }

@@ -40,6 +40,7 @@ import {
   SOCKET_ADAPTER_CHECK,
   ServiceMetrics,
   USER_ACTION_RATE_LIMITER,
+  WEBHOOK_OUTBOX,
   createHttpApp,
   drainHttpApp,
   type ReadinessCheck,
@@ -48,6 +49,7 @@ import { conversationOfRoom } from '@cs/core';
 import { currentTraceparent, databaseCheck, redisCheck } from '@cs/observability';
 import { runService, type RunningService, type ServiceContext } from '@cs/process';
 import { openStore } from '@cs/store';
+import { WEBHOOK_WRITES, hintWebhookWrites, webhookWakeChannel } from '@cs/webhooks';
 import { RedisIoAdapter, checkShardedPubSub } from './redis-io.adapter.js';
 
 /** Within the 10 s the contract gives a gateway to exit after SIGTERM. */
@@ -89,7 +91,19 @@ async function main({ config, logger: root }: ServiceContext): Promise<RunningSe
   await Promise.all([connected(requests), connected(publisher)]);
 
   const metrics = new ServiceMetrics({ role: 'gateway', gateway_id: gatewayId });
-  const store = metrics.instrument(opened.store);
+  // Deliveries are sent by the workers; this gateway's writes that may
+  // enqueue one wake them through Redis (a hint: they also poll).
+  await opened.webhooks.syncEndpoints(config.webhooks.endpoints);
+  metrics.setPendingWebhooksSource(() => opened.webhooks.countPending());
+  const wakeChannel = webhookWakeChannel(config.redis.keyPrefix);
+  const store =
+    config.webhooks.endpoints.length === 0
+      ? metrics.instrument(opened.store)
+      : hintWebhookWrites(
+          metrics.instrument(opened.store),
+          () => void redis.publish(wakeChannel, '').catch(() => undefined),
+          WEBHOOK_WRITES.filter((write) => write !== 'append'),
+        );
   const timing = leaseTiming(config.cluster.leaseTtlMs);
   const limiter = new UserConcurrencyLimiter(requests, keys, {
     limit: config.limits.maxConcurrentConversations,
@@ -126,6 +140,7 @@ async function main({ config, logger: root }: ServiceContext): Promise<RunningSe
     { provide: APP_CONFIG, useValue: config },
     { provide: ServiceMetrics, useValue: metrics },
     { provide: CONVERSATION_STORE, useValue: store },
+    { provide: WEBHOOK_OUTBOX, useValue: opened.webhooks },
     { provide: CONVERSATION_MANAGER, useValue: manager },
     {
       provide: AGENT_FACTORY,

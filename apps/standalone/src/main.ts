@@ -16,6 +16,7 @@ import { openStore } from '@cs/store';
 import { standaloneJwtSecret } from './jwt-secret.js';
 import { budgetHoldTtlMs, createAgentRuntime } from '@cs/agents';
 import { ServiceMetrics, conversationLogFields } from '@cs/observability';
+import { setUpWebhookDelivery } from '@cs/webhooks';
 import { StandaloneModule } from './standalone.module.js';
 
 /** Within the 10 s the contract gives the standalone process to exit after SIGTERM. */
@@ -43,9 +44,15 @@ async function main(context: ServiceContext): Promise<RunningService> {
   }
 
   const metrics = new ServiceMetrics({ role: 'standalone' });
+  const webhooks = await setUpWebhookDelivery(opened.webhooks, config.webhooks, {
+    onOutcome: (outcome) => metrics.webhookOutcome(outcome),
+    onError: (message, error) => logger.warn(`${message}: ${String(error)}`),
+  });
+  metrics.setPendingWebhooksSource(() => opened.webhooks.countPending());
   const { module, shutdown } = StandaloneModule.create(
     config,
     opened,
+    webhooks,
     await createAgentRuntime(config, {
       onModelRequest: (seconds) => metrics.runtime().llmRequest(seconds),
       budget: modelBudget({
@@ -59,6 +66,7 @@ async function main(context: ServiceContext): Promise<RunningService> {
   );
   const app = await createHttpApp(module, config, logger);
   await app.listen(config.http.port, config.http.host);
+  webhooks.start();
 
   // Unanswered messages of conversations that were running are answered now.
   const manager = app.get<ConversationManager>(CONVERSATION_MANAGER);

@@ -13,14 +13,18 @@ import {
   READINESS_CHECKS,
   ServiceMetrics,
   USER_ACTION_RATE_LIMITER,
+  WEBHOOK_OUTBOX,
   type ReadinessCheck,
 } from '@cs/gateway';
 import { databaseCheck, traceContext } from '@cs/observability';
 import type { OpenedStore } from '@cs/store';
+import { hintWebhookWrites, type WebhookDispatcher } from '@cs/webhooks';
 import { hostname } from 'node:os';
 
 const IDLE_CLEANUP_INTERVAL_MS = 30_000;
 const CATCH_UP_INTERVAL_MS = 10_000;
+/** Webhook attempts in flight at shutdown get this long; one cut short is sent again later. */
+const WEBHOOK_STOP_GRACE_MS = 2_000;
 
 /**
  * Wires the gateway edge to the in-process manager: the room hub is the
@@ -30,10 +34,12 @@ export const StandaloneModule = {
   create(
     config: AppConfig,
     opened: OpenedStore,
+    webhooks: WebhookDispatcher,
     runtime: AgentRuntime,
     metrics: ServiceMetrics,
   ): { module: DynamicModule; shutdown: () => Promise<void> } {
-    const store = metrics.instrument(opened.store);
+    // Writes that may enqueue webhook deliveries wake the dispatcher at once.
+    const store = hintWebhookWrites(metrics.instrument(opened.store), () => webhooks.wake());
     const { agents } = runtime;
     let manager: StandaloneConversationManager | undefined;
     const logger = new Logger('ConversationManager');
@@ -42,6 +48,7 @@ export const StandaloneModule = {
       { provide: APP_CONFIG, useValue: config },
       { provide: ServiceMetrics, useValue: metrics },
       { provide: CONVERSATION_STORE, useValue: store },
+      { provide: WEBHOOK_OUTBOX, useValue: opened.webhooks },
       { provide: AGENT_FACTORY, useValue: agents },
       { provide: READINESS_CHECKS, useValue: readiness },
       {
@@ -80,6 +87,7 @@ export const StandaloneModule = {
       },
     ]);
     const shutdown = async () => {
+      await webhooks.stop(WEBHOOK_STOP_GRACE_MS);
       await manager?.shutdown();
       await opened.close();
     };

@@ -32,12 +32,15 @@ import {
 } from '@cs/observability';
 import { runService, type RunningService, type ServiceContext } from '@cs/process';
 import { openStore } from '@cs/store';
+import { hintWebhookWrites, setUpWebhookDelivery, webhookWakeChannel } from '@cs/webhooks';
 import { startHealthServer } from './health.server.js';
 
 /** Within the 30 s the contract gives a worker to exit after SIGTERM. */
 const DRAIN_TIMEOUT_MS = 28_000;
 const MAX_FAILOVERS = 5;
 const FAILOVER_WINDOW_MS = 10 * 60_000;
+/** Webhook attempts in flight at drain get this long; one cut short is sent again elsewhere. */
+const WEBHOOK_STOP_GRACE_MS = 5_000;
 
 async function main({ config, logger: root }: ServiceContext): Promise<RunningService> {
   const workerId = config.cluster.workerId ?? `worker-${hostname()}-${process.pid}`;
@@ -65,6 +68,18 @@ async function main({ config, logger: root }: ServiceContext): Promise<RunningSe
   await claimQueueCount(redis, keys, queueCount);
 
   const metrics = new ServiceMetrics({ role: 'worker', worker_id: workerId });
+  // Every worker sends webhook deliveries; the outbox's claims share them out.
+  const webhooks = await setUpWebhookDelivery(opened.webhooks, config.webhooks, {
+    onOutcome: (outcome) => metrics.webhookOutcome(outcome),
+    onError: (message, error) => logger.warn(`${message}: ${String(error)}`),
+  });
+  metrics.setPendingWebhooksSource(() => opened.webhooks.countPending());
+  const webhookHints = webhooks.enabled ? openRedis(redisUrl, `${workerId}:webhooks`) : null;
+  if (webhookHints) {
+    const channel = webhookWakeChannel(config.redis.keyPrefix);
+    webhookHints.on('message', () => webhooks.wake());
+    await webhookHints.subscribe(channel);
+  }
   const clusterMetrics = metrics.cluster();
   // Queued conversations, read at scrape time: the metric workers scale on.
   const jobs = new ConversationJobs(redis, keys, { queueCount });
@@ -82,7 +97,9 @@ async function main({ config, logger: root }: ServiceContext): Promise<RunningSe
     }),
   });
   const host = new ConversationHost({
-    store: metrics.instrument(opened.store),
+    store: webhooks.enabled
+      ? hintWebhookWrites(metrics.instrument(opened.store), () => webhooks.wake())
+      : metrics.instrument(opened.store),
     agents: runtime.agents,
     metrics: clusterMetrics,
     broadcaster: new RedisRoomBroadcaster(publisher, keys),
@@ -122,6 +139,7 @@ async function main({ config, logger: root }: ServiceContext): Promise<RunningSe
     checks: [databaseCheck(opened.database), redisCheck(everyMaster(redis))],
   });
   host.start();
+  webhooks.start();
   logger.info(
     `worker ${workerId} ready (health on port ${config.http.workerPort}, ${queueCount} conversation queue${queueCount === 1 ? '' : 's'})`,
   );
@@ -130,7 +148,8 @@ async function main({ config, logger: root }: ServiceContext): Promise<RunningSe
     logger,
     async drain() {
       // Readiness turns 503 at once (the host says it is draining), then every lease goes back.
-      await host.drain();
+      await Promise.all([host.drain(), webhooks.stop(WEBHOOK_STOP_GRACE_MS)]);
+      webhookHints?.disconnect();
       health.close();
       await jobs.close();
       redis.disconnect();

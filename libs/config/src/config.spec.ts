@@ -287,6 +287,52 @@ describe('loadConfig', () => {
     ]);
   });
 
+  it('reads the webhook endpoints, and refuses bad ones with one line naming the problem', () => {
+    const secret = `whsec_${Buffer.from('0123456789abcdef0123').toString('base64')}`;
+    const config = loadConfig('standalone', {
+      WEBHOOKS: JSON.stringify([
+        { url: 'https://hooks.example.com/a', secret },
+        { url: 'http://127.0.0.1:9/b', secret, events: ['turn.completed'], tenants: ['t1'] },
+      ]),
+      WEBHOOK_TIMEOUT_MS: '500',
+      WEBHOOK_MAX_ATTEMPTS: '3',
+    });
+    expect(config.webhooks).toEqual({
+      endpoints: [
+        { url: 'https://hooks.example.com/a', secret },
+        { url: 'http://127.0.0.1:9/b', secret, events: ['turn.completed'], tenants: ['t1'] },
+      ],
+      timeoutMs: 500,
+      maxAttempts: 3,
+    });
+    expect(loadConfig('standalone', {}).webhooks).toEqual({
+      endpoints: [],
+      timeoutMs: 10_000,
+      maxAttempts: 15,
+    });
+
+    const refused = (value: string) => problemsOf('standalone', { WEBHOOKS: value });
+    expect(refused('[{')).toEqual(['WEBHOOKS: must be JSON (got "***")']);
+    const [ftp] = refused(JSON.stringify([{ url: 'ftp://x/y', secret }]));
+    expect(ftp).toMatch(/^WEBHOOKS: 0\.url: must be a URL \(http: or https:\)/);
+    const [plain] = refused(
+      JSON.stringify([{ url: 'https://x/y', secret: 'hunter2-hunter2-hunter2' }]),
+    );
+    expect(plain).toMatch(/^WEBHOOKS: 0\.secret: must be whsec_ followed by the key in base64/);
+    const [notBase64] = refused(JSON.stringify([{ url: 'https://x/y', secret: 'whsec_!!!!' }]));
+    expect(notBase64).toMatch(/^WEBHOOKS: 0\.secret: /);
+    const [type] = refused(JSON.stringify([{ url: 'https://x/y', secret, events: ['turn.done'] }]));
+    expect(type).toMatch(/^WEBHOOKS: 0\.events\.0: /);
+    for (const value of [
+      '[{',
+      JSON.stringify([{ url: 'https://x/y', secret: 'hunter2-hunter2' }]),
+    ]) {
+      expect(refused(value)).toHaveLength(1);
+      expect(refused(value).join('')).not.toMatch(/hunter2/);
+    }
+    expect(problemsOf('standalone', { WEBHOOK_TIMEOUT_MS: '0' })).toHaveLength(1);
+  });
+
   it('never prints the model key, the HMAC secret or MCP headers', () => {
     const problems = problemsOf('standalone', {
       LLM_API_KEY: ' ',

@@ -5,6 +5,8 @@ import {
   MULTITASK_STRATEGIES,
   type ConcurrencyPolicy,
   type MultitaskStrategy,
+  WEBHOOK_EVENT_TYPES,
+  type WebhookEventType,
 } from '@cs/protocol';
 
 /** The process roles; a few defaults depend on the role. */
@@ -75,6 +77,28 @@ const McpServersSchema = z.record(
     .max(48),
   McpServerSchema,
 );
+
+/** `whsec_` and the key in base64 (Standard Webhooks): at least 16 bytes of key. */
+const WEBHOOK_SECRET = /^whsec_(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?$/;
+const WebhookEndpointSchema = z.strictObject({
+  url: url(['http:', 'https:']),
+  secret: z
+    .string()
+    .refine(
+      (secret) =>
+        WEBHOOK_SECRET.test(secret) &&
+        Buffer.from(secret.slice('whsec_'.length), 'base64').length >= 16,
+      'must be whsec_ followed by the key in base64 (at least 16 bytes)',
+    ),
+  events: z.array(z.enum(WEBHOOK_EVENT_TYPES)).min(1).optional(),
+  tenants: z.array(z.string().min(1)).min(1).optional(),
+});
+const WebhooksSchema = z
+  .array(WebhookEndpointSchema)
+  .refine(
+    (endpoints) => new Set(endpoints.map((endpoint) => endpoint.url)).size === endpoints.length,
+    'each url may appear once',
+  );
 
 const EnvSchema = z.object({
   PORT: port.default(3000),
@@ -173,12 +197,26 @@ const EnvSchema = z.object({
   AGENT_HTTP_URL: url(['http:', 'https:']).optional(),
   AGENT_HTTP_SECRET: z.string().min(16, 'must be at least 16 characters').optional(),
   AGENT_HTTP_TIMEOUT_MS: positiveInt.default(120_000),
+  WEBHOOKS: json(WebhooksSchema).optional(),
+  WEBHOOK_TIMEOUT_MS: positiveInt.max(600_000).default(10_000),
+  WEBHOOK_MAX_ATTEMPTS: positiveInt.max(100).default(15),
 });
 
 /** USD per million tokens, by model (`LLM_PRICES`). */
 export type LlmPrices = z.infer<typeof LlmPricesSchema>;
 /** One entry of `MCP_SERVERS`. */
 export type McpServerConfig = z.infer<typeof McpServerSchema>;
+
+/** One entry of `WEBHOOKS`. */
+export interface WebhookEndpointConfig {
+  url: string;
+  /** `whsec_…`: never logged, never in an error, an event or a metric. */
+  secret: string;
+  /** The types sent to it; undefined: all. */
+  events?: WebhookEventType[];
+  /** The tenants whose messages it receives; undefined: all. */
+  tenants?: string[];
+}
 
 export type Env = z.infer<typeof EnvSchema>;
 
@@ -269,6 +307,8 @@ export interface AppConfig {
   tools: { timeoutMs: number };
   /** The remote agent of the `http` agent; `secret` is set whenever `url` is. */
   agentHttp: { url: string | undefined; secret: string | undefined; timeoutMs: number };
+  /** PROTOCOL.md "Webhooks": the endpoints (secrets inside), one attempt's time, attempts. */
+  webhooks: { endpoints: WebhookEndpointConfig[]; timeoutMs: number; maxAttempts: number };
 }
 
 export type LogLevel = 'error' | 'warn' | 'info' | 'debug';
@@ -408,13 +448,25 @@ export function loadConfig(
       secret: e.AGENT_HTTP_SECRET,
       timeoutMs: e.AGENT_HTTP_TIMEOUT_MS,
     },
+    webhooks: {
+      endpoints: e.WEBHOOKS ?? [],
+      timeoutMs: e.WEBHOOK_TIMEOUT_MS,
+      maxAttempts: e.WEBHOOK_MAX_ATTEMPTS,
+    },
   };
 }
 
 function redact(name: string, value: string | undefined): string | undefined {
   if (value === undefined) return undefined;
   // MCP_SERVERS carries the servers' headers, which hold their credentials.
-  if (name.includes('SECRET') || name.endsWith('_KEY') || name === 'MCP_SERVERS') return '***';
+  // WEBHOOKS carries the endpoints' signing secrets.
+  if (
+    name.includes('SECRET') ||
+    name.endsWith('_KEY') ||
+    name === 'MCP_SERVERS' ||
+    name === 'WEBHOOKS'
+  )
+    return '***';
   if (name.endsWith('_URL') || name.endsWith('_URLS'))
     return value.replace(/\/\/[^@/,]*@/g, '//***@');
   return value;

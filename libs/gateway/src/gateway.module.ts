@@ -5,6 +5,7 @@ import { ConversationService } from './conversations/conversation.service.js';
 import { ConversationsController } from './http/conversations.controller.js';
 import { DevTokenController } from './http/dev-token.controller.js';
 import { UsageController } from './http/usage.controller.js';
+import { WebhookDeliveriesController } from './http/webhook-deliveries.controller.js';
 import { HealthController } from './observability/health.controller.js';
 import { LifecycleService } from './observability/lifecycle.service.js';
 import { ConversationRoomHub } from './realtime/conversation-room-hub.js';
@@ -26,7 +27,13 @@ export class GatewayModule {
   static forRoot(ports: Provider[]): DynamicModule {
     return {
       module: GatewayModule,
-      controllers: [ConversationsController, DevTokenController, HealthController, UsageController],
+      controllers: [
+        ConversationsController,
+        DevTokenController,
+        HealthController,
+        UsageController,
+        WebhookDeliveriesController,
+      ],
       providers: [
         ...ports,
         TokenService,

@@ -18,3 +18,5 @@ export const ROOM_BROADCASTER = Symbol('ROOM_BROADCASTER');
  * down), so that a question to every gateway is refused at once.
  */
 export const SOCKET_ADAPTER_CHECK = Symbol('SOCKET_ADAPTER_CHECK');
+/** Optional: the webhook outbox (`WebhookOutbox`) behind `/api/webhook-deliveries`. */
+export const WEBHOOK_OUTBOX = Symbol('WEBHOOK_OUTBOX');

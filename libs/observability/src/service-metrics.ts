@@ -66,6 +66,9 @@ export class ServiceMetrics {
   readonly toolCalls: Counter<'tool' | 'outcome'>;
   readonly restTurnWaits: Gauge;
   readonly budgetRejections: Counter<'scope'>;
+  readonly webhookDeliveries: Counter<'outcome'>;
+  readonly webhookPending: Gauge;
+  private pendingWebhooksSource: () => number | Promise<number> = () => 0;
   private runningSource: () => number | Promise<number> = () => 0;
   private waitingSource: () => WaitingConversations | Promise<WaitingConversations> = () => 0;
 
@@ -165,6 +168,22 @@ export class ServiceMetrics {
       labelNames: ['scope'],
       registers: [this.registry],
     });
+    this.webhookDeliveries = new Counter({
+      name: 'cs_webhook_deliveries_total',
+      help: 'Webhook delivery attempts by outcome: delivered, retried (failed, to be tried again), failed (attempts spent)',
+      labelNames: ['outcome'],
+      registers: [this.registry],
+    });
+    const pendingWebhooks = () => this.pendingWebhooksSource();
+    this.webhookPending = new Gauge({
+      name: 'cs_webhook_pending',
+      help: 'Webhook deliveries of the deployment not yet delivered nor failed (read from the outbox)',
+      registers: [this.registry],
+      async collect() {
+        const value = await withTimeout(Promise.resolve().then(pendingWebhooks), SOURCE_TIMEOUT_MS);
+        if (value !== undefined) this.set(value);
+      },
+    });
     const waiting = () => this.waitingSource();
     this.conversationsWaiting = new Gauge({
       name: 'cs_conversations_waiting',
@@ -187,6 +206,16 @@ export class ServiceMetrics {
 
   setRunningConversationsSource(source: () => number | Promise<number>): void {
     this.runningSource = source;
+  }
+
+  /** Where `cs_webhook_pending` is read at scrape time (the outbox); 0 when unset. */
+  setPendingWebhooksSource(source: () => number | Promise<number>): void {
+    this.pendingWebhooksSource = source;
+  }
+
+  /** `WebhookDispatcher`'s `onOutcome`. */
+  webhookOutcome(outcome: 'delivered' | 'retried' | 'failed'): void {
+    this.webhookDeliveries.inc({ outcome });
   }
 
   /**

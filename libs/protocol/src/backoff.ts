@@ -9,11 +9,14 @@ export interface Backoff {
   maxMs: number;
   /** The random factor's bounds, e.g. `[0.5, 1]` for "equal jitter". */
   jitter?: readonly [number, number];
+  /** A number in [0, 1) (default `Math.random`). */
+  random?: () => number;
 }
 
 /** The delay before retry `attempt` (0: the first retry), in whole milliseconds. */
 export function backoffDelay(attempt: number, backoff: Backoff): number {
   const [low, high] = backoff.jitter ?? [1, 1];
   const ceiling = Math.min(backoff.maxMs, backoff.baseMs * 2 ** Math.max(0, attempt));
-  return Math.round(ceiling * (low + Math.random() * (high - low)));
+  const random = backoff.random ?? Math.random;
+  return Math.round(ceiling * (low + random() * (high - low)));
 }

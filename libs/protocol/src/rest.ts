@@ -17,7 +17,7 @@ import {
 export const ConversationIdSchema = z.uuid();
 
 /** Query-string helpers: a value must be one non-empty string (no repeats). */
-const queryInt = (min: number, max = Number.MAX_SAFE_INTEGER) =>
+export const queryInt = (min: number, max = Number.MAX_SAFE_INTEGER) =>
   z
     .string()
     .regex(/^-?\d{1,16}$/, 'must be an integer')

@@ -8,3 +8,4 @@ export { PostgresConversationStore } from './postgres-conversation.store.js';
 export * from './schema.migrator.js';
 export * from './store.factory.js';
 export * from './write-clock.js';
+export { PostgresWebhookOutbox } from './postgres-webhook.outbox.js';

@@ -2,12 +2,13 @@
  * How the apps get a store: Postgres when a URL is configured, else the
  * embedded database in the data folder; migrated first when asked.
  */
-import type { ConversationStore } from '@cs/core';
+import type { ConversationStore, WebhookOutbox } from '@cs/core';
 import type { DataDirLockOptions } from './database/data-dir.lock.js';
 import { openEmbeddedDatabase } from './database/embedded.database.js';
 import { openPostgres } from './database/postgres.database.js';
 import type { SqlDatabase } from './database/sql-database.js';
 import { PostgresConversationStore } from './postgres-conversation.store.js';
+import { PostgresWebhookOutbox } from './postgres-webhook.outbox.js';
 import { migrate } from './schema.migrator.js';
 
 export interface StoreOptions {
@@ -30,6 +31,8 @@ export interface StoreOptions {
 
 export interface OpenedStore {
   store: ConversationStore;
+  /** The webhook deliveries the store's writes enqueue (PROTOCOL.md "Webhooks"). */
+  webhooks: WebhookOutbox;
   database: SqlDatabase;
   /** Migrations this call applied, in order. */
   migrationsApplied: string[];
@@ -58,6 +61,7 @@ export async function openStore(options: StoreOptions): Promise<OpenedStore> {
           ? {}
           : { crossConversationBatches: options.crossConversationBatches }),
       }),
+      webhooks: new PostgresWebhookOutbox(database),
       database,
       migrationsApplied,
       close: () => database.close(),

@@ -1,0 +1,124 @@
+import type {
+  ClaimedWebhookDelivery,
+  WebhookAttemptOutcome,
+  WebhookClaimRequest,
+  WebhookOutbox,
+} from '@cs/core';
+import { describe, expect, it } from 'vitest';
+import { WebhookDispatcher, type WebhookOutcome } from './webhook-dispatcher.js';
+import type { WebhookAttemptResult } from './webhook-request.js';
+
+const URL_A = 'http://a.example/hook';
+
+function claimed(id: string, attempts = 0): ClaimedWebhookDelivery {
+  return {
+    id,
+    claim: `claim-${id}`,
+    conversationId: 'c',
+    endpointUrl: URL_A,
+    seq: 1,
+    tenantId: 't',
+    userId: 'u',
+    type: 'conversation.created',
+    occurredAt: new Date(0),
+    data: {},
+    status: 'pending',
+    attempts,
+    lastError: null,
+    createdAt: new Date(0),
+    deliveredAt: null,
+  };
+}
+
+/** An outbox that hands out what the test queues, and records what it is told. */
+class ScriptedOutbox implements WebhookOutbox {
+  readonly queue: ClaimedWebhookDelivery[] = [];
+  readonly requests: WebhookClaimRequest[] = [];
+  readonly recorded: { id: string; outcome: WebhookAttemptOutcome }[] = [];
+  syncEndpoints = () => Promise.resolve();
+  claimDue(request: WebhookClaimRequest) {
+    this.requests.push(request);
+    return Promise.resolve(this.queue.splice(0, request.limit));
+  }
+  recordAttempt(delivery: ClaimedWebhookDelivery, outcome: WebhookAttemptOutcome) {
+    this.recorded.push({ id: delivery.id, outcome });
+    if (outcome.delivered) return Promise.resolve('delivered' as const);
+    return Promise.resolve(outcome.retryAt === null ? ('failed' as const) : ('pending' as const));
+  }
+  listDeliveries = () => Promise.resolve({ items: [], nextCursor: null });
+  retryDelivery = () => Promise.resolve('not_found' as const);
+  countPending = () => Promise.resolve(0);
+}
+
+async function settle(check: () => boolean): Promise<void> {
+  for (let i = 0; i < 200 && !check(); i += 1) await new Promise((r) => setTimeout(r, 5));
+  expect(check()).toBe(true);
+}
+
+describe(WebhookDispatcher.name, () => {
+  it('sends what it claims, retries a failure later and fails it when its attempts are spent', async () => {
+    const outbox = new ScriptedOutbox();
+    const outcomes: WebhookOutcome[] = [];
+    const results: Record<string, WebhookAttemptResult> = {
+      ok: { ok: true },
+      again: { ok: false, error: 'HTTP 500' },
+      last: { ok: false, error: 'HTTP 500' },
+    };
+    const dispatcher = new WebhookDispatcher(outbox, {
+      endpoints: [{ url: URL_A, secret: 'whsec_x' }],
+      timeoutMs: 1_000,
+      maxAttempts: 3,
+      pollIntervalMs: 10_000,
+      claimMarginMs: 500,
+      now: () => 1_000_000,
+      onOutcome: (outcome) => outcomes.push(outcome),
+      post: (delivery) => Promise.resolve(results[delivery.id]!),
+    });
+    outbox.queue.push(claimed('ok'), claimed('again', 0), claimed('last', 2));
+    dispatcher.start();
+    await settle(() => outbox.recorded.length === 3);
+    await dispatcher.stop();
+
+    expect(outbox.requests[0]).toEqual({ endpointUrls: [URL_A], limit: 64, claimMs: 1_500 });
+    const byId = Object.fromEntries(outbox.recorded.map((r) => [r.id, r.outcome]));
+    expect(byId.ok).toEqual({ delivered: true });
+    const again = byId.again as { retryAt: Date };
+    // After the first failed attempt: 1 s, jittered down by at most a quarter.
+    expect(again.retryAt.getTime() - 1_000_000).toBeGreaterThanOrEqual(750);
+    expect(again.retryAt.getTime() - 1_000_000).toBeLessThanOrEqual(1_000);
+    expect(byId.last).toEqual({ delivered: false, error: 'HTTP 500', retryAt: null });
+    expect(outcomes.sort()).toEqual(['delivered', 'failed', 'retried']);
+  });
+
+  it('looks again as soon as it is woken, and not before without a wake-up', async () => {
+    const outbox = new ScriptedOutbox();
+    const dispatcher = new WebhookDispatcher(outbox, {
+      endpoints: [{ url: URL_A, secret: 'whsec_x' }],
+      timeoutMs: 1_000,
+      maxAttempts: 3,
+      pollIntervalMs: 60_000,
+      post: () => Promise.resolve({ ok: true }),
+    });
+    dispatcher.start();
+    await settle(() => outbox.requests.length === 1);
+    await new Promise((r) => setTimeout(r, 30));
+    expect(outbox.requests).toHaveLength(1);
+    outbox.queue.push(claimed('late'));
+    dispatcher.wake();
+    await settle(() => outbox.recorded.length === 1);
+    await dispatcher.stop();
+  });
+
+  it('does nothing without endpoints', async () => {
+    const outbox = new ScriptedOutbox();
+    const dispatcher = new WebhookDispatcher(outbox, {
+      endpoints: [],
+      timeoutMs: 1,
+      maxAttempts: 1,
+    });
+    expect(dispatcher.enabled).toBe(false);
+    dispatcher.start();
+    await dispatcher.stop();
+    expect(outbox.requests).toEqual([]);
+  });
+});

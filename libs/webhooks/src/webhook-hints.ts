@@ -1,0 +1,51 @@
+/**
+ * Which store writes may have enqueued webhook deliveries (the outbox's
+ * triggers decide for sure): a dispatcher in the same process is woken after
+ * them, so that a delivery leaves within milliseconds instead of at the next
+ * poll.
+ */
+import type { ConversationStore } from '@cs/core';
+
+export type WebhookWrite =
+  'createConversation' | 'deleteConversation' | 'setStatus' | 'resetRunningStatuses' | 'append';
+
+/** Every write that may enqueue; a gateway leaves out `append` (its user messages never do). */
+export const WEBHOOK_WRITES: readonly WebhookWrite[] = [
+  'createConversation',
+  'deleteConversation',
+  'setStatus',
+  'resetRunningStatuses',
+  'append',
+];
+
+/** The store, calling `written` after each write of `writes` (also when it failed). */
+export function hintWebhookWrites(
+  store: ConversationStore,
+  written: () => void,
+  writes: readonly WebhookWrite[] = WEBHOOK_WRITES,
+): ConversationStore {
+  const hinted = new Set<string | symbol>(writes);
+  return new Proxy(store, {
+    get(target, property, receiver) {
+      const value = Reflect.get(target, property, receiver) as unknown;
+      if (typeof value !== 'function') return value;
+      const method = (value as (...args: unknown[]) => unknown).bind(target);
+      if (!hinted.has(property)) return method;
+      return async (...args: unknown[]) => {
+        try {
+          return await method(...args);
+        } finally {
+          written();
+        }
+      };
+    },
+  });
+}
+
+/**
+ * The Redis channel on which gateways tell workers that deliveries may wait
+ * (a hint, classic pub/sub: rare, and lost ones only delay to the next poll).
+ */
+export function webhookWakeChannel(keyPrefix: string): string {
+  return `${keyPrefix}:webhooks:wake`;
+}
