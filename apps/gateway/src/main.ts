@@ -33,6 +33,7 @@ import {
   CONVERSATION_MANAGER,
   CONVERSATION_STORE,
   ConversationRoomHub,
+  DATA_LIFECYCLE_STORE,
   GatewayModule,
   READINESS_CHECKS,
   ROOM_BROADCASTER,
@@ -126,6 +127,7 @@ async function main({ config, logger: root }: ServiceContext): Promise<RunningSe
     { provide: APP_CONFIG, useValue: config },
     { provide: ServiceMetrics, useValue: metrics },
     { provide: CONVERSATION_STORE, useValue: store },
+    { provide: DATA_LIFECYCLE_STORE, useValue: opened.lifecycle },
     { provide: CONVERSATION_MANAGER, useValue: manager },
     {
       provide: AGENT_FACTORY,

@@ -8,6 +8,7 @@ import {
   CONVERSATION_MANAGER,
   CONVERSATION_STORE,
   ConversationRoomHub,
+  DATA_LIFECYCLE_STORE,
   GatewayModule,
   InMemoryUserActionRateLimiter,
   READINESS_CHECKS,
@@ -42,6 +43,7 @@ export const StandaloneModule = {
       { provide: APP_CONFIG, useValue: config },
       { provide: ServiceMetrics, useValue: metrics },
       { provide: CONVERSATION_STORE, useValue: store },
+      { provide: DATA_LIFECYCLE_STORE, useValue: opened.lifecycle },
       { provide: AGENT_FACTORY, useValue: agents },
       { provide: READINESS_CHECKS, useValue: readiness },
       {

@@ -169,6 +169,12 @@ const EnvSchema = z.object({
   AGENT_HTTP_URL: url(['http:', 'https:']).optional(),
   AGENT_HTTP_SECRET: z.string().min(16, 'must be at least 16 characters').optional(),
   AGENT_HTTP_TIMEOUT_MS: positiveInt.default(120_000),
+  RETENTION_DAYS: z.coerce
+    .number({ message: 'must be a number of days (0 keeps everything)' })
+    .min(0, 'must not be negative (0 keeps everything)')
+    .max(1_000_000)
+    .default(0),
+  RETENTION_SWEEP_INTERVAL_MS: positiveInt.max(2_147_483_647).default(3_600_000),
 });
 
 /** USD per million tokens, by model (`LLM_PRICES`). */
@@ -212,6 +218,12 @@ export interface AppConfig {
     devTokens: boolean;
     /** A token whose `exp` lies further ahead than this many seconds is refused. */
     maxTokenTtlS: number;
+  };
+  /** PROTOCOL.md "Data lifecycle". */
+  lifecycle: {
+    /** Conversations idle this many days are deleted; 0 keeps everything. */
+    retentionDays: number;
+    retentionSweepIntervalMs: number;
   };
   limits: {
     maxConcurrentConversations: number;
@@ -351,6 +363,10 @@ export function loadConfig(
       audience: e.AUTH_JWT_AUDIENCE,
       devTokens,
       maxTokenTtlS: e.AUTH_MAX_TOKEN_TTL_S,
+    },
+    lifecycle: {
+      retentionDays: e.RETENTION_DAYS,
+      retentionSweepIntervalMs: e.RETENTION_SWEEP_INTERVAL_MS,
     },
     limits: {
       maxConcurrentConversations: e.MAX_CONCURRENT_CONVERSATIONS,

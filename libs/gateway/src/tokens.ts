@@ -1,6 +1,8 @@
 /** Injection tokens of the gateway's ports, provided by the app that hosts it. */
 export const APP_CONFIG = Symbol('APP_CONFIG');
 export const CONVERSATION_STORE = Symbol('CONVERSATION_STORE');
+/** Retention, erasures and the audit trail (`DataLifecycleStore`). */
+export const DATA_LIFECYCLE_STORE = Symbol('DATA_LIFECYCLE_STORE');
 export const CONVERSATION_MANAGER = Symbol('CONVERSATION_MANAGER');
 export const USER_ACTION_RATE_LIMITER = Symbol('USER_ACTION_RATE_LIMITER');
 export const READINESS_CHECKS = Symbol('READINESS_CHECKS');
@@ -18,3 +20,14 @@ export const ROOM_BROADCASTER = Symbol('ROOM_BROADCASTER');
  * down), so that a question to every gateway is refused at once.
  */
 export const SOCKET_ADAPTER_CHECK = Symbol('SOCKET_ADAPTER_CHECK');
+/**
+ * Optional: runs a task on one process of the deployment at a time
+ * (`ExclusiveRunner`; a Redis lock in a cluster). Without it the process is
+ * the only one (standalone).
+ */
+export const EXCLUSIVE_RUNNER = Symbol('EXCLUSIVE_RUNNER');
+/**
+ * Optional: forgets what Redis holds of a user and of their conversations
+ * (`UserKeyEraser`; a cluster's). Without it there is no Redis (standalone).
+ */
+export const USER_KEY_ERASER = Symbol('USER_KEY_ERASER');

@@ -2,12 +2,13 @@
  * How the apps get a store: Postgres when a URL is configured, else the
  * embedded database in the data folder; migrated first when asked.
  */
-import type { ConversationStore } from '@cs/core';
+import type { ConversationStore, DataLifecycleStore } from '@cs/core';
 import type { DataDirLockOptions } from './database/data-dir.lock.js';
 import { openEmbeddedDatabase } from './database/embedded.database.js';
 import { openPostgres } from './database/postgres.database.js';
 import type { SqlDatabase } from './database/sql-database.js';
 import { PostgresConversationStore } from './postgres-conversation.store.js';
+import { PostgresDataLifecycleStore } from './postgres-data-lifecycle.store.js';
 import { migrate } from './schema.migrator.js';
 
 export interface StoreOptions {
@@ -30,6 +31,8 @@ export interface StoreOptions {
 
 export interface OpenedStore {
   store: ConversationStore;
+  /** Retention, erasures and the audit trail, on the same database. */
+  lifecycle: DataLifecycleStore;
   database: SqlDatabase;
   /** Migrations this call applied, in order. */
   migrationsApplied: string[];
@@ -58,6 +61,7 @@ export async function openStore(options: StoreOptions): Promise<OpenedStore> {
           ? {}
           : { crossConversationBatches: options.crossConversationBatches }),
       }),
+      lifecycle: new PostgresDataLifecycleStore(database),
       database,
       migrationsApplied,
       close: () => database.close(),

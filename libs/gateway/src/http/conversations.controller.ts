@@ -37,6 +37,7 @@ import { CurrentPrincipal, HttpAuthGuard } from '../auth/http-auth.guard.js';
 import type { Principal } from '../auth/principal.js';
 import { ConversationService } from '../conversations/conversation.service.js';
 import { EventStreamService } from '../realtime/event-stream.service.js';
+import { streamNdjson } from '../lifecycle/ndjson-response.js';
 import { parseInput } from './validation.js';
 import { openApiSchema } from './openapi.js';
 
@@ -195,6 +196,20 @@ export class ConversationsController {
     @Param('id') id: string,
   ): Promise<ConversationPresence> {
     return this.conversations.presence(principal, conversationId(id));
+  }
+
+  /** NDJSON: the `ConversationInfo`, every event in id order, then `{ state }`. */
+  @Get(':id/export')
+  @ApiOkResponse({ description: 'application/x-ndjson: the conversation, its events, its state' })
+  async export(
+    @CurrentPrincipal() principal: Principal,
+    @Param('id') id: string,
+    @Res() response: Response,
+  ): Promise<void> {
+    const conversation = await this.conversations.find(principal, conversationId(id));
+    await streamNdjson(response, async (sink) => {
+      await this.conversations.exportTo(principal, conversation, sink);
+    });
   }
 
   @Get(':id/stream')
