@@ -12,6 +12,7 @@ import type { StoredEvent } from '@cs/protocol';
 import { ConversationClient, api, devToken } from '../support/clients.js';
 import { readAllEvents, until } from '../support/cluster.js';
 import { metricTotals } from '../support/metrics.js';
+import { AGENT_MODULE } from '../support/agent-runtime.js';
 import { startApp, type AppProcess } from '../support/processes.js';
 import { createScratchDatabase, uniqueName, type ScratchDatabase } from '../support/services.js';
 
@@ -88,6 +89,7 @@ describe.each(backends)('data lifecycle on the standalone app ($name)', (backend
       AUTH_DEV_TOKENS: 'true',
       RATE_LIMIT_PER_MINUTE: '0',
       MAX_CONCURRENT_CONVERSATIONS: '20',
+      AGENT_MODULES: AGENT_MODULE,
     });
   });
 
@@ -207,7 +209,361 @@ describe.each(backends)('data lifecycle on the standalone app ($name)', (backend
     expect(admin.status).toBe(200);
     expect(ndjson(await admin.text()).length).toBeGreaterThan(2);
   });
+
+  /** Polls the erasure until it is done; its last answer. */
+  async function erasureDone(
+    callerToken: string,
+    erasureId: string,
+  ): Promise<{ status: string; conversations_deleted: number }> {
+    let last: { status: string; conversations_deleted: number } | undefined;
+    await until(async () => {
+      const answer = await api(app.url, 'GET', `/api/erasures/${erasureId}`, {
+        token: callerToken,
+      });
+      expect(answer.status).toBe(200);
+      last = answer.body;
+      return last?.status === 'done';
+    }, `erasure ${erasureId} done`);
+    return last!;
+  }
+
+  it('erases a user: every conversation stopped and deleted with events and state, the user: state, its sockets closed', async () => {
+    const frank = await token('frank');
+    // A `user:` key, set by a tool of the agent.
+    const stateful = await api(app.url, 'POST', '/api/conversations', {
+      token: frank,
+      body: {
+        agent: 'tool_user',
+        agent_config: { tool: 'set_state', arguments: { key: 'user:color', value: 'red' } },
+        initial_user_msg: 'remember red',
+      },
+    });
+    expect(stateful.status).toBe(201);
+    await until(async () => {
+      const state = await api(
+        app.url,
+        'GET',
+        `/api/conversations/${stateful.body.conversation_id}/state`,
+        {
+          token: frank,
+        },
+      );
+      return state.body.state?.['user:color'] === 'red';
+    }, 'the user: state');
+    // A turn running (the waiter streams until stopped), with a socket attached.
+    const running = await api(app.url, 'POST', '/api/conversations', {
+      token: frank,
+      body: { agent: 'waiter', initial_user_msg: 'wait for it' },
+    });
+    const socket = await ConversationClient.connect(app.url, frank, {
+      conversation_id: running.body.conversation_id,
+      start: 'false',
+    });
+    await socket.waitFor((events) => events.some((event) => 'stream' in event), 10_000, 'a delta');
+    const plain = await conversationWith(frank, ['hello']);
+    // Another user's data stays.
+    const grace = await token('grace');
+    const kept = await conversationWith(grace, ['mine']);
+
+    // Enough conversations that the erasure still runs when it is asked again.
+    for (let n = 0; n < 30; n += 1) {
+      const created = await api(app.url, 'POST', '/api/conversations', { token: frank, body: {} });
+      expect(created.status).toBe(201);
+    }
+    const first = await api(app.url, 'DELETE', '/api/users/me', { token: frank });
+    const again = await api(app.url, 'DELETE', '/api/users/frank', { token: frank });
+    expect(first.status).toBe(202);
+    expect(again.status).toBe(202);
+    expect(first.body.erasure_id).toMatch(/^[0-9a-f-]{36}$/);
+    expect(await erasureDone(frank, first.body.erasure_id)).toEqual({
+      status: 'done',
+      conversations_deleted: 33,
+    });
+    // A second erasure of the same user while one runs is the same one; on
+    // PGlite the first may be done already (the store suite checks the rule).
+    if (again.body.erasure_id !== first.body.erasure_id) {
+      expect(await erasureDone(frank, again.body.erasure_id)).toEqual({
+        status: 'done',
+        conversations_deleted: 0,
+      });
+    }
+    await socket.waitFor(
+      (events) =>
+        events.some(
+          (event) => 'status_update' in event && event.id === 'STATUS$CONVERSATION_DELETED',
+        ),
+      5_000,
+      'the deletion notice',
+    );
+    await until(() => socket.socket.disconnected, 'the socket closed');
+    for (const id of [stateful.body.conversation_id, running.body.conversation_id, plain]) {
+      expect((await api(app.url, 'GET', `/api/conversations/${id}`, { token: frank })).status).toBe(
+        404,
+      );
+    }
+    expect(
+      (await api(app.url, 'GET', '/api/conversations', { token: frank })).body.results,
+    ).toEqual([]);
+    const exported = ndjson(
+      await (
+        await fetch(`${app.url}/api/users/me/export`, {
+          headers: { authorization: `Bearer ${frank}` },
+        })
+      ).text(),
+    );
+    expect(exported).toEqual([{ user_state: {} }]);
+    expect((await api(app.url, 'GET', `/api/conversations/${kept}`, { token: grace })).status).toBe(
+      200,
+    );
+  });
+
+  it('answers 404 for an erasure or export of another user by a non-admin, and 202 with 0 for an unknown user', async () => {
+    const henry = await token('henry');
+    const mine = await conversationWith(henry, ['stay']);
+    const ivy = await token('ivy');
+    for (const [method, path] of [
+      ['DELETE', '/api/users/henry'],
+      ['GET', '/api/users/henry/export'],
+      ['GET', '/api/audit'],
+    ] as const) {
+      const refused = await api(app.url, method, path, { token: ivy });
+      expect(refused.status, `${method} ${path}`).toBe(404);
+      expect(refused.body).toMatchObject({ error: { code: 'NOT_FOUND' } });
+    }
+    expect((await api(app.url, 'GET', `/api/conversations/${mine}`, { token: henry })).status).toBe(
+      200,
+    );
+    // An admin of another tenant erases a user of its own tenant of that name: nothing here.
+    const outsider = await devToken(app.url, {
+      user_id: 'root',
+      tenant_id: uniqueName('t'),
+      roles: ['admin'],
+    });
+    const elsewhere = await api(app.url, 'DELETE', '/api/users/henry', { token: outsider });
+    expect(elsewhere.status).toBe(202);
+    expect(await erasureDone(outsider, elsewhere.body.erasure_id)).toEqual({
+      status: 'done',
+      conversations_deleted: 0,
+    });
+    expect((await api(app.url, 'GET', `/api/conversations/${mine}`, { token: henry })).status).toBe(
+      200,
+    );
+    // Its erasure does not exist for this tenant.
+    expect(
+      (await api(app.url, 'GET', `/api/erasures/${elsewhere.body.erasure_id}`, { token: henry }))
+        .status,
+    ).toBe(404);
+    expect((await api(app.url, 'GET', '/api/erasures/not-a-uuid', { token: henry })).status).toBe(
+      404,
+    );
+    // An admin of the tenant, of a user never seen: 202, done with 0.
+    const admin = await token('root', ['admin']);
+    const unknown = await api(app.url, 'DELETE', `/api/users/${uniqueName('nobody')}`, {
+      token: admin,
+    });
+    expect(unknown.status).toBe(202);
+    expect(await erasureDone(admin, unknown.body.erasure_id)).toEqual({
+      status: 'done',
+      conversations_deleted: 0,
+    });
+  });
+
+  it("exports a user's conversations then its user: state, for the user and for an admin", async () => {
+    const jack = await token('jack');
+    const stateful = await api(app.url, 'POST', '/api/conversations', {
+      token: jack,
+      body: {
+        agent: 'tool_user',
+        agent_config: { tool: 'set_state', arguments: { key: 'user:lang', value: 'fr' } },
+        initial_user_msg: 'remember fr',
+      },
+    });
+    await until(async () => {
+      const state = await api(
+        app.url,
+        'GET',
+        `/api/conversations/${stateful.body.conversation_id}/state`,
+        {
+          token: jack,
+        },
+      );
+      return (
+        state.body.state?.['user:lang'] === 'fr' && state.body.agent_state === 'awaiting_user_input'
+      );
+    }, 'the user: state');
+    const second = await conversationWith(jack, ['a', 'b']);
+    const ids = [stateful.body.conversation_id as string, second].sort();
+    for (const caller of [jack, await token('root', ['admin'])]) {
+      const response = await fetch(`${app.url}/api/users/jack/export`, {
+        headers: { authorization: `Bearer ${caller}` },
+      });
+      expect(response.status).toBe(200);
+      expect(response.headers.get('content-type')).toMatch(/^application\/x-ndjson/);
+      const lines = ndjson(await response.text()) as Array<Record<string, unknown>>;
+      const starts = lines.flatMap((line, index) => ('conversation_id' in line ? [index] : []));
+      expect(starts.map((index) => lines[index]!['conversation_id'])).toEqual(ids);
+      // Each conversation as its own export: info, events, state.
+      for (const [n, start] of starts.entries()) {
+        const end = starts[n + 1] ?? lines.length - 1;
+        const one = ndjson(
+          await (
+            await fetch(`${app.url}/api/conversations/${ids[n]}/export`, {
+              headers: { authorization: `Bearer ${jack}` },
+            })
+          ).text(),
+        );
+        expect(lines.slice(start, end)).toEqual(one);
+      }
+      expect(lines[lines.length - 1]).toEqual({ user_state: { 'user:lang': 'fr' } });
+    }
+  });
+
+  it("keeps an audit trail of erasures, exports and deletes of other users' conversations, for admins", async () => {
+    const admin = await token('auditor', ['admin']);
+    const kate = await token('kate');
+    const doomed = await conversationWith(kate, ['bye']);
+    expect(
+      (await api(app.url, 'DELETE', `/api/conversations/${doomed}`, { token: admin })).status,
+    ).toBe(204);
+    await (
+      await fetch(`${app.url}/api/users/kate/export`, {
+        headers: { authorization: `Bearer ${admin}` },
+      })
+    ).text();
+    // Her own delete and export of herself are hers: the delete is not audited.
+    const own = await conversationWith(kate, ['mine']);
+    expect(
+      (await api(app.url, 'DELETE', `/api/conversations/${own}`, { token: kate })).status,
+    ).toBe(204);
+    const page = await api(app.url, 'GET', '/api/audit?limit=100', { token: admin });
+    expect(page.status).toBe(200);
+    const records = page.body.results as Array<{
+      id: string;
+      time: string;
+      actor: string;
+      action: string;
+      target: string;
+    }>;
+    expect(records).toEqual(
+      expect.arrayContaining([
+        expect.objectContaining({
+          actor: 'auditor',
+          action: 'conversation.delete',
+          target: `conversation:${doomed}`,
+        }),
+        expect.objectContaining({ actor: 'auditor', action: 'user.export', target: 'user:kate' }),
+      ]),
+    );
+    expect(records.some((record) => record.target === `conversation:${own}`)).toBe(false);
+    expect(records.some((record) => record.action === 'user.erase')).toBe(true);
+    // Newest first, paged.
+    const ids = records.map((record) => Number(record.id));
+    expect(ids).toEqual([...ids].sort((a, b) => b - a));
+    const first = await api(app.url, 'GET', '/api/audit?limit=1', { token: admin });
+    expect(first.body.results).toHaveLength(1);
+    expect(first.body.next_page_id).toEqual(expect.any(String));
+    const next = await api(
+      app.url,
+      'GET',
+      `/api/audit?limit=1&page_id=${first.body.next_page_id}`,
+      {
+        token: admin,
+      },
+    );
+    expect(next.body.results[0].id).toBe(records[1]!.id);
+    expect((await api(app.url, 'GET', '/api/audit?page_id=zz', { token: admin })).status).toBe(400);
+    expect((await api(app.url, 'GET', '/api/audit?limit=0', { token: admin })).status).toBe(400);
+  });
 });
 
-void ConversationClient;
-void metricTotals;
+/** RETENTION_DAYS as a decimal: 0.00003 days is 2.592 s. */
+const RETENTION_DAYS = '0.00003';
+const RETENTION_MS = 0.00003 * 86_400_000;
+
+describe.each(backends)('retention on the standalone app ($name)', (backend) => {
+  let app: AppProcess;
+  let cleanup: () => Promise<void>;
+  const tenant = uniqueName('tenant');
+
+  beforeAll(async () => {
+    const prepared = await backend.env();
+    cleanup = prepared.cleanup;
+    app = await startApp('standalone', {
+      ...prepared.env,
+      AUTH_DEV_TOKENS: 'true',
+      RATE_LIMIT_PER_MINUTE: '0',
+      RETENTION_DAYS,
+      RETENTION_SWEEP_INTERVAL_MS: '250',
+    });
+  });
+
+  afterAll(async () => {
+    await app?.stop();
+    await cleanup?.();
+  });
+
+  it('deletes a conversation idle for RETENTION_DAYS, closing its sockets, and keeps an active one', async () => {
+    const token = await devToken(app.url, { user_id: 'lena', tenant_id: tenant });
+    const create = async () => {
+      const created = await api(app.url, 'POST', '/api/conversations', { token, body: {} });
+      expect(created.status).toBe(201);
+      return created.body.conversation_id as string;
+    };
+    const idle = await create();
+    const createdAt = Date.now();
+    const active = await create();
+    const socket = await ConversationClient.connect(app.url, token, {
+      conversation_id: idle,
+      start: 'false',
+    });
+    const before = await metricTotals([app.url], ['cs_retention_deleted_total']);
+    // The active one gets a message every 400 ms (the echo agent answers each).
+    let n = 0;
+    const keepAlive = setInterval(() => {
+      void api(app.url, 'POST', `/api/conversations/${active}/events`, {
+        token,
+        body: { action: 'message', args: { content: `still here ${(n += 1)}` } },
+      });
+    }, 400);
+    try {
+      await until(
+        async () =>
+          (await api(app.url, 'GET', `/api/conversations/${idle}`, { token })).status === 404,
+        'the idle conversation deleted',
+        20_000,
+        100,
+      );
+      // Not before its time (the sweep's search compares activity times).
+      expect(Date.now() - createdAt).toBeGreaterThanOrEqual(RETENTION_MS - 100);
+      await socket.waitFor(
+        (events) =>
+          events.some(
+            (event) => 'status_update' in event && event.id === 'STATUS$CONVERSATION_DELETED',
+          ),
+        5_000,
+        'the deletion notice',
+      );
+      await until(() => socket.socket.disconnected, 'the socket closed');
+      // Twice its retention later, the active one is still there.
+      await until(() => Date.now() - createdAt > 2 * RETENTION_MS, 'twice the retention', 10_000);
+      expect((await api(app.url, 'GET', `/api/conversations/${active}`, { token })).status).toBe(
+        200,
+      );
+    } finally {
+      clearInterval(keepAlive);
+      socket.close();
+    }
+    const after = await metricTotals([app.url], ['cs_retention_deleted_total']);
+    expect(
+      after.cs_retention_deleted_total - before.cs_retention_deleted_total,
+    ).toBeGreaterThanOrEqual(1);
+    // Left alone, it goes too.
+    await until(
+      async () =>
+        (await api(app.url, 'GET', `/api/conversations/${active}`, { token })).status === 404,
+      'the conversation left alone deleted',
+      20_000,
+      100,
+    );
+  });
+});

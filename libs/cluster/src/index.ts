@@ -15,3 +15,5 @@ export * from './realtime/redis-room.subscriber.js';
 export * from './redis/cluster-keys.js';
 export * from './redis/redis-connections.js';
 export * from './redis/redis-startup-check.js';
+export * from './lifecycle/redis-user-key.eraser.js';
+export * from './lifecycle/redis-period.lock.js';

@@ -11,20 +11,36 @@ import { ConversationSockets } from './realtime/conversation-sockets.js';
 import { ConversationGateway } from './realtime/conversation.gateway.js';
 import { EventStreamService } from './realtime/event-stream.service.js';
 import { ConnectionLimiter } from './realtime/connection-limiter.js';
+import { ErasureRunner } from './lifecycle/erasure.runner.js';
+import { RetentionSweeper } from './lifecycle/retention.sweeper.js';
+import { UserDataService } from './lifecycle/user-data.service.js';
+import {
+  AuditController,
+  ErasuresController,
+  UsersController,
+} from './http/user-data.controller.js';
 
 /**
  * The client-facing edge shared by the gateway and the standalone app: REST,
  * Socket.IO, SSE, auth, health and metrics. The host app provides the ports:
  * `APP_CONFIG`, `CONVERSATION_STORE`, `CONVERSATION_MANAGER`,
- * `USER_ACTION_RATE_LIMITER`, `AGENT_FACTORY`, `READINESS_CHECKS` and
- * `ServiceMetrics`.
+ * `USER_ACTION_RATE_LIMITER`, `AGENT_FACTORY`, `READINESS_CHECKS`,
+ * `DATA_LIFECYCLE_STORE` and `ServiceMetrics` (optional: `RETENTION_LOCK`,
+ * `USER_KEY_ERASER`).
  */
 @Module({})
 export class GatewayModule {
   static forRoot(ports: Provider[]): DynamicModule {
     return {
       module: GatewayModule,
-      controllers: [ConversationsController, DevTokenController, HealthController],
+      controllers: [
+        ConversationsController,
+        DevTokenController,
+        HealthController,
+        UsersController,
+        ErasuresController,
+        AuditController,
+      ],
       providers: [
         ...ports,
         TokenService,
@@ -36,6 +52,9 @@ export class GatewayModule {
         EventStreamService,
         LifecycleService,
         ConnectionLimiter,
+        ErasureRunner,
+        RetentionSweeper,
+        UserDataService,
       ],
       exports: [
         ConversationRoomHub,
@@ -43,6 +62,7 @@ export class GatewayModule {
         EventStreamService,
         LifecycleService,
         TokenService,
+        UserDataService,
       ],
     };
   }

@@ -21,11 +21,11 @@ export const ROOM_BROADCASTER = Symbol('ROOM_BROADCASTER');
  */
 export const SOCKET_ADAPTER_CHECK = Symbol('SOCKET_ADAPTER_CHECK');
 /**
- * Optional: runs a task on one process of the deployment at a time
- * (`ExclusiveRunner`; a Redis lock in a cluster). Without it the process is
- * the only one (standalone).
+ * Optional: gives retention's sweep to one process of the deployment per
+ * interval (`PeriodLock`; a Redis key in a cluster). Without it the process
+ * is the only one (standalone).
  */
-export const EXCLUSIVE_RUNNER = Symbol('EXCLUSIVE_RUNNER');
+export const RETENTION_LOCK = Symbol('RETENTION_LOCK');
 /**
  * Optional: forgets what Redis holds of a user and of their conversations
  * (`UserKeyEraser`; a cluster's). Without it there is no Redis (standalone).

@@ -11,3 +11,4 @@ export * from './socket.js';
 export * from './validation.js';
 export * from './agent-outputs.js';
 export * from './text.js';
+export * from './data-lifecycle.js';

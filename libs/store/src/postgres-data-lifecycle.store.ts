@@ -112,13 +112,15 @@ export class PostgresDataLifecycleStore implements DataLifecycleStore {
     tenantId: string,
     userId: string,
     limit: number,
+    afterId?: string,
   ): Promise<ConversationRef[]> {
+    // Through conversations_owner_idx (tenant_id, user_id), sorted: a user holds few.
     const { rows } = await this.database.query<{ id: string; incarnation: string }>(
       `SELECT id, incarnation FROM conversations
-        WHERE tenant_id = $1 AND user_id = $2
+        WHERE tenant_id = $1 AND user_id = $2 AND ($4::uuid IS NULL OR id > $4::uuid)
         ORDER BY id
         LIMIT $3`,
-      [tenantId, userId, limit],
+      [tenantId, userId, limit, afterId ?? null],
     );
     return rows.map((row) => ({
       tenantId,

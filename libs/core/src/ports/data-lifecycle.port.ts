@@ -73,10 +73,16 @@ export interface DataLifecycleStore {
     effects?: DeletionEffects,
   ): Promise<boolean>;
   /**
-   * Ids of the user's conversations in the tenant (at most `limit`), for an
-   * erasure: it deletes them and asks again until none is left.
+   * The user's conversations in the tenant, in id order after `afterId`, at
+   * most `limit`: an erasure deletes them and asks again until none is left;
+   * a user's export walks them.
    */
-  userConversations(tenantId: string, userId: string, limit: number): Promise<ConversationRef[]>;
+  userConversations(
+    tenantId: string,
+    userId: string,
+    limit: number,
+    afterId?: string,
+  ): Promise<ConversationRef[]>;
   /**
    * A new erasure of the user (its audit record in the same transaction), or
    * the one running already (`created: false`, no record).
@@ -110,4 +116,24 @@ export interface DataLifecycleStore {
   recordAudit(entry: AuditEntry, at: Date): Promise<void>;
   /** The tenant's records, newest first. */
   listAudit(tenantId: string, limit: number, cursor?: string): Promise<AuditPage>;
+}
+
+/**
+ * What an erasure asks of the ephemeral side (Redis in a cluster): to keep
+ * nothing of the user (slots, rate limit) nor of their deleted conversations.
+ */
+export interface UserKeyEraser {
+  /** The keys of one deleted conversation (connections, failovers, stop marks). */
+  forgetConversation(conversationId: string): Promise<void>;
+  /** Every key of the user: running conversations, slot expiries, rate-limit window. */
+  forgetUser(tenantId: string, userId: string): Promise<void>;
+}
+
+/**
+ * Lets one process of a deployment do a periodic task per period: the first
+ * to ask within a period gets it (a Redis key with a TTL in a cluster).
+ */
+export interface PeriodLock {
+  /** True when this process has the task for the next `periodMs`. */
+  claim(periodMs: number): Promise<boolean>;
 }
