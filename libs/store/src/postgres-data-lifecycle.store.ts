@@ -20,8 +20,17 @@ import { isUuid } from './conversation-page.cursor.js';
 import type { SqlDatabase, SqlQueryable } from './database/sql-database.js';
 import { UNIQUE_VIOLATION, sqlErrorCode } from './database/sql-database.js';
 
-/** The lease hours are binned from (migration 0011). */
-const HOUR_ORIGIN = '2000-01-01T00:00:00Z';
+/** Where activity hours are binned from (migration 0011). */
+export const HOUR_ORIGIN = '2000-01-01T00:00:00Z';
+
+/** Retention's search: $1 the cutoff, $2 `HOUR_ORIGIN`, $3 the batch size. */
+export const IDLE_CONVERSATIONS_SQL = `
+  SELECT tenant_id, user_id, id, incarnation, last_event_id
+    FROM conversations
+   WHERE activity_hour <= date_bin('1 hour', $1::timestamptz, $2::timestamptz)
+     AND updated_at < $1::timestamptz
+   ORDER BY activity_hour
+   LIMIT $3`;
 
 interface ErasureRow {
   id: string;
@@ -61,15 +70,7 @@ export class PostgresDataLifecycleStore implements DataLifecycleStore {
       id: string;
       incarnation: string;
       last_event_id: number;
-    }>(
-      `SELECT tenant_id, user_id, id, incarnation, last_event_id
-         FROM conversations
-        WHERE activity_hour <= date_bin('1 hour', $1::timestamptz, $2::timestamptz)
-          AND updated_at < $1::timestamptz
-        ORDER BY activity_hour
-        LIMIT $3`,
-      [cutoff.toISOString(), HOUR_ORIGIN, limit],
-    );
+    }>(IDLE_CONVERSATIONS_SQL, [cutoff.toISOString(), HOUR_ORIGIN, limit]);
     return rows.map((row) => ({
       tenantId: row.tenant_id,
       userId: row.user_id,

@@ -1,0 +1,272 @@
+// The data lifecycle's store (migration 0011) on real Postgres and on PGlite:
+// retention's idle search goes through the activity-hour index (EXPLAIN) and
+// that index leaves an append's update HOT; erasures are stored jobs (one
+// running per user, leases that expire, done only once the user holds
+// nothing); deletions write their erasure count and audit record in their
+// own transaction; the audit trail pages newest first.
+import { randomUUID } from 'node:crypto';
+import type { EventDraft, NewConversation } from '@cs/core';
+import type { SqlDatabase } from '@cs/store';
+import {
+  HOUR_ORIGIN,
+  IDLE_CONVERSATIONS_SQL,
+  PostgresConversationStore,
+  PostgresDataLifecycleStore,
+  migrate,
+  openPglite,
+  openPostgres,
+} from '@cs/store';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { createScratchDatabase, uniqueName } from '../support/services.js';
+
+interface Backend {
+  name: string;
+  open(): Promise<{ database: SqlDatabase; teardown(): Promise<void> }>;
+}
+
+const backends: Backend[] = [
+  {
+    name: 'Postgres',
+    async open() {
+      const scratch = await createScratchDatabase('cs_lifecycle');
+      const database = openPostgres(scratch.url, { poolSize: 4 });
+      return {
+        database,
+        async teardown() {
+          await database.close();
+          await scratch.drop();
+        },
+      };
+    },
+  },
+  {
+    name: 'PGlite',
+    async open() {
+      const database = await openPglite(undefined);
+      return { database, teardown: () => database.close() };
+    },
+  },
+];
+
+function conversation(tenantId: string, userId: string): NewConversation {
+  return {
+    id: randomUUID(),
+    tenantId,
+    userId,
+    appName: 'default',
+    title: '',
+    metadata: {},
+    agent: { name: 'echo', config: {} },
+    instructions: null,
+  };
+}
+
+function message(content: string): EventDraft {
+  return {
+    source: 'user',
+    body: { action: 'message', args: { content, image_urls: [], file_urls: [] }, message: content },
+  };
+}
+
+/** Index names in a JSON plan. */
+function indexesOf(plan: unknown): string[] {
+  const found: string[] = [];
+  const walk = (node: unknown): void => {
+    if (Array.isArray(node)) node.forEach(walk);
+    else if (typeof node === 'object' && node !== null) {
+      for (const [key, value] of Object.entries(node)) {
+        if (key === 'Index Name' && typeof value === 'string') found.push(value);
+        else walk(value);
+      }
+    }
+  };
+  walk(typeof plan === 'string' ? JSON.parse(plan) : plan);
+  return found;
+}
+
+describe.each(backends)('PostgresDataLifecycleStore ($name)', (backend) => {
+  let database: SqlDatabase;
+  let teardown: () => Promise<void>;
+  let store: PostgresConversationStore;
+  let lifecycle: PostgresDataLifecycleStore;
+
+  beforeAll(async () => {
+    ({ database, teardown } = await backend.open());
+    await migrate(database);
+    store = new PostgresConversationStore(database);
+    lifecycle = new PostgresDataLifecycleStore(database);
+  });
+
+  afterAll(async () => {
+    await teardown?.();
+  });
+
+  it('finds idle conversations through the activity-hour index (EXPLAIN), and not those whose user came back', async () => {
+    const tenant = uniqueName('t');
+    // Many recently active conversations, a few idle for 40 days.
+    await database.query(
+      `INSERT INTO conversations (id, tenant_id, user_id, app_name, agent, created_at, updated_at)
+       SELECT gen_random_uuid(), $1, 'u' || (g % 50), 'default', '{"name":"echo","config":{}}',
+              now() - interval '1 hour' * (g % 24), now() - interval '1 minute' * (g % 600)
+         FROM generate_series(1, 5000) g`,
+      [tenant],
+    );
+    const idle = await database.query<{ id: string }>(
+      `INSERT INTO conversations (id, tenant_id, user_id, app_name, agent, created_at, updated_at)
+       SELECT gen_random_uuid(), $1, 'old', 'default', '{"name":"echo","config":{}}',
+              now() - interval '41 days', now() - interval '40 days' - interval '1 minute' * g
+         FROM generate_series(1, 20) g
+       RETURNING id`,
+      [tenant],
+    );
+    await database.query('ANALYZE conversations');
+    const cutoff = new Date(Date.now() - 30 * 86_400_000);
+    const { rows } = await database.query<Record<string, unknown>>(
+      `EXPLAIN (FORMAT JSON) ${IDLE_CONVERSATIONS_SQL}`,
+      [cutoff.toISOString(), HOUR_ORIGIN, 50],
+    );
+    expect(indexesOf(rows[0]?.['QUERY PLAN'])).toContain('conversations_activity_hour_idx');
+
+    const found = await lifecycle.findIdleConversations(cutoff, 50);
+    expect(found.map((row) => row.conversationId).sort()).toEqual(
+      idle.rows.map((row) => row.id).sort(),
+    );
+    // A batch is a batch.
+    expect(await lifecycle.findIdleConversations(cutoff, 7)).toHaveLength(7);
+    // The one whose user comes back is not idle any more.
+    const [first] = idle.rows;
+    await store.append(tenant, first!.id, [message('back')]);
+    expect(
+      (await lifecycle.findIdleConversations(cutoff, 50)).map((row) => row.conversationId),
+    ).not.toContain(first!.id);
+  });
+
+  it('deletes for retention only while no user event came after the one seen idle', async () => {
+    const tenant = uniqueName('t');
+    const { conversation: a } = await store.createConversation(conversation(tenant, 'u'), [
+      message('one'),
+    ]);
+    const { conversation: b } = await store.createConversation(conversation(tenant, 'u'), [
+      message('one'),
+    ]);
+    // A user message after the search: it stays.
+    await store.append(tenant, a.id, [message('two')]);
+    expect(await lifecycle.deleteConversation(tenant, a.id, { idleThroughEventId: 0 })).toBe(false);
+    expect(await store.getConversation(tenant, a.id)).not.toBeNull();
+    // An agent event (a stop's state change) does not count.
+    await store.append(tenant, b.id, [
+      {
+        source: 'environment',
+        body: {
+          observation: 'agent_state_changed',
+          content: '',
+          extras: { agent_state: 'stopped' },
+          message: '',
+        },
+      },
+    ]);
+    expect(await lifecycle.deleteConversation(tenant, b.id, { idleThroughEventId: 0 })).toBe(true);
+    expect(await store.getConversation(tenant, b.id)).toBeNull();
+    const { rows } = await database.query<{ n: number }>(
+      'SELECT count(*)::int AS n FROM events WHERE conversation_id = $1',
+      [b.id],
+    );
+    expect(rows[0]?.n).toBe(0);
+    // Another incarnation of an id is not the one asked for.
+    expect(await lifecycle.deleteConversation(tenant, a.id, { incarnation: randomUUID() })).toBe(
+      false,
+    );
+  });
+
+  it('keeps one running erasure per user, counts its deletions, and finishes it only once the user holds nothing', async () => {
+    const tenant = uniqueName('t');
+    const user = uniqueName('u');
+    const { conversation: mine } = await store.createConversation(conversation(tenant, user));
+    await database.query(
+      `INSERT INTO user_states (tenant_id, app_name, user_id, state) VALUES ($1, 'default', $2, '{"color":"red"}')`,
+      [tenant, user],
+    );
+    const audit = { actor: user, action: 'user.erase' };
+    const first = await lifecycle.startErasure(tenant, user, audit, new Date());
+    const again = await lifecycle.startErasure(tenant, user, audit, new Date());
+    expect(first.created).toBe(true);
+    expect(again).toEqual({ erasure: first.erasure, created: false });
+    const id = first.erasure.id;
+    expect(await lifecycle.getErasure(uniqueName('other'), id)).toBeNull();
+
+    // Two runners: one gets it, the other nothing while the lease lasts.
+    const now = new Date();
+    const lease = new Date(now.getTime() + 10_000);
+    expect((await lifecycle.claimErasure('a', now, lease, id))?.id).toBe(id);
+    expect(await lifecycle.claimErasure('b', now, lease, id)).toBeNull();
+    expect(await lifecycle.finishErasure(id, 'a', new Date())).toBe(false); // a conversation is left
+    expect(await lifecycle.deleteConversation(tenant, mine.id, { erasureId: id })).toBe(true);
+    expect(await lifecycle.deleteConversation(tenant, mine.id, { erasureId: id })).toBe(false);
+    await lifecycle.deleteUserState(tenant, user);
+    expect(await lifecycle.getUserState(tenant, 'default', user)).toEqual({});
+    // Runner a died: past its lease, b takes it over, and a cannot finish it any more.
+    const later = new Date(lease.getTime() + 1);
+    expect((await lifecycle.claimErasure('b', later, new Date(later.getTime() + 10_000)))?.id).toBe(
+      id,
+    );
+    expect(await lifecycle.renewErasure(id, 'a', new Date(later.getTime() + 20_000))).toBe(false);
+    expect(await lifecycle.finishErasure(id, 'a', new Date())).toBe(false);
+    await lifecycle.eraseFromAudit(tenant, user);
+    expect(await lifecycle.finishErasure(id, 'b', new Date())).toBe(true);
+    expect(await lifecycle.getErasure(tenant, id)).toEqual({
+      id,
+      tenantId: tenant,
+      userId: null,
+      status: 'done',
+      conversationsDeleted: 1,
+    });
+    // Nothing of the user is left in the tables.
+    for (const table of ['conversations', 'user_states', 'erasures']) {
+      const { rows } = await database.query<{ n: number }>(
+        `SELECT count(*)::int AS n FROM ${table} WHERE user_id = $1`,
+        [user],
+      );
+      expect(rows[0]?.n, table).toBe(0);
+    }
+    const records = await lifecycle.listAudit(tenant, 100);
+    expect(records.records.map((r) => [r.actor, r.action, r.target])).toEqual([
+      ['erased', 'user.erase', 'user:erased'],
+    ]);
+    // Done: a new erasure of the user is a new one.
+    expect((await lifecycle.startErasure(tenant, user, audit, new Date())).created).toBe(true);
+  });
+
+  it('writes an audit record in the transaction of the delete, and pages the trail newest first', async () => {
+    const tenant = uniqueName('t');
+    const { conversation: c } = await store.createConversation(conversation(tenant, 'owner'));
+    await lifecycle.deleteConversation(tenant, c.id, {
+      audit: {
+        tenantId: tenant,
+        actor: 'admin',
+        action: 'conversation.delete',
+        target: `conversation:${c.id}`,
+      },
+    });
+    for (let n = 0; n < 4; n += 1) {
+      await lifecycle.recordAudit(
+        { tenantId: tenant, actor: 'admin', action: 'user.export', target: `user:u${n}` },
+        new Date(),
+      );
+    }
+    await lifecycle.recordAudit(
+      { tenantId: uniqueName('other'), actor: 'x', action: 'user.export', target: 'user:y' },
+      new Date(),
+    );
+    const targets: string[] = [];
+    let cursor: string | undefined;
+    do {
+      const page = await lifecycle.listAudit(tenant, 2, cursor);
+      targets.push(...page.records.map((record) => record.target));
+      cursor = page.nextCursor ?? undefined;
+    } while (cursor);
+    expect(targets).toEqual(['user:u3', 'user:u2', 'user:u1', 'user:u0', `conversation:${c.id}`]);
+    await expect(lifecycle.listAudit(tenant, 2, '-1')).rejects.toMatchObject({
+      code: 'BAD_REQUEST',
+    });
+  });
+});
