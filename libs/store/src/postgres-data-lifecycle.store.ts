@@ -136,6 +136,7 @@ export class PostgresDataLifecycleStore implements DataLifecycleStore {
     userId: string,
     audit: Omit<AuditEntry, 'tenantId' | 'target'>,
     at: Date,
+    lease: { owner: string; until: Date },
   ): Promise<{ erasure: ErasureRecord; created: boolean }> {
     // Two rounds: one that ran when we looked may be done by the insert.
     for (let round = 0; round < 2; round += 1) {
@@ -144,10 +145,17 @@ export class PostgresDataLifecycleStore implements DataLifecycleStore {
       try {
         const erasure = await this.database.transaction(async (tx) => {
           const { rows } = await tx.query<ErasureRow>(
-            `INSERT INTO erasures (id, tenant_id, user_id, created_at)
-             VALUES ($1, $2, $3, $4::timestamptz)
+            `INSERT INTO erasures (id, tenant_id, user_id, created_at, lease_owner, lease_until)
+             VALUES ($1, $2, $3, $4::timestamptz, $5, $6::timestamptz)
              RETURNING ${ERASURE_COLUMNS}`,
-            [randomUUID(), tenantId, userId, at.toISOString()],
+            [
+              randomUUID(),
+              tenantId,
+              userId,
+              at.toISOString(),
+              lease.owner,
+              lease.until.toISOString(),
+            ],
           );
           await insertAudit(tx, { ...audit, tenantId, target: `user:${userId}` }, at);
           return toErasure(rows[0]!);

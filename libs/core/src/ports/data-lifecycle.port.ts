@@ -84,14 +84,16 @@ export interface DataLifecycleStore {
     afterId?: string,
   ): Promise<ConversationRef[]>;
   /**
-   * A new erasure of the user (its audit record in the same transaction), or
-   * the one running already (`created: false`, no record).
+   * A new erasure of the user (its audit record in the same transaction),
+   * leased to `lease.owner` from the start; or the one running already
+   * (`created: false`, no record, its lease untouched).
    */
   startErasure(
     tenantId: string,
     userId: string,
     audit: Omit<AuditEntry, 'tenantId' | 'target'>,
     at: Date,
+    lease: { owner: string; until: Date },
   ): Promise<{ erasure: ErasureRecord; created: boolean }>;
   getErasure(tenantId: string, id: string): Promise<ErasureRecord | null>;
   /**

@@ -2,7 +2,8 @@
  * Runs the stored erasure jobs (table `erasures`): any gateway, or the
  * standalone process, takes a running erasure whose lease is free or past its
  * time, runs its steps under the lease (renewed as it goes), and marks it
- * done. The process that accepted the request starts it at once; one that
+ * done. The process that accepted the request stores it leased to itself and
+ * starts it at once; one that
  * died midway (kill -9) leaves its lease to expire, and the next look of any
  * process, every `ERASURE_POLL_MS`, resumes it from the first step (each is
  * idempotent), as it does one that failed (Postgres away). One that
@@ -71,9 +72,15 @@ export class ErasureRunner implements OnApplicationBootstrap, OnModuleDestroy {
     await Promise.allSettled(this.running.values());
   }
 
-  /** Starts the erasure now, here, unless some process runs it already. */
-  kick(erasureId: string): void {
-    void this.claimAndRun(erasureId);
+  /** The lease a new erasure is stored with: this process runs it (`adopt`). */
+  newLease(): { owner: string; until: Date } {
+    return { owner: this.owner, until: new Date(Date.now() + ERASURE_LEASE_MS) };
+  }
+
+  /** Runs an erasure this process stored with `newLease`, now. */
+  adopt(erasure: ErasureRecord): void {
+    const run = this.run(erasure).finally(() => this.running.delete(erasure.id));
+    this.running.set(erasure.id, run);
   }
 
   private async poll(): Promise<void> {
@@ -88,8 +95,8 @@ export class ErasureRunner implements OnApplicationBootstrap, OnModuleDestroy {
     }
   }
 
-  /** Claims one erasure (that one, or any free one) and runs it; false when none was free. */
-  private async claimAndRun(erasureId?: string): Promise<boolean> {
+  /** Claims one free erasure and runs it; false when none was free. */
+  private async claimAndRun(): Promise<boolean> {
     let erasure: ErasureRecord | null;
     try {
       const now = new Date();
@@ -97,7 +104,6 @@ export class ErasureRunner implements OnApplicationBootstrap, OnModuleDestroy {
         this.owner,
         now,
         new Date(now.getTime() + ERASURE_LEASE_MS),
-        erasureId,
       );
     } catch (error) {
       this.logger.warn(`could not look for erasures: ${String(error)}`);

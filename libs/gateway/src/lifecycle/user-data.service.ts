@@ -38,17 +38,19 @@ export class UserDataService {
 
   /**
    * `DELETE /api/users/:user_id`: a stored erasure (audited in its
-   * transaction), started here at once; the running one when there is one.
+   * transaction), leased to this process and started here at once; the
+   * running one when there is one (whoever runs it goes on).
    */
   async erase(principal: Principal, userParam: string): Promise<{ erasure_id: string }> {
     const userId = this.subject(principal, userParam);
-    const { erasure } = await this.lifecycle.startErasure(
+    const { erasure, created } = await this.lifecycle.startErasure(
       principal.tenantId,
       userId,
       { actor: principal.userId, action: 'user.erase' },
       new Date(),
+      this.runner.newLease(),
     );
-    this.runner.kick(erasure.id);
+    if (created) this.runner.adopt(erasure);
     return { erasure_id: erasure.id };
   }
 
