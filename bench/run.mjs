@@ -28,6 +28,7 @@ import { runLongHistory } from './scenarios/long-history.mjs';
 import { runModelTurn } from './scenarios/model-turn.mjs';
 import { startFakeModel } from './lib/fake-model.mjs';
 import { runBrowser, runSizes } from './scenarios/web-client.mjs';
+import { runUserExport } from './scenarios/data-lifecycle.mjs';
 
 const SCENARIOS = [
   { name: 'building-blocks', title: 'Building blocks', run: runBuildingBlocks },
@@ -43,6 +44,7 @@ const SCENARIOS = [
   { name: 'browser', title: 'Web app in headless Chromium', run: runBrowser },
   { name: 'memory', title: 'Memory', run: runMemory },
   { name: 'long-history', title: 'Long histories', run: runLongHistory },
+  { name: 'user-export', title: 'Export of a user (NDJSON)', run: runUserExport },
 ];
 
 const USAGE = `usage: npm run bench -- [options]
