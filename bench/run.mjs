@@ -28,7 +28,7 @@ import { runLongHistory } from './scenarios/long-history.mjs';
 import { runModelTurn } from './scenarios/model-turn.mjs';
 import { startFakeModel } from './lib/fake-model.mjs';
 import { runBrowser, runSizes } from './scenarios/web-client.mjs';
-import { runUserExport } from './scenarios/data-lifecycle.mjs';
+import { runRetention, runUserExport } from './scenarios/data-lifecycle.mjs';
 
 const SCENARIOS = [
   { name: 'building-blocks', title: 'Building blocks', run: runBuildingBlocks },
@@ -45,6 +45,7 @@ const SCENARIOS = [
   { name: 'memory', title: 'Memory', run: runMemory },
   { name: 'long-history', title: 'Long histories', run: runLongHistory },
   { name: 'user-export', title: 'Export of a user (NDJSON)', run: runUserExport },
+  { name: 'retention', title: 'Retention sweep under a round-trip load', run: runRetention },
 ];
 
 const USAGE = `usage: npm run bench -- [options]
@@ -230,6 +231,9 @@ async function main() {
     nodeArgs: profileDir ? ['--cpu-prof', `--cpu-prof-dir=${profileDir}`] : [],
     env: {
       AGENT_MODULES: BENCH_AGENTS,
+      // The retention scenario makes its conversations 2 days idle; nothing else is that old.
+      RETENTION_DAYS: '1',
+      RETENTION_SWEEP_INTERVAL_MS: '2000',
       ...(model
         ? {
             LLM_BASE_URL: model.url,

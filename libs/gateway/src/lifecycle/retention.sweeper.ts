@@ -7,9 +7,9 @@
  *
  * Never a long lock nor a flood: the idle search reads one small batch through
  * the activity-hour index; each conversation is deleted in its own short
- * transaction (its row and its events), and a user who came back since the
- * search keeps it (`idleThroughEventId`); between batches the sweep yields to
- * live traffic. It works for at most a share of its interval, so that the
+ * transaction (its row and its events), four at a time, and a user who came
+ * back since the search keeps it (`idleThroughEventId`); between batches the
+ * sweep yields to live traffic. It works for at most a share of its interval, so that the
  * next interval's holder never overlaps it; what is left waits for that one.
  */
 import {
@@ -29,6 +29,12 @@ import { APP_CONFIG, DATA_LIFECYCLE_STORE, RETENTION_LOCK } from '../tokens.js';
 const DAY_MS = 86_400_000;
 /** Conversations per idle search. */
 const BATCH = 50;
+/**
+ * Deletions at once within a batch: each waits mostly on Redis and Postgres
+ * round trips (the stop's), so a few side by side sweep faster while using
+ * few connections.
+ */
+const PARALLEL = 4;
 /** The pause between batches: live traffic goes first. */
 const PAUSE_MS = 20;
 /** The share of its interval a sweep may work. */
@@ -96,24 +102,27 @@ export class RetentionSweeper implements OnApplicationBootstrap, OnModuleDestroy
         await this.lifecycle.findIdleConversations(cutoff, BATCH + failed.size)
       ).filter((idle) => !failed.has(idle.conversationId));
       if (batch.length === 0) break;
-      for (const idle of batch) {
-        if (this.stopped) break;
-        try {
-          const removed = await this.conversations.remove(idle, {
-            idleThroughEventId: idle.lastEventId,
-          });
-          if (removed) {
-            deleted += 1;
-            this.metrics.retentionDeleted.inc();
-          }
-        } catch (error) {
-          failed.add(idle.conversationId);
-          this.logger.warn({
-            msg: `retention could not delete a conversation: ${String(error)}`,
-            conversation_id: idle.conversationId,
-            tenant_id: idle.tenantId,
-          });
-        }
+      for (let start = 0; start < batch.length && !this.stopped; start += PARALLEL) {
+        const removed = await Promise.all(
+          batch.slice(start, start + PARALLEL).map(async (idle) => {
+            try {
+              return await this.conversations.remove(idle, {
+                idleThroughEventId: idle.lastEventId,
+              });
+            } catch (error) {
+              failed.add(idle.conversationId);
+              this.logger.warn({
+                msg: `retention could not delete a conversation: ${String(error)}`,
+                conversation_id: idle.conversationId,
+                tenant_id: idle.tenantId,
+              });
+              return false;
+            }
+          }),
+        );
+        const count = removed.filter(Boolean).length;
+        deleted += count;
+        this.metrics.retentionDeleted.inc(count);
       }
       await pause(PAUSE_MS);
     }
