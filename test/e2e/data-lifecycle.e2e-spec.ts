@@ -3,6 +3,7 @@
 // export (REST and SDK) read back through replay_json, the erasure of a user,
 // retention with a short RETENTION_DAYS, the export of a user and the audit
 // trail, with the access rules of each.
+import { spawnSync } from 'node:child_process';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -13,7 +14,7 @@ import { ConversationClient, api, devToken } from '../support/clients.js';
 import { readAllEvents, until } from '../support/cluster.js';
 import { metricTotals } from '../support/metrics.js';
 import { AGENT_MODULE } from '../support/agent-runtime.js';
-import { startApp, type AppProcess } from '../support/processes.js';
+import { ROOT, startApp, type AppProcess } from '../support/processes.js';
 import { createScratchDatabase, uniqueName, type ScratchDatabase } from '../support/services.js';
 
 interface Backend {
@@ -566,4 +567,27 @@ describe.each(backends)('retention on the standalone app ($name)', (backend) => 
       100,
     );
   });
+});
+
+describe('RETENTION_DAYS at start', () => {
+  it.each(['-1', 'abc'])(
+    'refuses to start with RETENTION_DAYS=%s, in one line naming it',
+    (value) => {
+      const dir = mkdtempSync(join(tmpdir(), 'cs-lifecycle-'));
+      try {
+        const run = spawnSync(process.execPath, ['dist/apps/standalone/src/main.js'], {
+          cwd: ROOT,
+          env: { ...process.env, DATA_DIR: dir, RETENTION_DAYS: value, PORT: '0' },
+          encoding: 'utf8',
+          timeout: 60_000,
+        });
+        expect(run.status).not.toBe(0);
+        const problems = run.stderr.split('\n').filter((line) => line.startsWith('  - '));
+        expect(problems).toHaveLength(1);
+        expect(problems[0]).toMatch(/^ {2}- RETENTION_DAYS: /);
+      } finally {
+        rmSync(dir, { recursive: true, force: true });
+      }
+    },
+  );
 });

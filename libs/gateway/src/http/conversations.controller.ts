@@ -1,5 +1,6 @@
 import {
   Body,
+  Logger,
   Controller,
   Delete,
   Get,
@@ -37,7 +38,7 @@ import { CurrentPrincipal, HttpAuthGuard } from '../auth/http-auth.guard.js';
 import type { Principal } from '../auth/principal.js';
 import { ConversationService } from '../conversations/conversation.service.js';
 import { EventStreamService } from '../realtime/event-stream.service.js';
-import { streamNdjson } from '../lifecycle/ndjson-response.js';
+import { cutShort, streamNdjson } from '../lifecycle/ndjson-response.js';
 import { parseInput } from './validation.js';
 import { openApiSchema } from './openapi.js';
 
@@ -59,6 +60,8 @@ const LastEventIdSchema = z
 @UseGuards(HttpAuthGuard)
 @Controller('api/conversations')
 export class ConversationsController {
+  private readonly logger = new Logger(ConversationsController.name);
+
   constructor(
     private readonly conversations: ConversationService,
     private readonly streams: EventStreamService,
@@ -207,9 +210,13 @@ export class ConversationsController {
     @Res() response: Response,
   ): Promise<void> {
     const conversation = await this.conversations.find(principal, conversationId(id));
-    await streamNdjson(response, async (sink) => {
-      await this.conversations.exportTo(principal, conversation, sink);
-    });
+    await streamNdjson(
+      response,
+      async (sink) => {
+        await this.conversations.exportTo(principal, conversation, sink);
+      },
+      cutShort(this.logger),
+    );
   }
 
   @Get(':id/stream')

@@ -1,4 +1,14 @@
-import { Controller, Delete, Get, HttpCode, Param, Query, Res, UseGuards } from '@nestjs/common';
+import {
+  Controller,
+  Logger,
+  Delete,
+  Get,
+  HttpCode,
+  Param,
+  Query,
+  Res,
+  UseGuards,
+} from '@nestjs/common';
 import { ApiBearerAuth, ApiOkResponse, ApiTags } from '@nestjs/swagger';
 import type { Response } from 'express';
 import { NotFoundError } from '@cs/core';
@@ -15,7 +25,7 @@ import {
 } from '@cs/protocol';
 import { CurrentPrincipal, HttpAuthGuard } from '../auth/http-auth.guard.js';
 import type { Principal } from '../auth/principal.js';
-import { streamNdjson } from '../lifecycle/ndjson-response.js';
+import { cutShort, streamNdjson } from '../lifecycle/ndjson-response.js';
 import { UserDataService } from '../lifecycle/user-data.service.js';
 import { openApiSchema } from './openapi.js';
 import { parseInput } from './validation.js';
@@ -30,6 +40,8 @@ function userParam(raw: string): string {
 @UseGuards(HttpAuthGuard)
 @Controller('api/users')
 export class UsersController {
+  private readonly logger = new Logger(UsersController.name);
+
   constructor(private readonly users: UserDataService) {}
 
   @Delete(':user_id')
@@ -50,9 +62,13 @@ export class UsersController {
     @Res() response: Response,
   ): Promise<void> {
     const subject = userParam(userId);
-    await streamNdjson(response, async (sink) => {
-      await this.users.exportUser(principal, subject, sink);
-    });
+    await streamNdjson(
+      response,
+      async (sink) => {
+        await this.users.exportUser(principal, subject, sink);
+      },
+      cutShort(this.logger),
+    );
   }
 }
 

@@ -51,6 +51,7 @@ export function ndjsonResponse(response: Response): NdjsonSink {
 export async function streamNdjson(
   response: Response,
   run: (sink: NdjsonSink) => Promise<void>,
+  onCutShort: (error: unknown) => void = () => undefined,
 ): Promise<void> {
   const sink = ndjsonResponse(response);
   try {
@@ -59,5 +60,11 @@ export async function streamNdjson(
   } catch (error) {
     if (!response.headersSent && !(error instanceof ClientGoneError)) throw error;
     response.destroy();
+    if (!(error instanceof ClientGoneError)) onCutShort(error);
   }
+}
+
+/** Logs an export cut short by a failure after its first line. */
+export function cutShort(logger: { warn(message: string): unknown }): (error: unknown) => void {
+  return (error) => logger.warn(`export cut short: ${String(error)}`);
 }

@@ -63,6 +63,16 @@ describe(InMemoryUserActionRateLimiter.name, () => {
     expect(await limiter.reserve('t', 'a')).toMatchObject({ reserved: true });
   });
 
+  it("forgets an erased user's window, and only that user's", async () => {
+    const limiter = new InMemoryUserActionRateLimiter(1, () => 5);
+    await limiter.reserve('t', 'a');
+    await limiter.reserve('t', 'b');
+    limiter.forget('t', 'a');
+    expect(limiter.trackedUsers).toBe(1);
+    expect(await limiter.reserve('t', 'a')).toMatchObject({ reserved: true });
+    expect(await limiter.reserve('t', 'b')).toMatchObject({ reserved: false });
+  });
+
   it('is off at 0', async () => {
     const limiter = new InMemoryUserActionRateLimiter(0);
     for (let n = 0; n < 100; n++)
