@@ -35,6 +35,7 @@ import { runCapacity } from './scenarios/capacity.mjs';
 import { runRestWait } from './scenarios/rest-wait.mjs';
 import { WEBHOOK_TENANT, runWebhooks } from './scenarios/webhooks.mjs';
 import { startWebhookReceiver } from './lib/webhook-receiver.mjs';
+import { runRetention, runUserExport } from './scenarios/data-lifecycle.mjs';
 
 const SCENARIOS = [
   { name: 'building-blocks', title: 'Building blocks', run: runBuildingBlocks },
@@ -62,6 +63,8 @@ const SCENARIOS = [
     run: runCapacity,
   },
   { name: 'webhooks', title: 'Webhook delivery lag', run: runWebhooks },
+  { name: 'user-export', title: 'Export of a user (NDJSON)', run: runUserExport },
+  { name: 'retention', title: 'Retention sweep under a round-trip load', run: runRetention },
 ];
 
 const USAGE = `usage: npm run bench -- [options]
@@ -283,6 +286,9 @@ async function main() {
             ]),
           }
         : {}),
+      // The retention scenario makes its conversations 2 days idle; nothing else is that old.
+      RETENTION_DAYS: '1',
+      RETENTION_SWEEP_INTERVAL_MS: '2000',
       ...(model
         ? {
             LLM_BASE_URL: model.url,

@@ -1,19 +1,25 @@
 import { Logger, type DynamicModule } from '@nestjs/common';
 import type { AppConfig } from '@cs/config';
 import type { AgentRuntime } from '@cs/agents';
-import { StandaloneConversationManager, type ConversationStore } from '@cs/core';
+import {
+  StandaloneConversationManager,
+  type ConversationStore,
+  type UserKeyEraser,
+} from '@cs/core';
 import {
   AGENT_FACTORY,
   APP_CONFIG,
   CONVERSATION_MANAGER,
   CONVERSATION_STORE,
   ConversationRoomHub,
+  DATA_LIFECYCLE_STORE,
   GatewayModule,
   InMemoryUserActionRateLimiter,
   READINESS_CHECKS,
   ServiceMetrics,
   USER_ACTION_RATE_LIMITER,
   WEBHOOK_OUTBOX,
+  USER_KEY_ERASER,
   type ReadinessCheck,
 } from '@cs/gateway';
 import { databaseCheck, traceContext } from '@cs/observability';
@@ -44,16 +50,26 @@ export const StandaloneModule = {
     let manager: StandaloneConversationManager | undefined;
     const logger = new Logger('ConversationManager');
     const readiness: ReadinessCheck[] = [databaseCheck(opened.database)];
+    const rateLimiter = new InMemoryUserActionRateLimiter(config.limits.rateLimitPerMinute);
     const module = GatewayModule.forRoot([
       { provide: APP_CONFIG, useValue: config },
       { provide: ServiceMetrics, useValue: metrics },
       { provide: CONVERSATION_STORE, useValue: store },
       { provide: WEBHOOK_OUTBOX, useValue: opened.webhooks },
+      { provide: DATA_LIFECYCLE_STORE, useValue: opened.lifecycle },
       { provide: AGENT_FACTORY, useValue: agents },
       { provide: READINESS_CHECKS, useValue: readiness },
+      { provide: USER_ACTION_RATE_LIMITER, useValue: rateLimiter },
       {
-        provide: USER_ACTION_RATE_LIMITER,
-        useValue: new InMemoryUserActionRateLimiter(config.limits.rateLimitPerMinute),
+        // No Redis here: an erasure forgets the user's rate-limit window in memory.
+        provide: USER_KEY_ERASER,
+        useValue: {
+          forgetConversation: () => Promise.resolve(),
+          forgetUser: (tenantId: string, userId: string) => {
+            rateLimiter.forget(tenantId, userId);
+            return Promise.resolve();
+          },
+        } satisfies UserKeyEraser,
       },
       {
         provide: CONVERSATION_MANAGER,

@@ -4,6 +4,7 @@ import { ConversationServiceError, codeForStatus } from './errors.js';
 import type { TokenSource } from './token-source.js';
 import { errorDetailOf } from './wire-guards.js';
 import type {
+  ConversationExportLine,
   ConversationInfo,
   ConversationState,
   ConversationStatus,
@@ -11,6 +12,7 @@ import type {
   CreateConversationResponse,
   EventPage,
   EventsQuery,
+  StoredEvent,
   ListConversationsOptions,
   PatchConversationBody,
 } from './wire.js';
@@ -74,20 +76,57 @@ export class ConversationsApi {
     return this.request('GET', `/conversations/${encodeURIComponent(id)}/state`);
   }
 
+  /**
+   * The conversation's export (`GET …/export`, NDJSON), read as it arrives:
+   * one line at a time in memory, however long the history.
+   */
+  async *export(id: string): AsyncGenerator<ConversationExportLine> {
+    const response = await this.authorized(
+      'GET',
+      `/conversations/${encodeURIComponent(id)}/export`,
+    );
+    if (!response.ok || !response.body) {
+      await this.read(response);
+      return;
+    }
+    let index = 0;
+    let ended = false;
+    for await (const value of ndjsonValues(response.body)) {
+      if (index === 0) yield { kind: 'conversation', conversation: value as ConversationInfo };
+      else if (isStateLine(value)) {
+        ended = true;
+        yield { kind: 'state', state: value.state };
+      } else yield { kind: 'event', event: value as StoredEvent };
+      index += 1;
+    }
+    // The service cuts an export that fails midway: it then lacks its state line.
+    if (!ended) throw new ConversationServiceError('UNAVAILABLE', 'the export was cut short');
+  }
+
   private async request<T>(
     method: string,
     path: string,
     options: { body?: unknown; query?: Query } = {},
   ): Promise<T> {
+    return this.read<T>(await this.authorized(method, path, options));
+  }
+
+  /** The response, after one fresh token when the first was refused (401). */
+  private async authorized(
+    method: string,
+    path: string,
+    options: { body?: unknown; query?: Query } = {},
+  ): Promise<Response> {
     let token = await this.token(() => this.tokens.current());
     for (let attempt = 0; ; attempt += 1) {
       const response = await this.send(method, path, options, token);
       if (response.status === 401 && attempt === 0 && this.tokens.canRefresh) {
+        await response.body?.cancel().catch(() => undefined);
         const stale = token;
         token = await this.token(() => this.tokens.refresh(stale));
         continue;
       }
-      return this.read<T>(response);
+      return response;
     }
   }
 
@@ -155,4 +194,49 @@ function queryString(query: Query | undefined): string {
   }
   const text = params.toString();
   return text ? `?${text}` : '';
+}
+
+/** The JSON values of an NDJSON body, one line at a time as the bytes arrive. */
+async function* ndjsonValues(body: ReadableStream<Uint8Array>): AsyncGenerator<unknown> {
+  const reader = body.getReader();
+  const decoder = new TextDecoder();
+  let buffered = '';
+  try {
+    for (;;) {
+      const { done, value } = await reader.read();
+      buffered += done ? decoder.decode() : decoder.decode(value, { stream: true });
+      let newline = buffered.indexOf('\n');
+      while (newline >= 0) {
+        const line = buffered.slice(0, newline);
+        buffered = buffered.slice(newline + 1);
+        if (line.trim() !== '') yield JSON.parse(line) as unknown;
+        newline = buffered.indexOf('\n');
+      }
+      if (done) break;
+    }
+  } catch (error) {
+    if (error instanceof SyntaxError) throw error;
+    throw new ConversationServiceError(
+      'UNAVAILABLE',
+      `the export was cut short: ${String(error)}`,
+      {
+        cause: error,
+      },
+    );
+  } finally {
+    reader.releaseLock();
+  }
+  // A body cut short ends without its last line: not a whole export.
+  if (buffered.trim() !== '') {
+    throw new ConversationServiceError('UNAVAILABLE', 'the export was cut short');
+  }
+}
+
+function isStateLine(value: unknown): value is { state: Record<string, unknown> } {
+  return (
+    typeof value === 'object' &&
+    value !== null &&
+    Object.keys(value).length === 1 &&
+    'state' in value
+  );
 }

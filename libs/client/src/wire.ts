@@ -155,6 +155,16 @@ export interface ConversationState {
   runtime?: { worker_id: string; lease_epoch: number };
 }
 
+/**
+ * One line of a conversation's export (`conversations.export`), tagged: the
+ * conversation first, then each event in id order, then its state. The
+ * events, as `replay_json` of a new conversation, give it the same history.
+ */
+export type ConversationExportLine =
+  | { kind: 'conversation'; conversation: ConversationInfo }
+  | { kind: 'event'; event: StoredEvent }
+  | { kind: 'state'; state: Record<string, unknown> };
+
 /** The body of `oh_user_action`. */
 export type UserActionPayload =
   | {

@@ -16,3 +16,5 @@ export * from './redis/cluster-keys.js';
 export * from './redis/redis-connections.js';
 export * from './redis/redis-startup-check.js';
 export * from './limits/redis-budget-ledger.js';
+export * from './lifecycle/redis-user-key.eraser.js';
+export * from './lifecycle/redis-period.lock.js';

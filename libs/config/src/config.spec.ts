@@ -120,6 +120,22 @@ describe('loadConfig', () => {
     expect(problemsOf('standalone', { LOG_LEVEL: 'verbose' })).toHaveLength(1);
   });
 
+  it('reads RETENTION_DAYS (a decimal, 0 keeps everything) and its sweep interval', () => {
+    expect(loadConfig('standalone', {}).lifecycle).toEqual({
+      retentionDays: 0,
+      retentionSweepIntervalMs: 3_600_000,
+    });
+    expect(
+      loadConfig('standalone', { RETENTION_DAYS: '0.5', RETENTION_SWEEP_INTERVAL_MS: '250' })
+        .lifecycle,
+    ).toEqual({ retentionDays: 0.5, retentionSweepIntervalMs: 250 });
+    for (const bad of ['-1', 'abc', '30d']) {
+      const problems = problemsOf('standalone', { RETENTION_DAYS: bad });
+      expect(problems).toHaveLength(1);
+      expect(problems[0]).toMatch(/^RETENTION_DAYS: /);
+    }
+  });
+
   it('names each invalid variable in its own line', () => {
     const problems = problemsOf('standalone', {
       PORT: 'eighty',

@@ -200,6 +200,12 @@ const EnvSchema = z.object({
   WEBHOOKS: json(WebhooksSchema).optional(),
   WEBHOOK_TIMEOUT_MS: positiveInt.max(600_000).default(10_000),
   WEBHOOK_MAX_ATTEMPTS: positiveInt.max(100).default(15),
+  RETENTION_DAYS: z.coerce
+    .number({ message: 'must be a number of days (0 keeps everything)' })
+    .min(0, 'must not be negative (0 keeps everything)')
+    .max(1_000_000)
+    .default(0),
+  RETENTION_SWEEP_INTERVAL_MS: positiveInt.max(2_147_483_647).default(3_600_000),
 });
 
 /** USD per million tokens, by model (`LLM_PRICES`). */
@@ -254,6 +260,12 @@ export interface AppConfig {
     devTokens: boolean;
     /** A token whose `exp` lies further ahead than this many seconds is refused. */
     maxTokenTtlS: number;
+  };
+  /** PROTOCOL.md "Data lifecycle". */
+  lifecycle: {
+    /** Conversations idle this many days are deleted; 0 keeps everything. */
+    retentionDays: number;
+    retentionSweepIntervalMs: number;
   };
   limits: {
     maxConcurrentConversations: number;
@@ -399,6 +411,10 @@ export function loadConfig(
       audience: e.AUTH_JWT_AUDIENCE,
       devTokens,
       maxTokenTtlS: e.AUTH_MAX_TOKEN_TTL_S,
+    },
+    lifecycle: {
+      retentionDays: e.RETENTION_DAYS,
+      retentionSweepIntervalMs: e.RETENTION_SWEEP_INTERVAL_MS,
     },
     limits: {
       maxConcurrentConversations: e.MAX_CONCURRENT_CONVERSATIONS,

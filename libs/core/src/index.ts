@@ -10,6 +10,7 @@ export * from './ports/clock.port.js';
 export * from './ports/rate-limiter.port.js';
 export * from './ports/conversation-store.port.js';
 export * from './ports/webhook-outbox.port.js';
+export * from './ports/data-lifecycle.port.js';
 export * from './agent-session.js';
 export * from './session/agent-state-change.js';
 export * from './standalone-conversation-manager.js';

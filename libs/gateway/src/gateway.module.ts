@@ -14,13 +14,22 @@ import { ConversationGateway } from './realtime/conversation.gateway.js';
 import { EventStreamService } from './realtime/event-stream.service.js';
 import { ConnectionLimiter } from './realtime/connection-limiter.js';
 import { TurnWatchService } from './realtime/turn-watch.service.js';
+import { ErasureRunner } from './lifecycle/erasure.runner.js';
+import { RetentionSweeper } from './lifecycle/retention.sweeper.js';
+import { UserDataService } from './lifecycle/user-data.service.js';
+import {
+  AuditController,
+  ErasuresController,
+  UsersController,
+} from './http/user-data.controller.js';
 
 /**
  * The client-facing edge shared by the gateway and the standalone app: REST,
  * Socket.IO, SSE, auth, health and metrics. The host app provides the ports:
  * `APP_CONFIG`, `CONVERSATION_STORE`, `CONVERSATION_MANAGER`,
- * `USER_ACTION_RATE_LIMITER`, `AGENT_FACTORY`, `READINESS_CHECKS` and
- * `ServiceMetrics`.
+ * `USER_ACTION_RATE_LIMITER`, `AGENT_FACTORY`, `READINESS_CHECKS`,
+ * `DATA_LIFECYCLE_STORE` and `ServiceMetrics` (optional: `RETENTION_LOCK`,
+ * `USER_KEY_ERASER`).
  */
 @Module({})
 export class GatewayModule {
@@ -33,6 +42,9 @@ export class GatewayModule {
         HealthController,
         UsageController,
         WebhookDeliveriesController,
+        UsersController,
+        ErasuresController,
+        AuditController,
       ],
       providers: [
         ...ports,
@@ -46,6 +58,9 @@ export class GatewayModule {
         LifecycleService,
         ConnectionLimiter,
         TurnWatchService,
+        ErasureRunner,
+        RetentionSweeper,
+        UserDataService,
       ],
       exports: [
         ConversationRoomHub,
@@ -54,6 +69,7 @@ export class GatewayModule {
         TurnWatchService,
         LifecycleService,
         TokenService,
+        UserDataService,
       ],
     };
   }

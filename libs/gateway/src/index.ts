@@ -16,3 +16,4 @@ export * from './realtime/live-connection.js';
 export * from './realtime/conversation.gateway.js';
 export * from './realtime/ordered-event-feed.js';
 export * from './tokens.js';
+export * from './lifecycle/user-data.service.js';

@@ -1,6 +1,8 @@
 /** Injection tokens of the gateway's ports, provided by the app that hosts it. */
 export const APP_CONFIG = Symbol('APP_CONFIG');
 export const CONVERSATION_STORE = Symbol('CONVERSATION_STORE');
+/** Retention, erasures and the audit trail (`DataLifecycleStore`). */
+export const DATA_LIFECYCLE_STORE = Symbol('DATA_LIFECYCLE_STORE');
 export const CONVERSATION_MANAGER = Symbol('CONVERSATION_MANAGER');
 export const USER_ACTION_RATE_LIMITER = Symbol('USER_ACTION_RATE_LIMITER');
 export const READINESS_CHECKS = Symbol('READINESS_CHECKS');
@@ -20,3 +22,14 @@ export const ROOM_BROADCASTER = Symbol('ROOM_BROADCASTER');
 export const SOCKET_ADAPTER_CHECK = Symbol('SOCKET_ADAPTER_CHECK');
 /** Optional: the webhook outbox (`WebhookOutbox`) behind `/api/webhook-deliveries`. */
 export const WEBHOOK_OUTBOX = Symbol('WEBHOOK_OUTBOX');
+/**
+ * Optional: gives retention's sweep to one process of the deployment per
+ * interval (`PeriodLock`; a Redis key in a cluster). Without it the process
+ * is the only one (standalone).
+ */
+export const RETENTION_LOCK = Symbol('RETENTION_LOCK');
+/**
+ * Optional: forgets what Redis holds of a user and of their conversations
+ * (`UserKeyEraser`; a cluster's). Without it there is no Redis (standalone).
+ */
+export const USER_KEY_ERASER = Symbol('USER_KEY_ERASER');

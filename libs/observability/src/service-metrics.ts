@@ -53,6 +53,8 @@ export class ServiceMetrics {
   readonly runningConversations: Gauge;
   readonly appendSeconds: Histogram;
   readonly userActions: Counter;
+  /** Conversations deleted by retention (PROTOCOL.md "Data lifecycle"). */
+  readonly retentionDeleted: Counter;
   readonly leaseAcquisitions: Counter;
   readonly failovers: Counter;
   readonly handoffs: Counter;
@@ -108,6 +110,10 @@ export class ServiceMetrics {
     });
     const counter = (name: string, help: string) =>
       new Counter({ name, help, registers: [this.registry] });
+    this.retentionDeleted = counter(
+      'cs_retention_deleted_total',
+      'Conversations deleted by retention (idle for RETENTION_DAYS) by this process',
+    );
     this.leaseAcquisitions = counter(
       'cs_lease_acquisitions_total',
       'Conversation leases taken by this process',

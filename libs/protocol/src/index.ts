@@ -13,3 +13,4 @@ export * from './validation.js';
 export * from './agent-outputs.js';
 export * from './text.js';
 export * from './webhooks.js';
+export * from './data-lifecycle.js';

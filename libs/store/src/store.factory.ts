@@ -2,13 +2,14 @@
  * How the apps get a store: Postgres when a URL is configured, else the
  * embedded database in the data folder; migrated first when asked.
  */
-import type { ConversationStore, WebhookOutbox } from '@cs/core';
+import type { ConversationStore, DataLifecycleStore, WebhookOutbox } from '@cs/core';
 import type { DataDirLockOptions } from './database/data-dir.lock.js';
 import { openEmbeddedDatabase } from './database/embedded.database.js';
 import { openPostgres } from './database/postgres.database.js';
 import type { SqlDatabase } from './database/sql-database.js';
 import { PostgresConversationStore } from './postgres-conversation.store.js';
 import { PostgresWebhookOutbox } from './postgres-webhook.outbox.js';
+import { PostgresDataLifecycleStore } from './postgres-data-lifecycle.store.js';
 import { migrate } from './schema.migrator.js';
 
 export interface StoreOptions {
@@ -33,6 +34,8 @@ export interface OpenedStore {
   store: ConversationStore;
   /** The webhook deliveries the store's writes enqueue (PROTOCOL.md "Webhooks"). */
   webhooks: WebhookOutbox;
+  /** Retention, erasures and the audit trail, on the same database. */
+  lifecycle: DataLifecycleStore;
   database: SqlDatabase;
   /** Migrations this call applied, in order. */
   migrationsApplied: string[];
@@ -62,6 +65,7 @@ export async function openStore(options: StoreOptions): Promise<OpenedStore> {
           : { crossConversationBatches: options.crossConversationBatches }),
       }),
       webhooks: new PostgresWebhookOutbox(database),
+      lifecycle: new PostgresDataLifecycleStore(database),
       database,
       migrationsApplied,
       close: () => database.close(),

@@ -87,6 +87,14 @@ export class ClusterKeys {
   }
 
   /**
+   * Taken for one sweep interval by the process that applies retention
+   * (`RedisTickLock`): one process of the deployment sweeps at a time.
+   */
+  get retentionSweep(): string {
+    return `${this.prefix}:{lifecycle}:retention-sweep`;
+  }
+
+  /**
    * Present while the gateway is alive (expires unless renewed). Every
    * gateway's under one tag: `ConnectionRegistry.count` reads them in one MGET.
    */

@@ -19,6 +19,8 @@ import {
   type ConversationRecord,
   type ConversationRef,
   type ConversationStore,
+  type DataLifecycleStore,
+  type DeletionEffects,
   type RateLimitReservation,
   type SendOptions,
   type SlotClaim,
@@ -47,11 +49,14 @@ import {
   APP_CONFIG,
   CONVERSATION_MANAGER,
   CONVERSATION_STORE,
+  DATA_LIFECYCLE_STORE,
   ROOM_BROADCASTER,
   USER_ACTION_RATE_LIMITER,
 } from '../tokens.js';
 import { ConversationRoomHub } from '../realtime/conversation-room-hub.js';
 import { ConversationSockets } from '../realtime/conversation-sockets.js';
+import { ConversationExporter } from '../lifecycle/conversation-exporter.js';
+import type { NdjsonSink } from '../lifecycle/ndjson-response.js';
 import { parseReplay, withReplayedMarkers } from './conversation-replay.js';
 import { settingsOf } from './conversation-settings.js';
 import { checkConfirmationAnswer, findRepeat } from './user-action-admission.js';
@@ -81,6 +86,7 @@ export class ConversationService {
   constructor(
     @Inject(APP_CONFIG) private readonly config: AppConfig,
     @Inject(CONVERSATION_STORE) private readonly store: ConversationStore,
+    @Inject(DATA_LIFECYCLE_STORE) private readonly lifecycle: DataLifecycleStore,
     @Inject(CONVERSATION_MANAGER) private readonly manager: ConversationManager,
     @Inject(USER_ACTION_RATE_LIMITER) private readonly rateLimiter: UserActionRateLimiter,
     @Inject(AGENT_FACTORY) private readonly agents: AgentFactory,
@@ -90,7 +96,10 @@ export class ConversationService {
     @Optional() @Inject(ROOM_BROADCASTER) broadcaster: ConversationBroadcaster | null,
   ) {
     this.rooms = broadcaster ?? hub;
+    this.exporter = new ConversationExporter(store, config.agent.multitaskStrategy);
   }
+
+  private readonly exporter: ConversationExporter;
 
   /** Where SSE streams are told of a deletion: every gateway's (cluster) or this process's. */
   private readonly rooms: ConversationBroadcaster;
@@ -312,16 +321,44 @@ export class ConversationService {
   }
 
   /**
-   * Stops and deletes the conversation, then closes every socket and stream
-   * of it, on every gateway, after telling each why: sockets through the
-   * Socket.IO adapter, SSE streams through the conversation's room (a reused
-   * id gets another room, so none can stay behind).
+   * `DELETE /conversations/:id`. An admin's delete of another user's
+   * conversation is audited, in the delete's transaction.
    */
   async delete(principal: Principal, conversationId: string): Promise<void> {
     const conversation = await this.find(principal, conversationId);
-    const ref = refOf(conversation);
-    await this.manager.stop(ref);
-    await this.store.deleteConversation(principal.tenantId, conversationId);
+    const audit =
+      conversation.userId === principal.userId
+        ? undefined
+        : {
+            tenantId: principal.tenantId,
+            actor: principal.userId,
+            action: 'conversation.delete',
+            target: `conversation:${conversationId}`,
+          };
+    await this.remove(refOf(conversation), audit ? { audit } : {});
+  }
+
+  /**
+   * Stops and deletes the conversation (with what `effects` adds to the
+   * delete's transaction), then closes every socket and stream of it, on
+   * every gateway, after telling each why: sockets through the Socket.IO
+   * adapter, SSE streams through the conversation's room (a reused id gets
+   * another room, so none can stay behind). What `DELETE`, retention and an
+   * erasure do; false when it was not deleted (gone already, another
+   * incarnation, or a retention delete its user came back to).
+   */
+  async remove(ref: ConversationRef, effects: DeletionEffects = {}): Promise<boolean> {
+    try {
+      await this.manager.stop(ref);
+    } catch (error) {
+      // Deleted meanwhile: nothing to stop; the delete below finds nothing either.
+      if (!(error instanceof DomainError && error.code === 'NOT_FOUND')) throw error;
+    }
+    const deleted = await this.lifecycle.deleteConversation(ref.tenantId, ref.conversationId, {
+      incarnation: ref.incarnation,
+      ...effects,
+    });
+    if (!deleted) return false;
     const room = roomKey(ref);
     const status = {
       status_update: true,
@@ -331,6 +368,35 @@ export class ConversationService {
     } as const;
     this.sockets.closeDeleted(room, status);
     this.rooms.publishStatus(room, status);
+    return true;
+  }
+
+  /**
+   * `GET /conversations/:id/export` into `sink` (see `ConversationExporter`).
+   * An admin's export of another user's conversation is audited first.
+   */
+  async exportTo(
+    principal: Principal,
+    conversation: ConversationRecord,
+    sink: NdjsonSink,
+  ): Promise<number> {
+    if (conversation.userId !== principal.userId) {
+      await this.lifecycle.recordAudit(
+        {
+          tenantId: principal.tenantId,
+          actor: principal.userId,
+          action: 'conversation.export',
+          target: `conversation:${conversation.id}`,
+        },
+        new Date(),
+      );
+    }
+    return this.exporter.export(conversation.tenantId, conversation.id, sink);
+  }
+
+  /** The export of a conversation the caller was found to see (a user export's). */
+  exportOne(tenantId: string, conversationId: string, sink: NdjsonSink): Promise<number> {
+    return this.exporter.export(tenantId, conversationId, sink);
   }
 
   /** The sockets attached to the conversation on every gateway. */

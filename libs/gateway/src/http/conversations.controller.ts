@@ -1,5 +1,6 @@
 import {
   Body,
+  Logger,
   Controller,
   Delete,
   Get,
@@ -42,6 +43,7 @@ import { ConversationService } from '../conversations/conversation.service.js';
 import { EventStreamService } from '../realtime/event-stream.service.js';
 import { TurnWatchService } from '../realtime/turn-watch.service.js';
 import { preferredWait } from './prefer-header.js';
+import { cutShort, streamNdjson } from '../lifecycle/ndjson-response.js';
 import { parseInput } from './validation.js';
 import { openApiSchema } from './openapi.js';
 
@@ -63,6 +65,8 @@ const LastEventIdSchema = z
 @UseGuards(HttpAuthGuard)
 @Controller('api/conversations')
 export class ConversationsController {
+  private readonly logger = new Logger(ConversationsController.name);
+
   constructor(
     private readonly conversations: ConversationService,
     private readonly streams: EventStreamService,
@@ -243,6 +247,24 @@ export class ConversationsController {
     @Param('id') id: string,
   ): Promise<ConversationPresence> {
     return this.conversations.presence(principal, conversationId(id));
+  }
+
+  /** NDJSON: the `ConversationInfo`, every event in id order, then `{ state }`. */
+  @Get(':id/export')
+  @ApiOkResponse({ description: 'application/x-ndjson: the conversation, its events, its state' })
+  async export(
+    @CurrentPrincipal() principal: Principal,
+    @Param('id') id: string,
+    @Res() response: Response,
+  ): Promise<void> {
+    const conversation = await this.conversations.find(principal, conversationId(id));
+    await streamNdjson(
+      response,
+      async (sink) => {
+        await this.conversations.exportTo(principal, conversation, sink);
+      },
+      cutShort(this.logger),
+    );
   }
 
   @Get(':id/stream')

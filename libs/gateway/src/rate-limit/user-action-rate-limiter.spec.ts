@@ -29,4 +29,37 @@ describe(InMemoryUserActionRateLimiter.name, () => {
     await limiter.reserve('t', 'late');
     expect(limiter.trackedUsers).toBe(1);
   });
+
+  it('says when the window will have room: once enough of its oldest have left', async () => {
+    let now = 1_000;
+    const limiter = new InMemoryUserActionRateLimiter(3, () => now);
+    await limiter.reserve('t', 'a');
+    now = 21_000;
+    await limiter.reserve('t', 'a', 2);
+    now = 31_000;
+    // One more: the first leaves at 61,000.
+    expect(await limiter.reserve('t', 'a')).toEqual({ reserved: false, retryAfterMs: 30_000 });
+    // Two more: the pair of 21,000 must leave too, at 81,000.
+    expect(await limiter.reserve('t', 'a', 2)).toEqual({ reserved: false, retryAfterMs: 50_000 });
+    // More than the limit never fits.
+    expect(await limiter.reserve('t', 'a', 4)).toEqual({ reserved: false, retryAfterMs: null });
+    now = 61_000;
+    expect(await limiter.reserve('t', 'a')).toMatchObject({ reserved: true });
+  });
+
+  it("forgets an erased user's window, and only that user's", async () => {
+    const limiter = new InMemoryUserActionRateLimiter(1, () => 5);
+    await limiter.reserve('t', 'a');
+    await limiter.reserve('t', 'b');
+    limiter.forget('t', 'a');
+    expect(limiter.trackedUsers).toBe(1);
+    expect(await limiter.reserve('t', 'a')).toMatchObject({ reserved: true });
+    expect(await limiter.reserve('t', 'b')).toMatchObject({ reserved: false });
+  });
+
+  it('is off at 0', async () => {
+    const limiter = new InMemoryUserActionRateLimiter(0);
+    for (let n = 0; n < 100; n++)
+      expect(await limiter.reserve('t', 'a')).toMatchObject({ reserved: true });
+  });
 });

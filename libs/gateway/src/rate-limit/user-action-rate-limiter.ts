@@ -59,6 +59,11 @@ export class InMemoryUserActionRateLimiter implements UserActionRateLimiter {
     }
   }
 
+  /** Forgets the user's window (an erasure: nothing of the user stays). */
+  forget(tenantId: string, userId: string): void {
+    this.windows.delete(JSON.stringify([tenantId, userId]));
+  }
+
   /** Users with actions in their current window (for tests and metrics). */
   get trackedUsers(): number {
     return this.windows.size;

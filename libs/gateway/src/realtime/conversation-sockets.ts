@@ -82,6 +82,20 @@ export class ConversationSockets {
     this.server?.in(room).emit('oh_event', status);
     this.server?.in(room).disconnectSockets(true);
   }
+
+  /** Every socket of the user (`userRoomKey`), on every gateway, gets `status` and is closed. */
+  closeUser(tenantId: string, userId: string, status: StatusUpdate): void {
+    this.closeDeleted(userRoomKey(tenantId, userId), status);
+  }
+}
+
+/**
+ * The Socket.IO room of every socket of one user (besides its conversation's):
+ * how an erasure closes them all, on every gateway, whatever conversation
+ * they are attached to. Conversation rooms are `<uuid>.<uuid>`: no clash.
+ */
+export function userRoomKey(tenantId: string, userId: string): string {
+  return `user:${encodeURIComponent(tenantId)}/${encodeURIComponent(userId)}`;
 }
 
 function unanswered(): UnavailableError {

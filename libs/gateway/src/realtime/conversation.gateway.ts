@@ -29,7 +29,7 @@ import { ServiceMetrics } from '@cs/observability';
 import { APP_CONFIG } from '../tokens.js';
 import { ConnectionLimiter } from './connection-limiter.js';
 import { ConversationRoomHub } from './conversation-room-hub.js';
-import { ConversationSockets } from './conversation-sockets.js';
+import { ConversationSockets, userRoomKey } from './conversation-sockets.js';
 import {
   LiveConnection,
   REPLAY_LOW_WATER_BYTES,
@@ -147,6 +147,8 @@ export class ConversationGateway
     this.metrics.socketsConnected.inc();
     // The conversation's Socket.IO room: presence counts it, a delete closes it.
     void socket.join(roomKey(refOf(conversation)));
+    // The user's room: an erasure closes every socket of the user.
+    void socket.join(userRoomKey(principal.tenantId, principal.userId));
     socket.on('oh_user_action', (payload, ack) => {
       this.onUserAction(socket, payload).then(
         (response) => {

@@ -1,0 +1,52 @@
+/**
+ * The export of one conversation (PROTOCOL.md "Branching", `GET
+ * /conversations/:id/export`): its `ConversationInfo`, every event in id
+ * order, then `{ state }`, read page by page. The info and the state are
+ * read together first, and the events up to the `last_event_id` they had:
+ * the three agree even while the conversation goes on. A new conversation
+ * created with the events as `replay_json` holds the same history.
+ */
+import { NotFoundError, toConversationInfo, type ConversationStore } from '@cs/core';
+import type { MultitaskStrategy } from '@cs/protocol';
+import type { NdjsonSink } from './ndjson-response.js';
+
+/** Events per read; a page is also cut at `EXPORT_PAGE_BYTES`. */
+const EXPORT_PAGE_EVENTS = 500;
+const EXPORT_PAGE_BYTES = 2 * 1024 * 1024;
+
+export class ConversationExporter {
+  constructor(
+    private readonly store: ConversationStore,
+    private readonly defaultStrategy: MultitaskStrategy,
+  ) {}
+
+  /**
+   * Writes the export of the conversation; resolves with how many events it
+   * wrote. `NOT_FOUND` when it is gone before the first line; one deleted
+   * while its events are read ends early (`NOT_FOUND`, lines written).
+   */
+  async export(tenantId: string, conversationId: string, sink: NdjsonSink): Promise<number> {
+    const snapshot = await this.store.getSnapshot(tenantId, conversationId);
+    if (!snapshot) throw new NotFoundError();
+    const { conversation, state } = snapshot;
+    await sink.write([toConversationInfo(conversation, this.defaultStrategy)]);
+    let fromId = 0;
+    let written = 0;
+    while (fromId <= conversation.lastEventId) {
+      const page = await this.store.readEventPage(tenantId, conversationId, {
+        fromId,
+        toId: conversation.lastEventId,
+        limit: EXPORT_PAGE_EVENTS,
+        maxBytes: EXPORT_PAGE_BYTES,
+        incarnation: conversation.incarnation,
+      });
+      const last = page.events[page.events.length - 1];
+      if (!last) throw new NotFoundError(); // deleted meanwhile
+      await sink.write(page.events);
+      written += page.events.length;
+      fromId = last.id + 1;
+    }
+    await sink.write([{ state }]);
+    return written;
+  }
+}
