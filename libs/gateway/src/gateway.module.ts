@@ -3,6 +3,8 @@ import { HttpAuthGuard } from './auth/http-auth.guard.js';
 import { TokenService } from './auth/token.service.js';
 import { ConversationService } from './conversations/conversation.service.js';
 import { ConversationsController } from './http/conversations.controller.js';
+import { BranchingController } from './http/branching.controller.js';
+import { ConversationBranchingService } from './conversations/conversation-branching.service.js';
 import { DevTokenController } from './http/dev-token.controller.js';
 import { HealthController } from './observability/health.controller.js';
 import { LifecycleService } from './observability/lifecycle.service.js';
@@ -24,12 +26,18 @@ export class GatewayModule {
   static forRoot(ports: Provider[]): DynamicModule {
     return {
       module: GatewayModule,
-      controllers: [ConversationsController, DevTokenController, HealthController],
+      controllers: [
+        ConversationsController,
+        BranchingController,
+        DevTokenController,
+        HealthController,
+      ],
       providers: [
         ...ports,
         TokenService,
         HttpAuthGuard,
         ConversationService,
+        ConversationBranchingService,
         ConversationRoomHub,
         ConversationSockets,
         ConversationGateway,
