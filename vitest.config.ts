@@ -51,6 +51,8 @@ const E2E_SERIAL = [
   'test/e2e/bench.e2e-spec.ts',
   // Kills and fails over Redis masters under load.
   'test/e2e/redis-cluster.e2e-spec.ts',
+  // kills a worker right after a rewind
+  'test/e2e/branching.e2e-spec.ts',
 ];
 
 /** Run a second time on a Redis Cluster (`TEST_REDIS=cluster`). */

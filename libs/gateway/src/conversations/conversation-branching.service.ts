@@ -119,6 +119,8 @@ export class ConversationBranchingService {
     const conversation = await this.conversations.find(principal, conversationId);
     const repeat = await this.repeatedRewind(conversation, idempotencyKey, toEventId);
     if (repeat) return { created: false, event_id: repeat.id };
+    // Checked before the stop, which stores events of its own (the store checks again).
+    await this.assertRewindPoint(conversation, toEventId);
     const appended = await this.counted(
       principal,
       async () => {
@@ -243,6 +245,27 @@ export class ConversationBranchingService {
       (made) => made.duplicate,
     );
     return { created: !appended.duplicate, event_id: appended.event.id };
+  }
+
+  /** `to_event_id` must name an event of the conversation, not undone. */
+  private async assertRewindPoint(
+    conversation: ConversationRecord,
+    toEventId: number,
+  ): Promise<void> {
+    const [target] =
+      toEventId <= conversation.lastEventId
+        ? await this.store.readEvents(conversation.tenantId, conversation.id, {
+            fromId: toEventId,
+            toId: toEventId,
+            limit: 1,
+          })
+        : [];
+    if (!target) {
+      throw new BadRequestError('to_event_id must be an event of the conversation', 'to_event_id');
+    }
+    if (target.undone_by !== undefined) {
+      throw new BadRequestError('to_event_id is an undone event', 'to_event_id');
+    }
   }
 
   /** A rewind stored already under this key (`CONFLICT` when it named another point). */
