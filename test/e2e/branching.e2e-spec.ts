@@ -382,14 +382,11 @@ function branchingScenarios(urls: Urls, token: () => Promise<string>, toolLog: (
     const answer = await answerTo(first, user, id, a);
     // Settled, so that nothing is stored meanwhile: the checks below see every write.
     let last = -1;
-    await until(
-      async () => {
-        const info = await api(first, 'GET', `/api/conversations/${id}`, { token: user });
-        last = info.body.last_event_id as number;
-        return info.body.agent_state === 'awaiting_user_input';
-      },
-      'the turn settled',
-    );
+    await until(async () => {
+      const info = await api(first, 'GET', `/api/conversations/${id}`, { token: user });
+      last = info.body.last_event_id as number;
+      return info.body.agent_state === 'awaiting_user_input';
+    }, 'the turn settled');
 
     const bad = async (path: string, body: unknown, field: string) => {
       const response = await api(second, 'POST', `/api/conversations/${id}/${path}`, {
