@@ -18,6 +18,7 @@ import {
 import { startApp, type AppProcess } from '../support/processes.js';
 import { createScratchDatabase, uniqueName, type ScratchDatabase } from '../support/services.js';
 import { AGENT_MODULE, signFor } from '../support/agent-runtime.js';
+import { FakeModelServer, openAiStream } from '../fakes/fake-model-server.js';
 
 const SECRET = 'branching-e2e-secret-0123456789abcdef-01';
 
@@ -482,6 +483,89 @@ describe('branching: a standalone app', () => {
     () => signFor(SECRET, uniqueName('user'), tenant),
     () => toolLog,
   );
+});
+
+describe('branching with the llm agent on the fake model server', () => {
+  let app: AppProcess;
+  let db: ScratchDatabase;
+  let model: FakeModelServer;
+  const tenant = uniqueName('branching-llm');
+
+  beforeAll(async () => {
+    model = await FakeModelServer.start();
+    db = await createScratchDatabase('cs_branching_llm');
+    app = await startApp('standalone', {
+      DATABASE_URL: db.url,
+      AUTH_JWT_SECRET: SECRET,
+      LLM_BASE_URL: `${model.url}/v1`,
+      LLM_API_KEY: 'sk-branching-test',
+      LLM_MODEL: 'fake-model',
+    });
+  });
+
+  afterAll(async () => {
+    await app?.stop();
+    await db?.drop();
+    await model?.close();
+  });
+
+  /** What the model was sent in its last streamed request, as one text. */
+  const lastPrompt = () => JSON.stringify(model.requests.at(-1)!.body['messages']);
+
+  it('sends the model no undone event after an edit or a regenerate', async () => {
+    const user = await signFor(SECRET, uniqueName('user'), tenant);
+    const reply = (text: string) => ({
+      kind: 'stream' as const,
+      events: openAiStream({ text: [text] }),
+    });
+    model.reply(
+      reply('answer-alpha'),
+      reply('answer-beta'),
+      reply('answer-gamma'),
+      reply('answer-gamma-2'),
+    );
+    const id = await created(app.url, user, { agent: 'llm', title: 'fixed' });
+    const alpha = await send(app.url, user, id, 'question-alpha');
+    await answerTo(app.url, user, id, alpha);
+    const beta = await send(app.url, user, id, 'question-beta');
+    await answerTo(app.url, user, id, beta);
+
+    const edit = await api(app.url, 'POST', `/api/conversations/${id}/events/${beta}/edit`, {
+      token: user,
+      body: { content: 'question-gamma' },
+    });
+    expect(edit.status).toBe(201);
+    const gamma = edit.body.event_id as number;
+    expect((await answerTo(app.url, user, id, gamma)).args.content).toBe('answer-gamma');
+    const edited = lastPrompt();
+    expect(edited).toContain('question-alpha');
+    expect(edited).toContain('answer-alpha');
+    expect(edited).toContain('question-gamma');
+    expect(edited).not.toContain('question-beta');
+    expect(edited).not.toContain('answer-beta');
+
+    const regenerate = await api(app.url, 'POST', `/api/conversations/${id}/regenerate`, {
+      token: user,
+      body: {},
+    });
+    expect(regenerate.status).toBe(201);
+    await until(
+      async () =>
+        (await readAllEvents(app.url, user, id)).some(
+          (e) =>
+            isAnswer(e, gamma) &&
+            e.undone_by === undefined &&
+            e.id > (regenerate.body.event_id as number),
+        ),
+      'the regenerated answer',
+      15_000,
+    );
+    const regenerated = lastPrompt();
+    expect(regenerated).toContain('question-gamma');
+    expect(regenerated).not.toContain('answer-gamma');
+    expect(regenerated).not.toContain('question-beta');
+    expect((await answerTo(app.url, user, id, gamma)).args.content).toBe('answer-gamma-2');
+  });
 });
 
 describe('branching: a cluster of two gateways', () => {
