@@ -7,6 +7,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { StoredEvent } from '@cs/protocol';
+import { createClient, type UndoneUpdate } from '@cs/client';
 import { ConversationClient, api } from '../support/clients.js';
 import {
   holderOf,
@@ -483,6 +484,44 @@ describe('branching: a standalone app', () => {
     () => signFor(SECRET, uniqueName('user'), tenant),
     () => toolLog,
   );
+
+  it('offers fork, rewind, edit and regenerate in the SDK, and tells a live conversation what was undone', async () => {
+    const token = await signFor(SECRET, uniqueName('user'), tenant);
+    const client = createClient({ url: app.url, token });
+    const { conversation_id: id } = await client.conversations.create({ agent: 'history_teller' });
+    const live = client.conversation(id);
+    const undone: UndoneUpdate[] = [];
+    live.on('undone', (update) => undone.push(update));
+    await live.connect();
+    const { eventId: a } = await live.send('one');
+    await answerTo(app.url, token, id, a);
+    const { eventId: b } = await live.send('two');
+    await answerTo(app.url, token, id, b);
+
+    const fork = await client.conversations.fork(id, { at_event_id: a }, { idempotencyKey: 'f' });
+    expect(await client.conversations.get(fork.conversation_id)).toMatchObject({
+      parent_conversation_id: id,
+      forked_from_event_id: a,
+    });
+    const regenerated = await client.conversations.regenerate(id);
+    await until(() => undone.length === 1, 'the undone update', 10_000);
+    expect(undone[0]).toMatchObject({ toEventId: b, rewind: { id: regenerated.event_id } });
+    await answerTo(app.url, token, id, b);
+    const edited = await client.conversations.edit(id, b, 'three');
+    expect((await answerTo(app.url, token, id, edited.event_id)).args.content).toBe(
+      'seen: one | three; state: {}',
+    );
+    const rewound = await client.conversations.rewind(id, a);
+    await until(() => undone.length === 3, 'the undone updates', 10_000);
+    expect(undone[2]).toMatchObject({ toEventId: a, rewind: { id: rewound.event_id } });
+    const page = await client.conversations.events(id, { start_id: b, end_id: b });
+    // Undone by the edit's rewind, which came after the regenerate's.
+    expect(page.events[0]!.undone_by).toBeGreaterThan(regenerated.event_id);
+    expect(page.events[0]!.undone_by).toBe(undone[1]!.rewind.id);
+    const refused = await client.conversations.rewind(id, 10_000).catch((error: unknown) => error);
+    expect(refused).toMatchObject({ code: 'BAD_REQUEST', field: 'to_event_id', status: 400 });
+    live.close();
+  });
 });
 
 describe('branching with the llm agent on the fake model server', () => {
