@@ -25,6 +25,7 @@ import { runMemory } from './scenarios/memory.mjs';
 import { runSustained } from './scenarios/sustained.mjs';
 import { runStreaming } from './scenarios/streaming.mjs';
 import { runLongHistory } from './scenarios/long-history.mjs';
+import { runFork } from './scenarios/fork.mjs';
 import { runModelTurn } from './scenarios/model-turn.mjs';
 import { startFakeModel } from './lib/fake-model.mjs';
 import { runBrowser, runSizes } from './scenarios/web-client.mjs';
@@ -43,6 +44,7 @@ const SCENARIOS = [
   { name: 'browser', title: 'Web app in headless Chromium', run: runBrowser },
   { name: 'memory', title: 'Memory', run: runMemory },
   { name: 'long-history', title: 'Long histories', run: runLongHistory },
+  { name: 'fork', title: 'Fork of a long conversation', run: runFork },
 ];
 
 const USAGE = `usage: npm run bench -- [options]
