@@ -206,6 +206,65 @@ function branchingScenarios(urls: Urls, token: () => Promise<string>, toolLog: (
     expect((await readAllEvents(first, user, forkId)).some((e) => isAnswer(e))).toBe(false);
   });
 
+  it('regenerates while a tool call awaits confirmation: the call is rejected with its turn, never runs, and is asked again', async () => {
+    const [first, second] = urls();
+    const user = await token();
+    const id = await created(first, user, {
+      agent: 'tool_user',
+      agent_config: { tool: 'slow_once', arguments: { ms: 0 } },
+      confirmation_mode: true,
+    });
+    const awaiting = () =>
+      until(
+        async () =>
+          (await api(first, 'GET', `/api/conversations/${id}`, { token: user })).body
+            .agent_state === 'awaiting_user_confirmation',
+        'a confirmation asked for',
+        15_000,
+      );
+    const runsBefore = toolRuns(toolLog(), 'slow_once').length;
+    const asked = await send(first, user, id, uniqueName('pay'));
+    await awaiting();
+    const firstCall = (await readAllEvents(first, user, id)).find(
+      (e) => 'action' in e && e.action === 'tool_call',
+    )!;
+    const regenerate = await api(second, 'POST', `/api/conversations/${id}/regenerate`, {
+      token: user,
+      body: {},
+    });
+    expect(regenerate.status, JSON.stringify(regenerate.body)).toBe(201);
+    const rewindId = regenerate.body.event_id as number;
+    // The same message asks again, with a new call; the first is undone.
+    await until(
+      async () =>
+        (await readAllEvents(first, user, id)).some(
+          (e) => 'action' in e && e.action === 'tool_call' && e.id > rewindId,
+        ),
+      'the call asked again',
+      15_000,
+    );
+    await awaiting();
+    const events = await readAllEvents(first, user, id);
+    expect(events.find((e) => e.id === firstCall.id)!.undone_by).toBe(rewindId);
+    expect(events.find((e) => e.id === asked)!.undone_by).toBeUndefined();
+    // A rewind to the call itself keeps it and answers it as rewound: it never runs either.
+    const secondCall = events.find(
+      (e) => 'action' in e && e.action === 'tool_call' && e.id > rewindId,
+    )!;
+    const rewind = await api(first, 'POST', `/api/conversations/${id}/rewind`, {
+      token: user,
+      body: { to_event_id: secondCall.id },
+    });
+    expect(rewind.status).toBe(200);
+    const after = await readAllEvents(first, user, id);
+    expect(after.find((e) => e.id === (rewind.body.event_id as number) + 1)).toMatchObject({
+      observation: 'tool_result',
+      cause: secondCall.id,
+      extras: { is_error: true, rewound: true },
+    });
+    expect(toolRuns(toolLog(), 'slow_once').length).toBe(runsBefore);
+  });
+
   it('rewinds during a streaming turn: the partial text is stored as interrupted, then undone, on every read path', async () => {
     const [first, second] = urls();
     const user = await token();
