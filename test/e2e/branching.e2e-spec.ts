@@ -583,6 +583,48 @@ describe('branching: a standalone app', () => {
   });
 });
 
+describe('branching: the rate limit', () => {
+  let app: AppProcess;
+  let db: ScratchDatabase;
+
+  beforeAll(async () => {
+    db = await createScratchDatabase('cs_branching_limit');
+    app = await startApp('standalone', {
+      DATABASE_URL: db.url,
+      AUTH_JWT_SECRET: SECRET,
+      RATE_LIMIT_PER_MINUTE: '3',
+    });
+  });
+
+  afterAll(async () => {
+    await app?.stop();
+    await db?.drop();
+  });
+
+  it('counts a fork as one action, refuses one beyond the limit, and answers a repeat anyway', async () => {
+    const user = await signFor(SECRET, uniqueName('user'), uniqueName('tenant'));
+    const id = await created(app.url, user, { title: 'limited' }); // action 1
+    const fork = (key: string) =>
+      api(app.url, 'POST', `/api/conversations/${id}/fork`, {
+        token: user,
+        body: {},
+        headers: { 'idempotency-key': key },
+      });
+    const first = await fork('one'); // action 2
+    expect(first.status).toBe(201);
+    expect((await fork('two')).status).toBe(201); // action 3
+    const refused = await fork('three');
+    expect(refused.status).toBe(429);
+    expect(refused.body.error.code).toBe('RATE_LIMITED');
+    // A repeat stores nothing: not refused, the first fork again.
+    const repeat = await fork('one');
+    expect(repeat.status).toBe(200);
+    expect(repeat.body.conversation_id).toBe(first.body.conversation_id);
+    const listed = await api(app.url, 'GET', '/api/conversations?limit=10', { token: user });
+    expect(listed.body.results).toHaveLength(3);
+  });
+});
+
 describe('branching with the llm agent on the fake model server', () => {
   let app: AppProcess;
   let db: ScratchDatabase;
