@@ -48,6 +48,7 @@ const E2E_SERIAL = [
   // the chaos smoke kills, pauses and restarts processes on a timer and
   // loads both cores; the bench smoke measures latencies
   'test/e2e/chaos.e2e-spec.ts',
+  'test/e2e/chaos-redis-cluster.e2e-spec.ts',
   'test/e2e/bench.e2e-spec.ts',
   // Kills and fails over Redis masters under load.
   'test/e2e/redis-cluster.e2e-spec.ts',
@@ -60,6 +61,8 @@ const E2E_ON_REDIS_CLUSTER = [
   'test/e2e/cluster.e2e-spec.ts',
   'test/e2e/agent-runtime-cluster.e2e-spec.ts',
   'test/e2e/agents-cluster.e2e-spec.ts',
+  'test/e2e/budgets.e2e-spec.ts',
+  'test/e2e/rest-wait.e2e-spec.ts',
 ];
 
 export default defineConfig({
@@ -77,7 +80,13 @@ export default defineConfig({
         resolve: { alias },
         test: {
           name: 'unit',
-          include: ['apps/**/*.spec.ts', 'libs/**/*.spec.ts', 'web/src/**/*.spec.ts'],
+          include: [
+            'apps/**/*.spec.ts',
+            'libs/**/*.spec.ts',
+            'web/src/**/*.spec.ts',
+            // the fakes' own specs, such as the in-memory store's contract run
+            'test/fakes/**/*.spec.ts',
+          ],
           environment: 'node',
           // A few specs spin the CPU on purpose (an agent that never ends its
           // step, a 1 MiB nested body): 5 s was too short beside another file

@@ -7,6 +7,8 @@
 //   npm run bench -- --quick
 //   npm run bench -- --only round-trip,cold-start
 //   npm run bench -- --only memory
+//   npm run bench -- --only round-trip,sustained,redis-cluster
+//   npm run bench -- --only capacity
 //   npm run bench -- --only streaming,model-turn,long-history,sizes,browser
 //   npm run bench -- --gateways 3 --workers 3 --sustained-conversations 1000 --duration 20
 import { mkdtempSync } from 'node:fs';
@@ -29,21 +31,35 @@ import { runFork } from './scenarios/fork.mjs';
 import { runModelTurn } from './scenarios/model-turn.mjs';
 import { startFakeModel } from './lib/fake-model.mjs';
 import { runBrowser, runSizes } from './scenarios/web-client.mjs';
+import { runRedisCluster } from './scenarios/redis-cluster.mjs';
+import { runCapacity } from './scenarios/capacity.mjs';
+import { runRestWait } from './scenarios/rest-wait.mjs';
 
 const SCENARIOS = [
   { name: 'building-blocks', title: 'Building blocks', run: runBuildingBlocks },
   { name: 'round-trip', title: 'Round trip (message → echo)', run: runRoundTrip },
+  { name: 'rest-wait', title: 'Waited REST round trip (Prefer: wait)', run: runRestWait },
   { name: 'cold-start', title: 'Cold start', run: runColdStart },
   { name: 'replay', title: 'Reconnect replay', run: runReplay },
   { name: 'failover', title: 'Failover (kill -9)', run: (ctx) => runFailover(ctx, 'SIGKILL') },
   { name: 'handoff', title: 'Hand-off (SIGTERM)', run: (ctx) => runFailover(ctx, 'SIGTERM') },
   { name: 'sustained', title: 'Sustained load', run: runSustained },
+  {
+    name: 'redis-cluster',
+    title: 'Redis Cluster (3 masters, CONVERSATION_QUEUES=8): round trip, sustained, failovers',
+    run: runRedisCluster,
+  },
   { name: 'streaming', title: 'Streaming (agent delta → client)', run: runStreaming },
   { name: 'model-turn', title: "Model turn (the service's overhead)", run: runModelTurn },
   { name: 'sizes', title: 'Client SDK and web app sizes', run: runSizes },
   { name: 'browser', title: 'Web app in headless Chromium', run: runBrowser },
   { name: 'memory', title: 'Memory', run: runMemory },
   { name: 'long-history', title: 'Long histories', run: runLongHistory },
+  {
+    name: 'capacity',
+    title: 'Capacity: CPU, memory, Redis commands per unit of work (one Redis and a Redis Cluster)',
+    run: runCapacity,
+  },
   { name: 'fork', title: 'Fork of a long conversation', run: runFork },
 ];
 
@@ -76,6 +92,8 @@ const USAGE = `usage: npm run bench -- [options]
                                  tokens (default 20: 50 tokens/s), tokens an answer (default 50)
   --history-conversations N      conversations of the long-history scenario (default 50)
   --history-events N             events in each of their histories (default 10000)
+  --capacity-rates a,b,c         paced rates (msg/s) of the capacity scenario (default 50,150,300)
+  --capacity-conversations N     conversations they are spread over (default 300; --quick: 60)
   --profile                      run the services with --cpu-prof and print where their CPU went
   --render                       only write BENCHMARKS.md (and the chart) again from the newest results
   --keep                         keep the database and the Redis keys
@@ -113,6 +131,8 @@ function parseOptions(argv) {
       'model-tokens': { type: 'string', default: '50' },
       'history-conversations': { type: 'string', default: '50' },
       'history-events': { type: 'string', default: '10000' },
+      'capacity-rates': { type: 'string', default: '50,150,300' },
+      'capacity-conversations': { type: 'string', default: '300' },
       'worker-concurrency': { type: 'string', default: '10000' },
       keep: { type: 'boolean', default: false },
       render: { type: 'boolean', default: false },
@@ -184,6 +204,12 @@ function parseOptions(argv) {
     modelTokens: int('model-tokens', 1, 10_000),
     historyConversations: int('history-conversations', 1, 1000),
     historyEvents: int('history-events', 4, 100_000),
+    capacityRates: values['capacity-rates']
+      .split(',')
+      .filter(Boolean)
+      .map((s) => Number(s))
+      .filter((n) => Number.isFinite(n) && n > 0),
+    capacityConversations: int('capacity-conversations', 1, 5000),
     workerConcurrency: int('worker-concurrency', 1, 100_000),
   };
 }

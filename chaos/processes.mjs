@@ -34,9 +34,12 @@ export class ManagedProcess {
   }
 
   async start() {
+    const env = { ...process.env, ...this.env };
+    // `undefined`: unset (e.g. REDIS_URL of the caller's environment on a Redis Cluster).
+    for (const [key, value] of Object.entries(env)) if (value === undefined) delete env[key];
     const child = spawn(this.command, this.args, {
       cwd: ROOT,
-      env: { ...process.env, ...this.env },
+      env,
       stdio: ['ignore', 'pipe', 'pipe'],
     });
     this.child = child;
@@ -68,8 +71,11 @@ export class ManagedProcess {
   }
 }
 
-/** A private redis-server (append-only file on, like a production Redis for BullMQ). */
-export async function redisServer(log) {
+/**
+ * A private redis-server (append-only file on, like a production Redis for
+ * BullMQ; `durable: false`: off, like the benchmark's Redis Cluster nodes).
+ */
+export async function redisServer(log, { durable = true } = {}) {
   const port = await freePort();
   const dir = mkdtempSync(join(tmpdir(), 'cs-chaos-redis-'));
   const proc = new ManagedProcess({
@@ -82,10 +88,7 @@ export async function redisServer(log) {
       '127.0.0.1',
       '--dir',
       dir,
-      '--appendonly',
-      'yes',
-      '--appendfsync',
-      'always',
+      ...(durable ? ['--appendonly', 'yes', '--appendfsync', 'always'] : ['--appendonly', 'no']),
       '--save',
       '',
       '--maxmemory-policy',

@@ -4,11 +4,18 @@
 // random (seeded, reproducible), then checks from Postgres and from what the
 // clients received that nothing was lost, repeated, reordered or fenced out.
 // Exits non-zero on any violation; the last line is a one-line summary.
+//
+// `npm run chaos -- --redis-cluster`: the same on a local Redis Cluster (3
+// masters with a replica each, bench/lib/redis-cluster.mjs) with
+// CONVERSATION_QUEUES=8, where the Redis faults are kill -9 of a master (its
+// replica takes over; the killed node comes back as a replica) and
+// `CLUSTER FAILOVER` of a master's replica, beside the same process faults.
 import { randomBytes } from 'node:crypto';
 import { parseArgs } from 'node:util';
 import pg from 'pg';
 import { io } from 'socket.io-client';
 import { appProcess, freePort, redisServer, sleep } from './processes.mjs';
+import { startRedisCluster } from '../bench/lib/redis-cluster.mjs';
 
 const { values: options } = parseArgs({
   options: {
@@ -19,6 +26,7 @@ const { values: options } = parseArgs({
     users: { type: 'string', default: '3' },
     'conversations-per-user': { type: 'string', default: '4' },
     'lease-ttl': { type: 'string', default: '3000' },
+    'redis-cluster': { type: 'boolean', default: false },
     verbose: { type: 'boolean', default: false },
     keep: { type: 'boolean', default: false },
   },
@@ -33,6 +41,9 @@ const userCount = Number(options.users);
 const perUser = Number(options['conversations-per-user']);
 const leaseTtlMs = Number(options['lease-ttl']);
 const limit = perUser; // every conversation may run: any excess is a violation
+const onRedisCluster = options['redis-cluster'];
+/** CONVERSATION_QUEUES on the Redis Cluster. */
+const CLUSTER_QUEUES = 8;
 for (const [name, value] of Object.entries({
   durationMs,
   seed,
@@ -96,7 +107,8 @@ process.on('SIGINT', () => void cleanup().then(() => process.exit(130)));
 
 async function main() {
   say(
-    `seed ${seed}, ${durationMs / 1000} s, ${gatewayCount} gateways, ${workerCount} workers, ${userCount} users × ${perUser} conversations`,
+    `seed ${seed}, ${durationMs / 1000} s, ${gatewayCount} gateways, ${workerCount} workers, ${userCount} users × ${perUser} conversations` +
+      (onRedisCluster ? `, on a 3-master Redis Cluster with ${CLUSTER_QUEUES} queues` : ''),
   );
   const admin = new pg.Client({ connectionString: adminUrl });
   await admin.connect();
@@ -106,14 +118,22 @@ async function main() {
     await admin.end();
   });
 
-  const redis = await redisServer(processLog);
+  const redis = onRedisCluster ? null : await redisServer(processLog);
+  const redisCluster = onRedisCluster ? await startRedisCluster() : null;
   cleanups.push(async () => {
+    if (redisCluster) return redisCluster.stop();
     await redis.kill('SIGKILL');
     redis.cleanup();
   });
   const common = {
     DATABASE_URL: databaseUrl,
-    REDIS_URL: redis.url,
+    ...(redisCluster
+      ? {
+          REDIS_URL: undefined,
+          REDIS_CLUSTER_URLS: redisCluster.urls,
+          CONVERSATION_QUEUES: String(CLUSTER_QUEUES),
+        }
+      : { REDIS_URL: redis.url }),
     KEY_PREFIX: 'chaos',
     AUTH_JWT_SECRET: 'chaos-secret-0123456789abcdef',
     AUTH_DEV_TOKENS: 'true',
@@ -218,6 +238,46 @@ async function main() {
   })();
 
   const faults = [];
+  const redisRestart = () => [
+    'restart Redis',
+    async () => {
+      say('fault: restart Redis');
+      await redis.kill('SIGTERM');
+      await sleep(between(100, 1000));
+      await redis.start();
+    },
+  ];
+  /** Nodes killed and not started again yet (all come back before the checks). */
+  const downNodes = new Set();
+  const redisClusterFaults = () => [
+    [
+      'kill -9 Redis master',
+      async () => {
+        const master = pick(await redisCluster.masters());
+        say(`fault: kill -9 Redis master :${master.port}`);
+        await redisCluster.kill(master);
+        downNodes.add(master);
+        // Its replica takes over after the node timeout; then the node comes back, as a replica.
+        await redisCluster.waitHealthy(30_000);
+        await sleep(between(200, 1500));
+        await redisCluster.restart(master);
+        downNodes.delete(master);
+        await redisCluster.waitHealthy(30_000);
+      },
+    ],
+    [
+      'CLUSTER FAILOVER',
+      async () => {
+        const master = pick(await redisCluster.masters());
+        const [replica] = await redisCluster.replicasOf(master.port);
+        if (!replica)
+          return say(`fault: CLUSTER FAILOVER skipped (:${master.port} has no replica)`);
+        say(`fault: CLUSTER FAILOVER of :${master.port} to its replica :${replica.port}`);
+        await redisCluster.failover(replica);
+        await redisCluster.waitHealthy(30_000);
+      },
+    ],
+  ];
   const faultKinds = [
     [
       'kill -9 worker',
@@ -259,15 +319,7 @@ async function main() {
         await gateway.start();
       },
     ],
-    [
-      'restart Redis',
-      async () => {
-        say('fault: restart Redis');
-        await redis.kill('SIGTERM');
-        await sleep(between(100, 1000));
-        await redis.start();
-      },
-    ],
+    ...(redisCluster ? redisClusterFaults() : [redisRestart()]),
     [
       'terminate Postgres backends',
       async () => {
@@ -293,7 +345,9 @@ async function main() {
   }
   running = false;
   say('faults over; letting the cluster settle');
-  for (const proc of [redis, ...gateways, ...workers]) {
+  for (const node of downNodes) await redisCluster.restart(node);
+  await redisCluster?.waitHealthy(30_000);
+  for (const proc of [...(redis ? [redis] : []), ...gateways, ...workers]) {
     if (!proc.running) await proc.start();
     else proc.signal('SIGCONT');
   }
@@ -336,8 +390,17 @@ async function main() {
       GROUP BY u.conversation_id, u.id`,
   );
   for (const row of answers) {
-    if (row.replies !== 1)
-      violate(`user event ${row.conversation_id}#${row.id} has ${row.replies} replies`);
+    if (row.replies === 1) continue;
+    // Where the conversation stands, for whoever looks into it.
+    const { rows: states } = await db.query(
+      `SELECT status, agent_state, answered_through::int AS answered_through, lease_epoch::int AS epoch
+         FROM conversations WHERE id = $1`,
+      [row.conversation_id],
+    );
+    violate(
+      `user event ${row.conversation_id}#${row.id} has ${row.replies} replies` +
+        ` (conversation: ${JSON.stringify(states[0] ?? null)})`,
+    );
   }
   const { rows: shapes } = await db.query(
     'SELECT conversation_id, count(*)::int AS n, min(id)::int AS first, max(id)::int AS last FROM events GROUP BY conversation_id',
@@ -383,8 +446,11 @@ async function main() {
 
   const totalEvents = shapes.reduce((sum, row) => sum + row.n, 0);
   const verdict = violations.length === 0 ? 'PASS' : 'FAIL';
+  const redisFaults = faults.filter((name) => /Redis|CLUSTER/.test(name)).length;
   console.log(
-    `chaos: ${verdict} seed=${seed} duration=${durationMs / 1000}s faults=${faults.length} acked=${acked.length} events=${totalEvents} violations=${violations.length}`,
+    `chaos: ${verdict} seed=${seed} duration=${durationMs / 1000}s${onRedisCluster ? ' redis=cluster' : ''}` +
+      ` faults=${faults.length} redis_faults=${redisFaults} acked=${acked.length} events=${totalEvents}` +
+      ` violations=${violations.length}`,
   );
   return violations.length === 0 ? 0 : 1;
 }

@@ -8,6 +8,11 @@ import { fileURLToPath } from 'node:url';
 import pg from 'pg';
 import { Redis } from 'ioredis';
 import { processTable } from './proc.mjs';
+import {
+  conversationQueueIndex,
+  conversationQueueNames,
+} from '../../dist/libs/cluster/src/leases/conversation-queues.js';
+import { conversationJobId } from '../../dist/libs/cluster/src/leases/conversation-jobs.js';
 
 export const ROOT = fileURLToPath(new URL('../..', import.meta.url));
 
@@ -60,9 +65,13 @@ class ServiceProcess {
     this.url = `http://127.0.0.1:${port}`;
     this.output = '';
     this.expectedExit = false;
+    const fullEnv = { ...process.env, ...env };
+    // `undefined`: unset (e.g. REDIS_URL of the caller's environment on a Redis Cluster).
+    for (const [key, value] of Object.entries(fullEnv))
+      if (value === undefined) delete fullEnv[key];
     this.child = spawn(process.execPath, [...nodeArgs, `dist/apps/${role}/src/main.js`], {
       cwd: ROOT,
-      env: { ...process.env, ...env },
+      env: fullEnv,
       stdio: ['ignore', 'pipe', 'pipe'],
     });
     allChildren.add(this.child);
@@ -170,7 +179,10 @@ export class Cluster {
    *   workerConcurrency: number, log: (line: string) => void, nodeArgs?: string[],
    *   env?: Record<string, string> }} options
    *   `nodeArgs`: extra flags for the service processes (e.g. `--cpu-prof`);
-   *   `env`: more variables for every service process (e.g. `AGENT_MODULES`, `LLM_*`)
+   *   `env`: more variables for every service process (e.g. `AGENT_MODULES`, `LLM_*`);
+   *   `redisCluster`: a local Redis Cluster (bench/lib/redis-cluster.mjs) to run on
+   *   instead of REDIS_URL, with `conversationQueues` queues (CONVERSATION_QUEUES);
+   *   `redis`: a private redis-server ({ url, pid }) instead of the shared REDIS_URL
    */
   constructor(options) {
     this.options = options;
@@ -179,7 +191,10 @@ export class Cluster {
     this.keyPrefix = `bench-${this.stamp}`;
     this.adminUrl = defaultDatabaseUrl();
     this.databaseUrl = databaseUrlFor(this.adminUrl, this.databaseName);
-    this.redisUrl = defaultRedisUrl();
+    /** The Redis Cluster this run is on, or null (one Redis: `redisUrl`). */
+    this.redisCluster = options.redisCluster ?? null;
+    this.conversationQueues = options.conversationQueues ?? 1;
+    this.redisUrl = this.redisCluster ? null : (options.redis?.url ?? defaultRedisUrl());
     this.secret = randomBytes(32).toString('hex');
     this.gateways = [];
     this.workers = [];
@@ -193,7 +208,10 @@ export class Cluster {
   get env() {
     return {
       DATABASE_URL: this.databaseUrl,
-      REDIS_URL: this.redisUrl,
+      ...(this.redisCluster
+        ? { REDIS_URL: undefined, REDIS_CLUSTER_URLS: this.redisCluster.urls }
+        : { REDIS_URL: this.redisUrl, REDIS_CLUSTER_URLS: undefined }),
+      CONVERSATION_QUEUES: String(this.conversationQueues),
       KEY_PREFIX: this.keyPrefix,
       AUTH_JWT_SECRET: this.secret,
       AUTH_DEV_TOKENS: 'true',
@@ -294,18 +312,43 @@ export class Cluster {
   /**
    * What the CPU meter watches: the service processes by name, this run's
    * Postgres backends (their process title names the database) as
-   * `postgres`, and the Redis server as `redis` (shared with other users).
+   * `postgres`, and the Redis server as `redis` (the shared one: with other
+   * users' work; a private one or the Redis Cluster's nodes: this run's only).
    */
   meterTargets() {
     const targets = this.processes().map((p) => ({ name: p.name, pid: p.pid }));
+    const redisPids = this.redisCluster
+      ? this.redisCluster.pids()
+      : this.options.redis
+        ? [this.options.redis.pid]
+        : null;
+    for (const pid of redisPids ?? []) targets.push({ name: 'redis', pid });
     for (const row of processTable()) {
       if (row.cmdline.startsWith('postgres: ') && row.cmdline.includes(` ${this.databaseName} `)) {
         targets.push({ name: 'postgres', pid: row.pid });
-      } else if (row.comm === 'redis-server') {
+      } else if (redisPids === null && row.comm === 'redis-server') {
         targets.push({ name: 'redis', pid: row.pid });
       }
     }
     return targets;
+  }
+
+  /** A client of this run's Redis (one node, or the cluster); `disconnect()` it after use. */
+  redisClient() {
+    const options = { maxRetriesPerRequest: 1 };
+    if (!this.redisCluster) return new Redis(this.redisUrl, options);
+    return new Redis.Cluster(
+      this.redisCluster.nodes.map((node) => ({ host: '127.0.0.1', port: node.port })),
+      { redisOptions: options },
+    );
+  }
+
+  /** The Redis key of a conversation's BullMQ job (its queue follows from its id). */
+  conversationJobKey(conversationId) {
+    const queue = conversationQueueNames(this.conversationQueues)[
+      conversationQueueIndex(conversationId, this.conversationQueues)
+    ];
+    return `${this.keyPrefix}:${queue}:${conversationJobId(conversationId)}`;
   }
 
   /** Worker name → ids of the conversations it hosts (its `/healthz`). */
@@ -353,6 +396,8 @@ export class Cluster {
         await admin.end().catch(() => undefined);
       }
     }
+    // A Redis of this run's own (cluster or private server) goes with it.
+    if (this.redisCluster || this.options.redis) return;
     await deleteKeys(this.redisUrl, `${this.keyPrefix}:*`).catch((error) =>
       this.options.log(`could not delete Redis keys ${this.keyPrefix}:*: ${String(error)}`),
     );

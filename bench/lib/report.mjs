@@ -115,7 +115,14 @@ export async function writeReports({
     options,
   };
   const file = join(RESULTS_DIR, options.quick ? `${date}-quick.json` : `${date}.json`);
-  const previous = existsSync(file) ? JSON.parse(readFileSync(file, 'utf8')) : null;
+  // The first full run of a day starts from the newest results before it, so that
+  // BENCHMARKS.md keeps showing the scenarios it did not run (each with its run's date).
+  const latest = options.quick ? null : latestResults();
+  const previous = existsSync(file)
+    ? JSON.parse(readFileSync(file, 'utf8'))
+    : latest
+      ? JSON.parse(readFileSync(latest, 'utf8'))
+      : null;
   const merged = {
     date,
     machine: await machine(cluster),
@@ -470,6 +477,15 @@ function targetsTable(s, blocks) {
       meets(best),
     );
   }
+  const waited = s['rest-wait'];
+  if (waited) {
+    add(
+      'waited REST round trip p50 (Prefer: wait)',
+      '≤ 2 × the plain round trip',
+      `${ms(waited.waited.p50)} = ${waited.ratio} × ${ms(waited.plain.p50)}`,
+      waited.ratio <= 2,
+    );
+  }
   const cold = s['cold-start'];
   if (cold) add('cold start p50', '≤ 20 ms', ms(cold.latency.p50), cold.latency.p50 <= 20);
   const replay = s.replay;
@@ -630,6 +646,48 @@ function targetsTable(s, blocks) {
       );
     }
   }
+  const rc = s['redis-cluster'];
+  if (rc) {
+    const on = 'on a 3-master Redis Cluster with 8 queues:';
+    if (rc.roundTripRatio !== null) {
+      add(
+        `${on} round trip p50`,
+        '≤ 1.3 × one Redis in the same run',
+        `${ms(rc.roundTrip.latency.p50)} = ${rc.roundTripRatio} × ${ms(s['round-trip']?.latency.p50)}`,
+        rc.roundTripRatio <= 1.3,
+      );
+    }
+    const levels = (rc.sustained?.levels ?? []).filter((l) => l.offeredRate !== null);
+    const top =
+      levels.filter(meets).sort((a, b) => b.throughput.value - a.throughput.value)[0] ??
+      levels.sort((a, b) => b.throughput.value - a.throughput.value)[0];
+    if (top) {
+      add(
+        `${on} sustained load`,
+        '≥ 1,000 user messages/s with p99 ≤ 100 ms',
+        `${top.throughput.value} msg/s (${levelName(top)}), p99 ${ms(top.latency.p99)}`,
+        meets(top),
+      );
+    }
+    if (rc.failover) {
+      add(
+        `${on} failover after kill -9 of a worker, every conversation`,
+        '≤ LEASE_TTL_MS + 2 s',
+        `max ${ms(rc.failover.latency.max)} (${rc.failover.withinBound}/${rc.failover.conversations} within)`,
+        rc.failover.withinBound === rc.failover.conversations,
+      );
+    }
+    const kill = rc.masterKill;
+    if (kill) {
+      add(
+        `${on} kill -9 of a Redis master under load`,
+        'every acknowledged message answered; first answer ≤ cluster-node-timeout + 3 s',
+        `${kill.unanswered} of ${kill.acknowledged} unanswered; first answer of the ${kill.affected}` +
+          ` conversations on it: max ${ms(kill.firstAnswerAffected.max)} (bound ${ms(kill.boundMs)})`,
+        kill.unanswered === 0 && kill.withinBound === kill.affected,
+      );
+    }
+  }
   if (rows.length === 0) return [];
   return [
     '## Figures to reach',
@@ -641,14 +699,85 @@ function targetsTable(s, blocks) {
   ];
 }
 
+const CAPACITY_ROLES = ['gateway', 'worker', 'postgres', 'redis'];
+
+/** The capacity scenario's costs per unit of work, one Redis beside the Redis Cluster. */
+function capacitySection(capacity) {
+  if (!capacity?.redis || !capacity?.redisCluster) return [];
+  const both = [capacity.redis, capacity.redisCluster];
+  const roles = (costs) =>
+    costs ? CAPACITY_ROLES.map((r) => `${r} ${costs[r] ?? '–'}`).join(', ') : '–';
+  const lines = [
+    '## Capacity (per unit of work)',
+    '',
+    'From the `capacity` scenario (`npm run bench -- --only capacity`); CPU in ms of one core' +
+      ' per unit, Redis commands of the masters (INFO commandstats), Postgres transactions' +
+      ' (pg_stat_database). [docs/capacity.md](docs/capacity.md) turns them into nodes.',
+    '',
+    row(['Measure', 'one Redis', 'Redis Cluster (3 masters, 8 queues)']),
+    row(['---', '---', '---']),
+  ];
+  const levels = Math.max(...both.map((b) => b.messages.levels.length));
+  for (let i = 0; i < levels; i += 1) {
+    const cells = both.map((b) => {
+      const l = b.messages.levels[i];
+      return l
+        ? `${l.answeredPerSecond} msg/s answered (of ${l.offeredRate}): ${roles(l.cpuMsPerMessage)};` +
+            ` ${l.redisCommandsPerMessage.total} Redis commands, ${l.pgTransactionsPerMessage}` +
+            ` Postgres transactions; p99 ${ms(l.latency.p99)}`
+        : '–';
+    });
+    lines.push(row([`per message with its answer, level ${i + 1}`, ...cells]));
+  }
+  lines.push(
+    row([
+      'per streamed delta',
+      ...both.map(
+        (b) =>
+          `${b.streaming.deltasPerSecond} deltas/s over ${b.streaming.streams} streams: ` +
+          `${roles(b.streaming.cpuMsPerDelta)}; ${b.streaming.redisCommandsPerDelta.total} Redis commands`,
+      ),
+    ]),
+  );
+  lines.push(
+    row([
+      'memory per idle socket (a gateway)',
+      ...both.map((b) => `${b.memory.gateway.perSocketKiB} KiB (${b.memory.gateway.sockets})`),
+    ]),
+  );
+  lines.push(
+    row([
+      'memory per hosted idle conversation (the workers)',
+      ...both.map(
+        (b) => `${b.memory.worker.perConversationKiB} KiB (${b.memory.worker.conversations})`,
+      ),
+    ]),
+  );
+  lines.push(
+    row([
+      'hosted idle conversations: CPU % of a core (workers + Postgres) per 1,000',
+      ...both.map((b) => `${b.memory.worker.idleCpuPerThousand ?? '–'}`),
+    ]),
+  );
+  lines.push('');
+  return lines;
+}
+
 export function renderMarkdown(data, chart) {
   const s = data.scenarios;
   const m = data.machine;
   const blocks = s['building-blocks']?.blocks ?? null;
   const lines = [];
   lines.push('# Benchmarks', '');
+  const runDates = [
+    ...new Set(
+      Object.values(s)
+        .map((scenario) => scenario.run?.slice(0, 10))
+        .filter(Boolean),
+    ),
+  ].sort();
   lines.push(
-    `Measured on ${data.date} by \`npm run bench\` (bench/run.mjs) on one machine: ${m.cores} × ${m.cpu},` +
+    `Measured on ${runDates.length > 1 ? runDates.join(', ') : data.date} by \`npm run bench\` (bench/run.mjs) on one machine: ${m.cores} × ${m.cpu},` +
       ` ${m.memoryGiB} GiB RAM, Linux ${m.kernel}, Node ${m.node}, Postgres ${m.postgres ?? '?'},` +
       ` Redis ${m.redis ?? '?'}. Everything shares the ${m.cores} cores: Postgres, Redis, the gateways,` +
       ' the workers and the load generator itself. Raw numbers: ' +
@@ -691,6 +820,7 @@ export function renderMarkdown(data, chart) {
     );
   }
   lines.push(...targetsTable(s, blocks));
+  lines.push(...capacitySection(s.capacity));
   lines.push('## Results', '');
   lines.push(
     row(['Scenario', 'Measure', 'p50', 'p95', 'p99', 'Throughput', 'vs building blocks', 'Notes']),
@@ -743,6 +873,19 @@ export function renderMarkdown(data, chart) {
       ),
     );
     lines.push(latencyRow('Round trip', 'message → ack (stored)', rt.ack, '–', '–', ''));
+  }
+  const waited = s['rest-wait'];
+  if (waited) {
+    lines.push(
+      latencyRow(
+        'Waited REST round trip',
+        'POST …/events with Prefer: wait → the turn in the response (echo)',
+        waited.waited,
+        '–',
+        `p50 ${waited.ratio} × the plain socket round trip (p50 ${ms(waited.plain.p50)}), measured alternately`,
+        `n=${waited.waited.n}, errors ${waited.errors}`,
+      ),
+    );
   }
   const cold = s['cold-start'];
   if (cold) {

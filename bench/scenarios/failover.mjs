@@ -29,7 +29,7 @@ const TAKEOVERS_SQL = `
    GROUP BY conversation_id`;
 
 /** Conversations of the pool that are running and idle (answered, awaiting input). */
-async function settledCount(cluster, ids) {
+export async function settledCount(cluster, ids) {
   const { rows } = await cluster.db.query(
     `SELECT count(*)::int AS n FROM conversations
       WHERE id = ANY($1::uuid[]) AND status = 'RUNNING' AND agent_state = 'awaiting_user_input'`,

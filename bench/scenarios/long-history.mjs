@@ -9,7 +9,6 @@
 // right after a forced full GC (the bench agent module's probe, so that
 // garbage not collected yet does not count), tell the memory per
 // conversation.
-import { Redis } from 'ioredis';
 import { HISTORY_BATCH, openHistoryStore, seedHistory } from '../lib/history.mjs';
 import {
   ConversationSocket,
@@ -146,9 +145,9 @@ export async function runLongHistory(ctx) {
         if (errors <= 3) {
           // What the service says of it, to tell a lost start from a slow one.
           const info = await api(url, token, 'GET', `/api/conversations/${id}`).catch(() => null);
-          const redis = new Redis(ctx.cluster.redisUrl, { maxRetriesPerRequest: 1 });
+          const redis = ctx.cluster.redisClient();
           const job = await redis
-            .exists(`${ctx.cluster.keyPrefix}:{conversations}:conversation-${id}`)
+            .exists(ctx.cluster.conversationJobKey(id))
             .catch(() => '?')
             .finally(() => redis.disconnect());
           log(

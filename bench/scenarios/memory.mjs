@@ -23,7 +23,7 @@ const IDLE_CPU_WINDOW_MS = 10_000;
 const STATS_FLUSH_MS = 10_500;
 
 /** Transactions of this database so far (statistics lag by up to a second). */
-async function transactions(cluster) {
+export async function transactions(cluster) {
   const { rows } = await cluster.db.query(
     'SELECT (xact_commit + xact_rollback)::float8 AS n FROM pg_stat_database WHERE datname = current_database()',
   );
@@ -33,9 +33,14 @@ const SOCKETS_PER_CONVERSATION = 10;
 
 const sumRss = (processes) => processes.reduce((sum, p) => sum + (processRssKiB(p.pid) ?? 0), 0);
 
-async function gatewaySockets(ctx, gateway) {
+/**
+ * `count` idle sockets on `gateway`; `idleWindowMs`: how long their idle CPU is measured.
+ */
+export async function gatewaySockets(ctx, gateway, measure = {}) {
   const { options, log } = ctx;
-  const count = options.quick ? Math.min(500, options.memorySockets) : options.memorySockets;
+  const count =
+    measure.count ?? (options.quick ? Math.min(500, options.memorySockets) : options.memorySockets);
+  const idleWindowMs = measure.idleWindowMs ?? IDLE_CPU_WINDOW_MS;
   const token = await ctx.token('memory-sockets');
   const conversations = await mapLimit(
     Array.from({ length: Math.ceil(count / SOCKETS_PER_CONVERSATION) }, (_, i) => i),
@@ -73,7 +78,7 @@ async function gatewaySockets(ctx, gateway) {
     const benchAfter = process.memoryUsage().rss / 1024;
     const connected = sockets.filter((s) => s.socket.connected).length;
     const meter = startCpuMeter([gateway]);
-    await sleep(IDLE_CPU_WINDOW_MS);
+    await sleep(idleWindowMs);
     const idleCpu = meter.stop();
     const perSocketKiB = connected > 0 ? round((after - before) / connected) : null;
     log(
@@ -96,19 +101,24 @@ async function gatewaySockets(ctx, gateway) {
   }
 }
 
-async function workerConversations(ctx) {
+/**
+ * `count` hosted idle conversations; their idle CPU and Postgres transactions
+ * are measured over `idleWindowMs` (before and with them).
+ */
+export async function workerConversations(ctx, measure = {}) {
   const { cluster, options, log } = ctx;
-  const count = options.quick
-    ? Math.min(300, options.memoryConversations)
-    : options.memoryConversations;
+  const count =
+    measure.count ??
+    (options.quick ? Math.min(300, options.memoryConversations) : options.memoryConversations);
+  const idleWindowMs = measure.idleWindowMs ?? IDLE_CPU_WINDOW_MS;
   const gateways = cluster.gateways;
   const token = await ctx.token('memory-conversations');
   const workers = cluster.workers;
   await sleep(STATS_FLUSH_MS);
   const idleBefore = startCpuMeter(() => cluster.meterTargets());
   const txBefore0 = await transactions(cluster);
-  await sleep(IDLE_CPU_WINDOW_MS);
-  const txRateBefore = ((await transactions(cluster)) - txBefore0) / (IDLE_CPU_WINDOW_MS / 1000);
+  await sleep(idleWindowMs);
+  const txRateBefore = ((await transactions(cluster)) - txBefore0) / (idleWindowMs / 1000);
   const cpuBefore = idleBefore.stop();
   const before = sumRss(workers);
   const ids = [];
@@ -140,8 +150,8 @@ async function workerConversations(ctx) {
     await sleep(STATS_FLUSH_MS - SETTLE_MS); // the starts' transactions are counted before the window
     const meter = startCpuMeter(() => cluster.meterTargets());
     const tx0 = await transactions(cluster);
-    await sleep(IDLE_CPU_WINDOW_MS);
-    const txRate = ((await transactions(cluster)) - tx0) / (IDLE_CPU_WINDOW_MS / 1000);
+    await sleep(idleWindowMs);
+    const txRate = ((await transactions(cluster)) - tx0) / (idleWindowMs / 1000);
     const idleCpu = meter.stop();
     const perConversationKiB = hosted > 0 ? round((after - before) / hosted) : null;
     const idle = cpuByRole(idleCpu);

@@ -33,7 +33,7 @@ const MESSAGE_TIMEOUT_MS = 15_000;
  * Opens conversations `from..to-1` (create, connect, wait until the agent is
  * ready) and adds them to `clients` as they open; returns how many failed.
  */
-async function openConversations(ctx, clients, from, to) {
+export async function openConversations(ctx, clients, from, to) {
   const { cluster, log } = ctx;
   const gateways = cluster.gateways;
   let failed = 0;
@@ -64,8 +64,10 @@ async function openConversations(ctx, clients, from, to) {
  * Every client loops (send, wait for the echo) until `durationMs` is over.
  * The first part of the time is a warm-up; in the measured window, latency
  * counts messages sent in it, throughput the answers that arrived in it.
+ * `window`: more to read when the window opens (`open()`) and closes
+ * (`close(opened)`, its result returned as `measured`), e.g. Redis counters.
  */
-async function drive(ctx, clients, durationMs, rate = null) {
+export async function drive(ctx, clients, durationMs, rate = null, window = null) {
   const periodMs = rate === null ? null : (clients.length / rate) * 1000;
   const { cluster } = ctx;
   const warmupMs = Math.min(3000, durationMs * 0.2);
@@ -78,6 +80,7 @@ async function drive(ctx, clients, durationMs, rate = null) {
   let errors = 0;
   let firstError = null;
   const windowOpened = sleep(warmupMs).then(async () => ({
+    extra: await window?.open(),
     meter: startCpuMeter(() => cluster.meterTargets()),
     snapshot: await serviceSnapshot(cluster),
     activity: startActivitySampler(cluster),
@@ -86,6 +89,7 @@ async function drive(ctx, clients, durationMs, rate = null) {
     await sleep(Math.max(0, end - performance.now()));
     const cpu = opened.meter.stop();
     return {
+      measured: await window?.close(opened.extra),
       cpu,
       before: opened.snapshot,
       after: await serviceSnapshot(cluster),
@@ -119,18 +123,21 @@ async function drive(ctx, clients, durationMs, rate = null) {
       }
     }),
   );
-  const window = await windowClosed;
+  const closed = await windowClosed;
   const windowS = (end - measureFrom) / 1000;
   return {
     samples,
     trips,
     throughput: round(answeredInWindow / windowS),
-    appends: appendsPerMessage(window.before, window.after, answeredInWindow),
-    eventLoop: window.after.eventLoop,
-    postgres: window.postgres,
+    appends: appendsPerMessage(closed.before, closed.after, answeredInWindow),
+    eventLoop: closed.after.eventLoop,
+    postgres: closed.postgres,
     errors,
     firstError,
-    cpu: window.cpu,
+    cpu: closed.cpu,
+    measured: closed.measured,
+    answered: answeredInWindow,
+    windowS,
   };
 }
 

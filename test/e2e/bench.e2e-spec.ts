@@ -1,6 +1,7 @@
 // The benchmark harness (`npm run bench`), without its figures, as the bench
 // smoke of `npm test`: a quick run of two scenarios (the building blocks and
-// the round trip) against a real cluster must measure and clean up, and the
+// the round trip) against a real cluster must measure and clean up, so must a
+// tiny run of the Redis Cluster's scenario (beside one Redis), and the
 // "Figures to reach" table must judge what a run measured. Timing itself is
 // never asserted here; `npm run bench` reports it. Every scenario runs in
 // `npm run test:soak` (test/soak/bench.soak-spec.ts).
@@ -20,11 +21,28 @@ interface Level {
   throughput: { value: number };
   latency: Summary;
 }
+interface RedisClusterResult {
+  /** Which cluster ran it (every scenario's result says so). */
+  cluster?: unknown;
+  roundTrip: { latency: Summary };
+  roundTripRatio: number | null;
+  sustained: { levels: Level[] };
+  failover: null;
+  masterKill: {
+    acknowledged: number;
+    unanswered: number;
+    affected: number;
+    withinBound: number;
+    boundMs: number;
+    firstAnswerAffected: { max: number };
+  };
+}
 interface Results {
   scenarios: {
     'building-blocks': { blocks: Record<string, Summary> };
-    'round-trip': { latency: Summary };
+    'round-trip': { latency: Summary; cluster?: unknown };
     sustained: { levels: Level[] };
+    'redis-cluster'?: RedisClusterResult;
   };
 }
 interface ReportModule {
@@ -69,6 +87,40 @@ describe('npm run bench', () => {
     expect(await benchDatabases()).toEqual(before);
   }, 180_000);
 
+  it('runs the round trip, the load and the failovers on a Redis Cluster beside one Redis', async () => {
+    const before = await benchDatabases();
+    const { code, output } = await runHarness('bench/run.mjs', [
+      '--quick',
+      '--no-write',
+      '--only',
+      'round-trip,redis-cluster',
+      '--lease-ttl-ms',
+      '2000',
+      '--sustained-conversations',
+      '4',
+      '--sustained-levels',
+      '1',
+      '--sustained-rates',
+      '20',
+      '--failover-conversations',
+      '2',
+    ]);
+
+    expect(code, output).toBe(0);
+    expect(output).not.toContain('✗');
+    for (const line of [
+      /3 masters \+ 3 replicas on ports \d+, \d+, \d+, \d+, \d+, \d+/,
+      /2\/2 answered; 2 within \d+ ms \(LEASE_TTL_MS \+ 2 s, from the kill\)/,
+      /killed master :\d+ \(slots [\d, -]+\); \d+ of 24 conversations have keys or their queue there/,
+      /\d+ messages acknowledged, 0 unanswered; \d+ refused \(not stored\)/,
+      /round trip p50: [\d.]+ ms on the cluster vs [\d.]+ ms on one Redis: ×[\d.]+ \(bound ×1\.3\)/,
+    ]) {
+      expect(output).toMatch(line);
+    }
+    expect(output).not.toMatch(/errors [1-9]/);
+    expect(await benchDatabases()).toEqual(before);
+  }, 300_000);
+
   it('judges each figure from what the run measured', async () => {
     const { latestResults, renderMarkdown } = await report();
     const file = latestResults();
@@ -105,5 +157,76 @@ describe('npm run bench', () => {
     // A level meets it with ≥ 1,000 answered per second and p99 ≤ 100 ms.
     expect(sustained([level(1000, 999.7, 30), level(1100, 1100.2, 65)])).toBe('yes');
     expect(sustained([level(1000, 999.7, 30), level(1250, 1250, 216)])).toBe('**no**');
+
+    // The Redis Cluster's rows: its round trip against one Redis's of the same run, its
+    // sustained load, and kill -9 of a master (every acknowledged message answered, the
+    // first answer of its conversations within cluster-node-timeout + 3 s).
+    const single = measured.scenarios['round-trip'].latency.p50;
+    const onCluster = (change: (rc: RedisClusterResult) => void) =>
+      variant((d) => {
+        const rc: RedisClusterResult = {
+          cluster: d.scenarios['round-trip'].cluster,
+          roundTrip: { latency: { p50: single * 1.2, p99: 1 } },
+          roundTripRatio: 1.2,
+          sustained: { levels: [level(1000, 1000.1, 80)] },
+          failover: null,
+          masterKill: {
+            acknowledged: 400,
+            unanswered: 0,
+            affected: 5,
+            withinBound: 5,
+            boundMs: 5000,
+            firstAnswerAffected: { max: 4100 },
+          },
+        };
+        change(rc);
+        d.scenarios['redis-cluster'] = rc;
+      });
+    const cluster = 'on a 3-master Redis Cluster with 8 queues:';
+    expect(
+      verdict(
+        onCluster(() => undefined),
+        `${cluster} round trip p50`,
+      ),
+    ).toBe('yes');
+    expect(
+      verdict(
+        onCluster((rc) => (rc.roundTripRatio = 1.4)),
+        `${cluster} round trip p50`,
+      ),
+    ).toBe('**no**');
+    expect(
+      verdict(
+        onCluster(() => undefined),
+        `${cluster} sustained load`,
+      ),
+    ).toBe('yes');
+    expect(
+      verdict(
+        onCluster((rc) => (rc.sustained.levels = [level(1000, 640, 900)])),
+        `${cluster} sustained load`,
+      ),
+    ).toBe('**no**');
+    const kill = `${cluster} kill -9 of a Redis master under load`;
+    expect(
+      verdict(
+        onCluster(() => undefined),
+        kill,
+      ),
+    ).toBe('yes');
+    expect(
+      verdict(
+        onCluster((rc) => (rc.masterKill.unanswered = 1)),
+        kill,
+      ),
+    ).toBe('**no**');
+    expect(
+      verdict(
+        onCluster((rc) => (rc.masterKill.withinBound = 4)),
+        kill,
+      ),
+    ).toBe('**no**');
+    // Without the scenario in the results, no such row.
+    expect(variant((d) => delete d.scenarios['redis-cluster'])).not.toContain(cluster);
   });
 });

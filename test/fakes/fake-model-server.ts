@@ -101,6 +101,7 @@ export function fakeModelLlmConfig(
     maxRetries: 2,
     prices: {},
     contextTokens: 10_000,
+    maxOutputTokens: 4096,
     ...overrides,
   };
 }

@@ -3,7 +3,7 @@
 import { randomUUID } from 'node:crypto';
 import type { ConversationStore, EventDraft, NewConversation } from '@cs/core';
 import { BadRequestError, ConflictError, NotFoundError } from '@cs/core';
-import { InMemoryConversationStore } from '../../libs/core/src/testing/index.js';
+import { InMemoryConversationStore } from '../fakes/in-memory-conversation-store.js';
 import type { StoredEvent } from '@cs/protocol';
 import type { SqlDatabase } from '@cs/store';
 import { PostgresConversationStore, migrate, openPglite, openPostgres } from '@cs/store';

@@ -30,6 +30,10 @@ describe('npm run bench', () => {
       '5',
       '--history-events',
       '400',
+      '--capacity-rates',
+      '30,60,90',
+      '--capacity-conversations',
+      '30',
     ]);
 
     expect(code, output).toBe(0);
@@ -43,6 +47,10 @@ describe('npm run bench', () => {
       /connect → awaiting_user_input +p50 [\d.]+ ms .*\(n=10\)/,
       /connect → last of 500 events +p50 [\d.]+ ms/,
       /Failover[^]*10\/10 answered/,
+      /round trip p50: [\d.]+ ms on the cluster vs [\d.]+ ms on one Redis/,
+      /\d+ messages acknowledged, 0 unanswered; \d+ refused \(not stored\)/,
+      /30 msg\/s offered over \d+ conversations: .*CPU ms per message: gateway [\d.]+, worker [\d.]+, postgres [\d.]+, redis [\d.]+; Redis commands per message [\d.]+/,
+      /10 streams × 50 deltas\/s: [\d.]+ deltas\/s received; CPU ms per delta: gateway [\d.]+/,
       /Hand-off[^]*10\/10 answered/,
       /100 clients at 500 msg\/s: .*errors 0/,
       /40 idle sockets \(0 failed/,

@@ -29,24 +29,31 @@ export async function runHarness(script: string, args: string[]): Promise<Harnes
 /**
  * A chaos run of `durationS` seconds (faults drawn from `seed`) finds no
  * violation, and did something: more than `ackedMoreThan` messages
- * acknowledged and a fault injected.
+ * acknowledged and a fault injected. `redisCluster`: on a local Redis
+ * Cluster (`--redis-cluster`), with at least one Redis fault among them.
  */
 export async function expectChaosPasses(options: {
   durationS: number;
   seed: number;
   ackedMoreThan: number;
+  redisCluster?: boolean;
 }): Promise<void> {
   const { code, output } = await runHarness('chaos/run.mjs', [
     '--duration',
     String(options.durationS),
     '--seed',
     String(options.seed),
+    ...(options.redisCluster ? ['--redis-cluster'] : []),
   ]);
   const summary = output.trim().split('\n').at(-1) ?? '';
   expect(summary, output).toMatch(/^chaos: PASS seed=\d+ .* violations=0$/);
   expect(code, output).toBe(0);
   expect(Number(/acked=(\d+)/.exec(summary)?.[1]), output).toBeGreaterThan(options.ackedMoreThan);
   expect(Number(/faults=(\d+)/.exec(summary)?.[1]), output).toBeGreaterThan(0);
+  if (options.redisCluster) {
+    expect(summary, output).toContain(' redis=cluster ');
+    expect(Number(/redis_faults=(\d+)/.exec(summary)?.[1]), output).toBeGreaterThan(0);
+  }
 }
 
 /** The databases of bench runs (bench_…) on the test Postgres: a run leaves none behind. */

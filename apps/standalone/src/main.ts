@@ -2,7 +2,7 @@
 // embedded database (PGlite in DATA_DIR) unless DATABASE_URL is set, and no
 // Redis. This is what `npm start` runs.
 import 'reflect-metadata';
-import type { ConversationManager } from '@cs/core';
+import { LocalBudgetLedger, modelBudget, type ConversationManager } from '@cs/core';
 import {
   CONVERSATION_MANAGER,
   TokenService,
@@ -14,7 +14,7 @@ import {
 import { runService, type RunningService, type ServiceContext } from '@cs/process';
 import { openStore } from '@cs/store';
 import { standaloneJwtSecret } from './jwt-secret.js';
-import { createAgentRuntime } from '@cs/agents';
+import { budgetHoldTtlMs, createAgentRuntime } from '@cs/agents';
 import { ServiceMetrics, conversationLogFields } from '@cs/observability';
 import { StandaloneModule } from './standalone.module.js';
 
@@ -48,6 +48,12 @@ async function main(context: ServiceContext): Promise<RunningService> {
     opened,
     await createAgentRuntime(config, {
       onModelRequest: (seconds) => metrics.runtime().llmRequest(seconds),
+      budget: modelBudget({
+        limits: config.budgets,
+        ledger: new LocalBudgetLedger((tenantId, scope) => opened.store.usageCost(tenantId, scope)),
+        holdTtlMs: budgetHoldTtlMs(config),
+        onRejected: (scope) => metrics.budgetRejections.inc({ scope }),
+      }),
     }),
     metrics,
   );

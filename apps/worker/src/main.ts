@@ -1,7 +1,8 @@
 // A worker replica: hosts the conversations whose BullMQ jobs (leases) it
 // holds and runs their agents. No public HTTP: only an internal health port.
 import { hostname } from 'node:os';
-import { createAgentRuntime } from '@cs/agents';
+import { budgetHoldTtlMs, createAgentRuntime } from '@cs/agents';
+import { modelBudget } from '@cs/core';
 import {
   ClusterKeys,
   ConnectionRegistry,
@@ -19,6 +20,7 @@ import {
   openPublisher,
   openRedis,
   redisTarget,
+  RedisBudgetLedger,
 } from '@cs/cluster';
 import {
   ServiceMetrics,
@@ -70,6 +72,14 @@ async function main({ config, logger: root }: ServiceContext): Promise<RunningSe
   const timing = leaseTiming(config.cluster.leaseTtlMs);
   const runtime = await createAgentRuntime(config, {
     onModelRequest: (seconds) => metrics.runtime().llmRequest(seconds),
+    budget: modelBudget({
+      limits: config.budgets,
+      ledger: new RedisBudgetLedger(redis, keys, (tenantId, scope) =>
+        opened.store.usageCost(tenantId, scope),
+      ),
+      holdTtlMs: budgetHoldTtlMs(config),
+      onRejected: (scope) => metrics.budgetRejections.inc({ scope }),
+    }),
   });
   const host = new ConversationHost({
     store: metrics.instrument(opened.store),

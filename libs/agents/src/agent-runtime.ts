@@ -6,7 +6,13 @@
  * taken twice stops the process with one line.
  */
 import { StartupError, type AppConfig } from '@cs/config';
-import { BUILTIN_TOOLS, ToolRegistry, type SessionRuntime, type StepUsage } from '@cs/core';
+import {
+  BUILTIN_TOOLS,
+  ToolRegistry,
+  type ModelBudget,
+  type SessionRuntime,
+  type StepUsage,
+} from '@cs/core';
 import { AgentRegistry } from './agent-registry.js';
 import { AgentModuleError, loadAgentModules } from './agent-modules.js';
 import { builtinAgents, validateAgentConfig } from './builtin-agents.js';
@@ -33,6 +39,14 @@ export interface AgentRuntime {
   close(): Promise<void>;
 }
 
+/**
+ * How long a budget hold outlives a worker that died holding it: one model
+ * request's longest (`LLM_TIMEOUT_MS`, its stream included) and a margin.
+ */
+export function budgetHoldTtlMs(config: AppConfig): number {
+  return config.llm.timeoutMs + 30_000;
+}
+
 export async function createAgentRuntime(
   config: AppConfig,
   options: {
@@ -40,13 +54,18 @@ export async function createAgentRuntime(
     withTools?: boolean;
     /** Each model request's duration, for `cs_llm_request_seconds` (ServiceMetrics.runtime().llmRequest). */
     onModelRequest?: (seconds: number) => void;
+    /** The budgets of model requests (`modelBudget` of libs/core; default: none). */
+    budget?: ModelBudget;
   } = {},
 ): Promise<AgentRuntime> {
   const agents = new AgentRegistry((name, agentConfig) =>
     validateAgentConfig(name, agentConfig, config),
   );
   for (const [name, make] of Object.entries(
-    builtinAgents(config, options.onModelRequest ? { onModelRequest: options.onModelRequest } : {}),
+    builtinAgents(config, {
+      ...(options.onModelRequest ? { onModelRequest: options.onModelRequest } : {}),
+      ...(options.budget ? { budget: options.budget } : {}),
+    }),
   ))
     agents.register(name, make);
   const tools = new ToolRegistry(config.tools.timeoutMs);
@@ -105,6 +124,7 @@ export async function createAgentRuntime(
       ...observability,
       tools,
       price,
+      ...(config.llm.model ? { defaultModel: config.llm.model } : {}),
       maxBudgetUsd: config.limits.maxBudgetUsd,
       multitaskStrategy: config.agent.multitaskStrategy,
       onEnd: (ref) => void endConversation(ref.conversationId),

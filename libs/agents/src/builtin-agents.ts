@@ -6,7 +6,7 @@
  * `temperature`).
  */
 import { z } from 'zod';
-import { BadRequestError, type Agent } from '@cs/core';
+import { BadRequestError, type Agent, type ModelBudget } from '@cs/core';
 import type { AppConfig } from '@cs/config';
 import { ToolNameSchema } from '@cs/protocol';
 import { HTTP_AGENT, HttpAgent } from './http/http.agent.js';
@@ -23,6 +23,8 @@ const LlmAgentConfigSchema = z.object({
 export interface BuiltinAgentsOptions {
   /** Told the duration of each model request of the `llm` agent (`cs_llm_request_seconds`). */
   onModelRequest?: (seconds: number) => void;
+  /** The budgets every model request of the `llm` agent is held against (default: none). */
+  budget?: ModelBudget;
 }
 
 /** The agents of this deployment's configuration, by name. */
@@ -32,7 +34,10 @@ export function builtinAgents(
 ): Record<string, AgentMaker> {
   const agents: Record<string, AgentMaker> = {};
   if (config.llm.model) {
-    const llmOptions = options.onModelRequest ? { onRequestEnded: options.onModelRequest } : {};
+    const llmOptions = {
+      ...(options.onModelRequest ? { onRequestEnded: options.onModelRequest } : {}),
+      ...(options.budget ? { budget: options.budget } : {}),
+    };
     agents[LLM_AGENT] = (agentConfig) => new LlmAgent(llmSettings(agentConfig, config), llmOptions);
   }
   const { url, secret, timeoutMs } = config.agentHttp;

@@ -8,6 +8,7 @@
 import { io, type Socket } from 'socket.io-client';
 import { ConversationServiceError } from './errors.js';
 import type { TokenSource } from './token-source.js';
+import { backoffDelay } from './protocol/backoff.js';
 import { isStatusUpdate } from './wire-guards.js';
 
 export type ConnectionState = 'connecting' | 'connected' | 'reconnecting' | 'closed';
@@ -166,9 +167,12 @@ export class ConversationConnection {
 
   private scheduleRetry(): void {
     if (this.closed || this.retryTimer !== undefined) return;
-    const ceiling = Math.min(RETRY_MAX_MS, RETRY_BASE_MS * 2 ** this.retries);
+    const delay = backoffDelay(this.retries, {
+      baseMs: RETRY_BASE_MS,
+      maxMs: RETRY_MAX_MS,
+      jitter: [0.5, 1],
+    });
     this.retries += 1;
-    const delay = ceiling / 2 + Math.random() * (ceiling / 2);
     this.events.state(this.attached ? 'reconnecting' : 'connecting');
     this.retryTimer = setTimeout(() => void this.open(), delay);
   }

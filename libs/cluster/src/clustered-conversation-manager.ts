@@ -1,4 +1,6 @@
 import {
+  LIVE_STATUSES,
+  STARTABLE_STATUSES,
   ConcurrencyLimitError,
   HELD_SLOT,
   NO_CLUSTER_METRICS,
@@ -89,10 +91,12 @@ export class ClusteredConversationManager implements ConversationManager {
     ]);
     // STARTING before the job exists: an eviction racing with this start settles
     // the status (to STOPPED) after it, never before, so it cannot be left STARTING.
-    await this.deps.store.setStatus(ref.tenantId, ref.conversationId, 'STARTING', [
-      'STOPPED',
-      'ERROR',
-    ]);
+    await this.deps.store.setStatus(
+      ref.tenantId,
+      ref.conversationId,
+      'STARTING',
+      STARTABLE_STATUSES,
+    );
     const before = await this.deps.store.getConversation(ref.tenantId, ref.conversationId);
     if (!before) throw new NotFoundError();
     await this.deps.jobs.start(ref);
@@ -141,7 +145,7 @@ export class ClusteredConversationManager implements ConversationManager {
         if (record.leaseEpoch !== leaseEpoch) return; // held since this start: it ran
         if ((await stops.read(ref.conversationId)) !== stopMark) return; // stopped since: it stays so
         await this.acquireSlot(ref);
-        await store.setStatus(ref.tenantId, ref.conversationId, 'STARTING', ['STOPPED', 'ERROR']);
+        await store.setStatus(ref.tenantId, ref.conversationId, 'STARTING', STARTABLE_STATUSES);
         await jobs.start(ref);
         if ((await stops.read(ref.conversationId)) !== stopMark) await this.stopRun(ref);
         return;
@@ -431,9 +435,6 @@ export class ClusteredConversationManager implements ConversationManager {
   private async settleUnheld(ref: ConversationRef): Promise<void> {
     await this.deps.jobs.cancelQueued(ref.conversationId);
     await this.deps.limiter.release(ref.tenantId, ref.userId, ref.conversationId);
-    await this.deps.store.setStatus(ref.tenantId, ref.conversationId, 'STOPPED', [
-      'STARTING',
-      'RUNNING',
-    ]);
+    await this.deps.store.setStatus(ref.tenantId, ref.conversationId, 'STOPPED', LIVE_STATUSES);
   }
 }

@@ -15,3 +15,4 @@ export * from './realtime/redis-room.subscriber.js';
 export * from './redis/cluster-keys.js';
 export * from './redis/redis-connections.js';
 export * from './redis/redis-startup-check.js';
+export * from './limits/redis-budget-ledger.js';

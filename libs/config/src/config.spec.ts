@@ -209,7 +209,9 @@ describe('loadConfig', () => {
       maxRetries: 3,
       prices: {},
       contextTokens: 128_000,
+      maxOutputTokens: 4096,
     });
+    expect(defaults.budgets).toEqual({ userUsdPerDay: 0, tenantUsdPerMonth: 0 });
     expect(defaults.mcp).toEqual({ servers: {} });
     expect(defaults.tools).toEqual({ timeoutMs: 30_000 });
     expect(defaults.agentHttp).toEqual({ url: undefined, secret: undefined, timeoutMs: 120_000 });
@@ -224,6 +226,9 @@ describe('loadConfig', () => {
       LLM_MAX_RETRIES: '0',
       LLM_PRICES: '{"small":{"input":0.5,"output":1.5}}',
       LLM_CONTEXT_TOKENS: '4000',
+      LLM_MAX_OUTPUT_TOKENS: '512',
+      USER_BUDGET_USD_PER_DAY: '1.5',
+      TENANT_BUDGET_USD_PER_MONTH: '100',
       MCP_SERVERS:
         '{"files":{"url":"http://127.0.0.1:9000/mcp","headers":{"authorization":"Bearer x"},"idempotent_tools":["read"]}}',
       TOOL_TIMEOUT_MS: '1000',
@@ -241,7 +246,9 @@ describe('loadConfig', () => {
       maxRetries: 0,
       prices: { small: { input: 0.5, output: 1.5 } },
       contextTokens: 4000,
+      maxOutputTokens: 512,
     });
+    expect(config.budgets).toEqual({ userUsdPerDay: 1.5, tenantUsdPerMonth: 100 });
     expect(config.mcp.servers).toEqual({
       files: {
         url: 'http://127.0.0.1:9000/mcp',

@@ -1,6 +1,7 @@
 import { z } from 'zod';
 import {
   CONCURRENCY_POLICIES,
+  DEFAULT_MULTITASK_STRATEGY,
   MULTITASK_STRATEGIES,
   type ConcurrencyPolicy,
   type MultitaskStrategy,
@@ -138,7 +139,7 @@ const EnvSchema = z.object({
   MIGRATE_ON_START: bool.default(true),
   MAX_ITERATIONS: positiveInt.max(10_000).default(100),
   MAX_BUDGET_PER_TASK_USD: z.coerce.number().min(0).max(1e6).default(0),
-  MULTITASK_STRATEGY: z.enum(MULTITASK_STRATEGIES).default('enqueue'),
+  MULTITASK_STRATEGY: z.enum(MULTITASK_STRATEGIES).default(DEFAULT_MULTITASK_STRATEGY),
   AGENT_MODULES: z
     .string()
     .transform((value) =>
@@ -164,6 +165,9 @@ const EnvSchema = z.object({
   LLM_MAX_RETRIES: z.coerce.number().int().min(0).max(10).default(3),
   LLM_PRICES: json(LlmPricesSchema).optional(),
   LLM_CONTEXT_TOKENS: z.coerce.number().int().min(256).default(128_000),
+  LLM_MAX_OUTPUT_TOKENS: z.coerce.number().int().min(1).max(1_000_000).default(4096),
+  USER_BUDGET_USD_PER_DAY: z.coerce.number().min(0).max(1e9).default(0),
+  TENANT_BUDGET_USD_PER_MONTH: z.coerce.number().min(0).max(1e12).default(0),
   MCP_SERVERS: json(McpServersSchema).optional(),
   TOOL_TIMEOUT_MS: positiveInt.default(30_000),
   AGENT_HTTP_URL: url(['http:', 'https:']).optional(),
@@ -255,7 +259,11 @@ export interface AppConfig {
     maxRetries: number;
     prices: LlmPrices;
     contextTokens: number;
+    /** `LLM_MAX_OUTPUT_TOKENS`: the cap sent with every model request; budgets reserve against it. */
+    maxOutputTokens: number;
   };
+  /** What model requests may cost (0: no such budget); see "Usage and budgets". */
+  budgets: { userUsdPerDay: number; tenantUsdPerMonth: number };
   /** MCP servers whose tools agents may call, by server name (headers are secrets). */
   mcp: { servers: Record<string, McpServerConfig> };
   tools: { timeoutMs: number };
@@ -387,6 +395,11 @@ export function loadConfig(
       maxRetries: e.LLM_MAX_RETRIES,
       prices: e.LLM_PRICES ?? {},
       contextTokens: e.LLM_CONTEXT_TOKENS,
+      maxOutputTokens: e.LLM_MAX_OUTPUT_TOKENS,
+    },
+    budgets: {
+      userUsdPerDay: e.USER_BUDGET_USD_PER_DAY,
+      tenantUsdPerMonth: e.TENANT_BUDGET_USD_PER_MONTH,
     },
     mcp: { servers: e.MCP_SERVERS ?? {} },
     tools: { timeoutMs: e.TOOL_TIMEOUT_MS },

@@ -19,8 +19,6 @@ import { BUILTIN_TOOLS } from './tools/builtin-tools.js';
 import { ToolRegistry } from './tools/tool-registry.js';
 import {
   GatedAgent,
-  type AppendHook,
-  InMemoryConversationStore,
   ManualClock,
   RecordingBroadcaster,
   ScriptedAgent,
@@ -28,6 +26,10 @@ import {
   messageText,
   say,
 } from './testing/index.js';
+import {
+  type AppendHook,
+  InMemoryConversationStore,
+} from '../../../test/fakes/in-memory-conversation-store.js';
 
 const CATCH_UP_MS = 1000;
 

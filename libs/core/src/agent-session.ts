@@ -26,7 +26,13 @@
  */
 import type { AgentState, MultitaskStrategy, StatusUpdate, StoredEvent } from '@cs/protocol';
 import type { Agent } from './agent.js';
-import { roomKey, type ConversationRecord, type ConversationRef } from './conversation.js';
+import {
+  DEFAULT_SETTINGS,
+  effectiveMultitaskStrategy,
+  roomKey,
+  type ConversationRecord,
+  type ConversationRef,
+} from './conversation.js';
 import { LeaseLostError } from './errors.js';
 import { systemClock, type Clock } from './ports/clock.port.js';
 import type { ConversationStore } from './ports/conversation-store.port.js';
@@ -175,7 +181,10 @@ export class AgentSession {
 
   /** What a message sent while a turn runs does (the conversation's, else the deployment's). */
   private get strategy(): MultitaskStrategy {
-    return this.record?.settings.multitaskStrategy ?? this.options.multitaskStrategy ?? 'enqueue';
+    return effectiveMultitaskStrategy(
+      this.record?.settings ?? DEFAULT_SETTINGS,
+      this.options.multitaskStrategy,
+    );
   }
 
   get conversationId(): string {

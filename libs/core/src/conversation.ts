@@ -7,6 +7,8 @@ import type {
   EventSource,
   MultitaskStrategy,
 } from '@cs/protocol';
+import { DEFAULT_MULTITASK_STRATEGY } from '@cs/protocol';
+import type { ModelUsageDelta } from './usage.js';
 
 /** Who owns a conversation: every lookup is scoped by tenant. */
 export interface ConversationRef {
@@ -94,6 +96,23 @@ export interface ConversationSettings {
   maxBudgetUsd: number | null;
 }
 
+/** The statuses of a live conversation: held by a process, or about to be. */
+export const LIVE_STATUSES: readonly ConversationStatus[] = ['STARTING', 'RUNNING'];
+/** The statuses a start moves from (to `STARTING`). */
+export const STARTABLE_STATUSES: readonly ConversationStatus[] = ['STOPPED', 'ERROR'];
+
+export function isLiveStatus(status: ConversationStatus): boolean {
+  return LIVE_STATUSES.includes(status);
+}
+
+/** What a message sent while a turn runs does: the conversation's strategy, else the deployment's. */
+export function effectiveMultitaskStrategy(
+  settings: Pick<ConversationSettings, 'multitaskStrategy'>,
+  deployment: MultitaskStrategy = DEFAULT_MULTITASK_STRATEGY,
+): MultitaskStrategy {
+  return settings.multitaskStrategy ?? deployment;
+}
+
 export const DEFAULT_SETTINGS: ConversationSettings = {
   confirmationMode: false,
   multitaskStrategy: null,
@@ -120,6 +139,8 @@ export interface ConversationPatch {
   multitaskStrategy?: MultitaskStrategy;
   /** Counters added to the metrics: usage outside a turn's events (a title request). */
   addMetrics?: MetricsDelta;
+  /** That usage, recorded in `model_usage` in the same write. */
+  addUsage?: ModelUsageDelta;
 }
 
 /**
@@ -146,6 +167,8 @@ export interface EventDraft {
    * `answeredThrough` moves up to it (turns settle in id order).
    */
   answers?: number;
+  /** The model usage of the step this event stores, recorded with it (see usage.ts). */
+  usage?: ModelUsageDelta;
 }
 
 /**
@@ -201,7 +224,7 @@ export function toConversationInfo(
     last_event_id: record.lastEventId,
     agent: record.agent.name,
     confirmation_mode: record.settings.confirmationMode,
-    multitask_strategy: record.settings.multitaskStrategy ?? defaultStrategy,
+    multitask_strategy: effectiveMultitaskStrategy(record.settings, defaultStrategy),
     parent_conversation_id: record.forkedFrom?.conversationId ?? null,
     forked_from_event_id: record.forkedFrom?.eventId ?? null,
   };

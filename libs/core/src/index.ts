@@ -24,3 +24,7 @@ export * from './session/step-runner.js';
 export * from './ports/cluster-metrics.port.js';
 export * from './session/stream-text.js';
 export * from './ports/tracing.port.js';
+export * from './session/turn-tracker.js';
+export * from './usage.js';
+export * from './budgets/model-budget.js';
+export * from './budgets/local-budget-ledger.js';

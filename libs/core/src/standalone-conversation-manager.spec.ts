@@ -14,7 +14,6 @@ import {
 } from './standalone-conversation-manager.js';
 import {
   GatedAgent,
-  InMemoryConversationStore,
   ManualClock,
   RecordingBroadcaster,
   ScriptedAgent,
@@ -23,6 +22,7 @@ import {
   messageText,
   say,
 } from './testing/index.js';
+import { InMemoryConversationStore } from '../../../test/fakes/in-memory-conversation-store.js';
 
 const IDLE_MS = 60_000;
 const CLEANUP_MS = 1_000;

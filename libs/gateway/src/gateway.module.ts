@@ -6,6 +6,7 @@ import { ConversationsController } from './http/conversations.controller.js';
 import { BranchingController } from './http/branching.controller.js';
 import { ConversationBranchingService } from './conversations/conversation-branching.service.js';
 import { DevTokenController } from './http/dev-token.controller.js';
+import { UsageController } from './http/usage.controller.js';
 import { HealthController } from './observability/health.controller.js';
 import { LifecycleService } from './observability/lifecycle.service.js';
 import { ConversationRoomHub } from './realtime/conversation-room-hub.js';
@@ -13,6 +14,7 @@ import { ConversationSockets } from './realtime/conversation-sockets.js';
 import { ConversationGateway } from './realtime/conversation.gateway.js';
 import { EventStreamService } from './realtime/event-stream.service.js';
 import { ConnectionLimiter } from './realtime/connection-limiter.js';
+import { TurnWatchService } from './realtime/turn-watch.service.js';
 
 /**
  * The client-facing edge shared by the gateway and the standalone app: REST,
@@ -31,6 +33,7 @@ export class GatewayModule {
         BranchingController,
         DevTokenController,
         HealthController,
+        UsageController,
       ],
       providers: [
         ...ports,
@@ -44,11 +47,13 @@ export class GatewayModule {
         EventStreamService,
         LifecycleService,
         ConnectionLimiter,
+        TurnWatchService,
       ],
       exports: [
         ConversationRoomHub,
         ConversationGateway,
         EventStreamService,
+        TurnWatchService,
         LifecycleService,
         TokenService,
       ],

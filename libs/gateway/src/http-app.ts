@@ -19,6 +19,7 @@ import { webAppAssets } from './http/web-app-assets.js';
 import { ConfiguredIoAdapter } from './realtime/configured-io.adapter.js';
 import { ConversationGateway } from './realtime/conversation.gateway.js';
 import { EventStreamService } from './realtime/event-stream.service.js';
+import { TurnWatchService } from './realtime/turn-watch.service.js';
 import { UpgradedConnections } from './realtime/upgraded-connections.js';
 import { LifecycleService } from './observability/lifecycle.service.js';
 import { requestLoggingModule } from './observability/request-logging.js';
@@ -188,6 +189,7 @@ export async function drainHttpApp(
   app.get(LifecycleService).startDraining();
   app.get(ConversationGateway).disconnectAll();
   app.get(EventStreamService).closeAll();
+  app.get(TurnWatchService).endAll();
   await options.beforeClose();
   const cut = setTimeout(() => {
     const count = upgradedConnections.get(app)?.destroyAll() ?? 0;

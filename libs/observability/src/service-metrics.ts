@@ -64,6 +64,8 @@ export class ServiceMetrics {
   readonly llmRequestSeconds: Histogram;
   readonly llmTokens: Counter<'kind'>;
   readonly toolCalls: Counter<'tool' | 'outcome'>;
+  readonly restTurnWaits: Gauge;
+  readonly budgetRejections: Counter<'scope'>;
   private runningSource: () => number | Promise<number> = () => 0;
   private waitingSource: () => WaitingConversations | Promise<WaitingConversations> = () => 0;
 
@@ -150,6 +152,17 @@ export class ServiceMetrics {
       name: 'cs_tool_calls_total',
       help: 'Tool calls ended, by tool and outcome (ok, error, rejected, in_doubt, timeout, cancelled, not_run)',
       labelNames: ['tool', 'outcome'],
+      registers: [this.registry],
+    });
+    this.restTurnWaits = new Gauge({
+      name: 'cs_rest_turn_waits',
+      help: 'REST requests waiting for their turn (Prefer: wait) on this process',
+      registers: [this.registry],
+    });
+    this.budgetRejections = new Counter({
+      name: 'cs_budget_rejections_total',
+      help: 'Model requests not sent because their worst case did not fit a budget, by scope (user, tenant)',
+      labelNames: ['scope'],
       registers: [this.registry],
     });
     const waiting = () => this.waitingSource();

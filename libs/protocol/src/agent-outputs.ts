@@ -108,12 +108,15 @@ export const TURN_ERROR_REASONS = [
   'llm_error',
   'agent_http_error',
   'agent_error',
+  'budget_exhausted',
 ] as const;
 export type TurnErrorReason = (typeof TURN_ERROR_REASONS)[number];
 
 export const MULTITASK_STRATEGIES = ['enqueue', 'interrupt', 'reject'] as const;
 export const MultitaskStrategySchema = z.enum(MULTITASK_STRATEGIES);
 export type MultitaskStrategy = z.infer<typeof MultitaskStrategySchema>;
+/** `MULTITASK_STRATEGY` when the deployment sets none. */
+export const DEFAULT_MULTITASK_STRATEGY: MultitaskStrategy = 'enqueue';
 
 export const CONCURRENCY_POLICIES = ['evict_oldest', 'reject'] as const;
 export type ConcurrencyPolicy = (typeof CONCURRENCY_POLICIES)[number];

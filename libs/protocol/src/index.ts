@@ -6,6 +6,7 @@ export * from './events.js';
 export * from './event-repeat.js';
 export * from './json-limits.js';
 export * from './limits.js';
+export * from './backoff.js';
 export * from './replicas.js';
 export * from './rest.js';
 export * from './socket.js';

@@ -18,7 +18,15 @@ export const MAX_CLIENT_EVENT_ID_CHARS = 128;
 export const MAX_PAYLOAD_BYTES = 1024 * 1024;
 /** Socket.IO closes a connection whose message exceeds this (maxHttpBufferSize). */
 export const MAX_TRANSPORT_BYTES = 2 * 1024 * 1024;
+// Titles (PROTOCOL.md "Titles"), longest first.
+/** A title given through REST (`title` of a create or a PATCH). */
 export const MAX_TITLE_CHARS = 512;
+/** A title from an agent's `title()`: a longer one is cut. */
+export const MAX_AGENT_TITLE_CHARS = 200;
+/** The `llm` agent's title: the model's first line, cut at a word. */
+export const MAX_MODEL_TITLE_CHARS = 80;
+/** The fallback title: the first user message's prefix that ends at a word boundary. */
+export const MAX_FALLBACK_TITLE_CHARS = 60;
 export const MAX_INSTRUCTIONS_CHARS = 65_536;
 export const MAX_URLS_PER_MESSAGE = 32;
 export const MAX_URL_CHARS = 4096;

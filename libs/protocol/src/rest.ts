@@ -158,6 +158,67 @@ export type ConversationStateResponse = z.infer<typeof ConversationStateResponse
 export const ConversationPresenceSchema = z.object({ sockets: z.number().int().min(0) });
 export type ConversationPresence = z.infer<typeof ConversationPresenceSchema>;
 
+/** Where the turn of one user event stands (`GET /conversations/:id/turns/:event_id`). */
+export const TurnStatusSchema = z.enum([
+  'pending',
+  'running',
+  'awaiting_user_confirmation',
+  'completed',
+  'error',
+  'undone',
+]);
+export const TurnResponseSchema = z.object({
+  status: TurnStatusSchema,
+  agent_state: AgentStateSchema.nullable(),
+  events: z.array(StoredEventSchema),
+});
+export type TurnResponse = z.infer<typeof TurnResponseSchema>;
+
+/**
+ * `POST /conversations/:id/events`: `turn` only with `Prefer: wait=<s>`
+ * (null when the time was up before the turn ended).
+ */
+export const SentUserActionSchema = z.object({
+  event_id: z.number().int(),
+  turn: z
+    .object({ agent_state: AgentStateSchema.nullable(), events: z.array(StoredEventSchema) })
+    .nullable()
+    .optional(),
+});
+export type SentUserAction = z.infer<typeof SentUserActionSchema>;
+
+/** A UTC day `YYYY-MM-DD` that exists in the calendar. */
+const queryDay = z
+  .string()
+  .regex(/^\d{4}-\d{2}-\d{2}$/, 'must be a date YYYY-MM-DD')
+  .refine((day) => {
+    const time = Date.parse(`${day}T00:00:00Z`);
+    return Number.isFinite(time) && new Date(time).toISOString().startsWith(day);
+  }, 'must be a date YYYY-MM-DD');
+
+/** `GET /usage`: UTC days `from..to` (both included), grouped. */
+export const UsageQuerySchema = z
+  .object({
+    from: queryDay,
+    to: queryDay,
+    group_by: z.enum(['day', 'user', 'model', 'conversation']).default('day'),
+    user_id: z.string().min(1).max(128).optional(),
+  })
+  .refine((query) => query.from <= query.to, { message: 'must not be after to', path: ['from'] });
+export type UsageQueryInput = z.infer<typeof UsageQuerySchema>;
+
+const UsageTotalsSchema = z.object({
+  prompt_tokens: z.number(),
+  completion_tokens: z.number(),
+  cost_usd: z.number(),
+  requests: z.number(),
+});
+export const UsageResponseSchema = z.object({
+  results: z.array(UsageTotalsSchema.extend({ key: z.string() })),
+  total: UsageTotalsSchema,
+});
+export type UsageResponse = z.infer<typeof UsageResponseSchema>;
+
 /**
  * A user or tenant id, as Postgres stores it: no NUL (refused) and no lone
  * surrogate (stored as U+FFFD, so that two such ids would be one).

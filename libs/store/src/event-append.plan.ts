@@ -4,7 +4,7 @@
  * the new events' state deltas, metrics, turn cost and agent state into one
  * write each.
  */
-import type { EventDraft, StateDelta, TurnCost } from '@cs/core';
+import type { EventDraft, ModelUsageDelta, StateDelta, TurnCost } from '@cs/core';
 import {
   BadRequestError,
   ConflictError,
@@ -226,6 +226,8 @@ export interface FoldedDeltas {
   answeredThrough: number | null;
   /** What the events add to the turn's cost; null if they count none. */
   turnCost: TurnCostWrite | null;
+  /** The model usage the events carry, to record with them. */
+  usage: ModelUsageDelta[];
 }
 
 /** Folds the deltas of the events in order: a later value of a key wins, `null` deletes. */
@@ -238,7 +240,9 @@ export function foldDeltas(drafts: readonly PreparedDraft[]): FoldedDeltas {
   let answeredThrough: number | null = null;
   let turnCost: TurnCost | null = null;
   let continues = true;
+  const usage: ModelUsageDelta[] = [];
   for (const { draft, agentState: changedTo } of drafts) {
+    if (draft.usage) usage.push(checkedUsage(draft.usage));
     if (draft.answers !== undefined) {
       if (!Number.isSafeInteger(draft.answers) || draft.answers < 0) {
         throw new BadRequestError('answers must be an event id', 'answers');
@@ -269,7 +273,18 @@ export function foldDeltas(drafts: readonly PreparedDraft[]): FoldedDeltas {
     agentState,
     answeredThrough,
     turnCost: turnCost && { ...turnCost, continues },
+    usage,
   };
+}
+
+function checkedUsage(usage: ModelUsageDelta): ModelUsageDelta {
+  for (const name of ['promptTokens', 'completionTokens', 'costUsd', 'requests'] as const) {
+    const value = usage[name];
+    if (typeof value !== 'number' || !Number.isFinite(value) || value < 0) {
+      throw new BadRequestError(`usage ${name} must be a finite number, not negative`, name);
+    }
+  }
+  return usage;
 }
 
 function toScopeWrite(delta: StateDelta): ScopeWrite {

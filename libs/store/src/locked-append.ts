@@ -1,11 +1,17 @@
 /**
  * The append that takes a transaction (an idempotency key seen before,
- * `user:` / `app:` keys, a refusal when busy, or a plain append left
- * undone), and what every append is written as: the plain append of
+ * `user:` / `app:` keys, model usage to record, a refusal when busy, or a
+ * plain append left undone), and what every append is written as: the plain append of
  * `EventRepository.appendToLog(s)`.
  */
 import type { AppendedEvent } from '@cs/core';
-import { AgentBusyError, LeaseLostError, NotFoundError, isAgentBusy } from '@cs/core';
+import {
+  AgentBusyError,
+  LeaseLostError,
+  NotFoundError,
+  effectiveMultitaskStrategy,
+  isAgentBusy,
+} from '@cs/core';
 import type { MultitaskStrategy, StoredEvent } from '@cs/protocol';
 import type { SqlQueryable } from './database/sql-database.js';
 import type { AppendPlan, FoldedDeltas, PreparedDraft } from './event-append.plan.js';
@@ -14,6 +20,7 @@ import { ConversationRepository } from './repositories/conversation.repository.j
 import type { PlainAppend, StoredEventRow } from './repositories/event.repository.js';
 import { EventRepository, toStoredEvent } from './repositories/event.repository.js';
 import { ScopedStateRepository } from './repositories/scoped-state.repository.js';
+import { UsageRepository } from './repositories/usage.repository.js';
 import type { WriteClock } from './write-clock.js';
 
 export const NOTHING_STORED: ReadonlyMap<string, StoredEventRow> = new Map();
@@ -99,10 +106,9 @@ export async function appendLocked(
   }
 
   // The strategy as it is now, under the lock: a PATCH applies from the next message on.
-  const strategy = head.multitaskStrategy ?? writer.defaultMultitaskStrategy;
   const busy =
     writer.defaultMultitaskStrategy !== null &&
-    strategy === 'reject' &&
+    effectiveMultitaskStrategy(head, writer.defaultMultitaskStrategy) === 'reject' &&
     (await isAgentBusy({
       agentState: head.agentState,
       unansweredMessages: () =>
@@ -134,6 +140,15 @@ export async function appendLocked(
   }
   if (!folded.app.empty) {
     await states.mergeAppState(tenantId, head.appName, folded.app.set, folded.app.deleted, at);
+  }
+
+  if (folded.usage.length > 0) {
+    const usage = new UsageRepository(tx);
+    // The UTC day of the write: the day the step's events carry.
+    const day = at.slice(0, 10);
+    for (const delta of folded.usage) {
+      await usage.add(tenantId, head.userId, conversationId, day, delta);
+    }
   }
 
   const written: StoredEvent[] = plan.fresh.map((row) =>

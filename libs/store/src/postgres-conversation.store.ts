@@ -4,6 +4,9 @@
  * row lock from the id it reads to the commit; see `append`.
  */
 import type {
+  UsageQuery,
+  UsageReport,
+  UsageScope,
   AppendOptions,
   AppendedEvent,
   ConversationPageRequest,
@@ -45,6 +48,7 @@ import { ConversationRepository } from './repositories/conversation.repository.j
 import type { AppendedHead, PlainAppend } from './repositories/event.repository.js';
 import { EventRepository, toStoredEvent } from './repositories/event.repository.js';
 import { ScopedStateRepository } from './repositories/scoped-state.repository.js';
+import { UsageRepository } from './repositories/usage.repository.js';
 
 /** A few connections of the pool stay free for reads while appends queue. */
 const DEFAULT_BATCHING: AppendBatcherLimits = { maxInFlight: 4, maxBatch: 100 };
@@ -66,6 +70,7 @@ export interface ConversationStoreOptions {
 export class PostgresConversationStore implements ConversationStore {
   private readonly conversations: ConversationRepository;
   private readonly events: EventRepository;
+  private readonly usage: UsageRepository;
   private readonly scopedStates: ScopedStateRepository;
   private readonly writeAppend: (append: PlainAppend) => Promise<AppendedHead | null>;
   private readonly clock: WriteClock;
@@ -76,6 +81,7 @@ export class PostgresConversationStore implements ConversationStore {
   ) {
     this.conversations = new ConversationRepository(database);
     this.events = new EventRepository(database);
+    this.usage = new UsageRepository(database);
     this.scopedStates = new ScopedStateRepository(database);
     this.clock = options.clock ?? new WriteClock();
     if (options.crossConversationBatches === false) {
@@ -194,9 +200,32 @@ export class PostgresConversationStore implements ConversationStore {
     if (Object.values(patch).every((value) => value === undefined)) {
       return this.conversations.find(tenantId, conversationId);
     }
-    return guardData(() =>
-      this.conversations.update(tenantId, conversationId, patch, this.clock.now()),
-    );
+    const at = this.clock.now();
+    const usage = patch.addUsage;
+    if (usage) {
+      // A title request's usage: counted with the metrics it adds, in one transaction.
+      return guardData(() =>
+        this.database.transaction(async (tx) => {
+          const record = await new ConversationRepository(tx).update(
+            tenantId,
+            conversationId,
+            patch,
+            at,
+          );
+          if (record) {
+            await new UsageRepository(tx).add(
+              tenantId,
+              record.userId,
+              conversationId,
+              at.slice(0, 10),
+              usage,
+            );
+          }
+          return record;
+        }),
+      );
+    }
+    return guardData(() => this.conversations.update(tenantId, conversationId, patch, at));
   }
 
   async deleteConversation(tenantId: string, conversationId: string): Promise<boolean> {
@@ -283,6 +312,7 @@ export class PostgresConversationStore implements ConversationStore {
       writer.defaultMultitaskStrategy !== 'reject' &&
       folded.user.empty &&
       folded.app.empty &&
+      folded.usage.length === 0 &&
       plan.outcomes.every((outcome) => outcome.kind === 'new' && !outcome.duplicate);
     if (!plain) return this.appendInTransaction(tenantId, conversationId, prepared, writer);
 
@@ -397,5 +427,13 @@ export class PostgresConversationStore implements ConversationStore {
       range.reverse ?? false,
       range.limit,
     );
+  }
+
+  usageReport(tenantId: string, query: UsageQuery): Promise<UsageReport> {
+    return this.usage.report(tenantId, query);
+  }
+
+  usageCost(tenantId: string, scope: UsageScope): Promise<number> {
+    return this.usage.cost(tenantId, scope);
   }
 }

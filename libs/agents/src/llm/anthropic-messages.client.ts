@@ -138,7 +138,7 @@ export class AnthropicMessagesClient implements ModelClient {
     }));
     return {
       model: this.model,
-      max_tokens: request.maxOutputTokens ?? maxOutputTokens(this.model),
+      max_tokens: request.maxOutputTokens ?? request.outputCap ?? maxOutputTokens(this.model),
       messages: anthropicMessages(request),
       ...(request.system === undefined ? {} : { system: request.system }),
       ...(tools.length > 0 ? { tools } : {}),

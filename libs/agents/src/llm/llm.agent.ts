@@ -20,11 +20,21 @@
  * trace: provider, model, attempt, finish reason and token counts only —
  * never the prompt, the answer, the key or the provider's error text.
  */
-import { AgentTurnError, type Agent, type AgentContext } from '@cs/core';
+import {
+  AgentTurnError,
+  BudgetExhaustedError,
+  UNLIMITED_BUDGET,
+  type Agent,
+  type AgentContext,
+  type BudgetHold,
+  type ModelBudget,
+} from '@cs/core';
 import type { AppConfig } from '@cs/config';
 import { startSpan, type OpenSpan } from '@cs/observability';
 import {
   ToolNameSchema,
+  MAX_MODEL_TITLE_CHARS,
+  backoffDelay,
   cutText,
   isAction,
   type AgentOutput,
@@ -44,6 +54,9 @@ import { tokenCounter } from './token-counter.js';
 
 export const LLM_AGENT = 'llm';
 export const LLM_RETRY_STATUS = 'STATUS$LLM_RETRY';
+const TITLE_SYSTEM =
+  'You name conversations. Answer with a title of at most six words for the conversation ' +
+  'below, in its language, with no quotes and no final period.';
 
 /** What one conversation's `llm` agent runs with. */
 export interface LlmAgentSettings {
@@ -61,6 +74,8 @@ export interface LlmAgentOptions {
   maxBackoffMs?: number;
   /** Told the duration of each model request (each attempt, and the title request), in seconds. */
   onRequestEnded?: (seconds: number) => void;
+  /** Each model request's worst case is held here before it is sent (default: no budget). */
+  budget?: ModelBudget;
 }
 
 export class LlmAgent implements Agent {
@@ -70,6 +85,7 @@ export class LlmAgent implements Agent {
   private readonly backoffMs: number;
   private readonly maxBackoffMs: number;
   private readonly onRequestEnded: ((seconds: number) => void) | undefined;
+  private readonly budget: ModelBudget;
 
   constructor(
     private readonly settings: LlmAgentSettings,
@@ -81,6 +97,7 @@ export class LlmAgent implements Agent {
     this.backoffMs = options.backoffMs ?? 500;
     this.maxBackoffMs = options.maxBackoffMs ?? 8000;
     this.onRequestEnded = options.onRequestEnded;
+    this.budget = options.budget ?? UNLIMITED_BUDGET;
   }
 
   async *step(context: AgentContext): AsyncIterable<AgentOutput> {
@@ -107,6 +124,8 @@ export class LlmAgent implements Agent {
       let finishReason: FinishReason | undefined;
       let usage: ModelUsage | undefined;
       const calls: AgentOutput[] = [];
+      // Not sent unless its worst case fits the budgets; settled or released below.
+      const hold = await this.hold(context, prompt.tokens);
       const span = this.requestSpan('step', attempt);
       // Until the stream has ended well: a consumer that stops reading leaves it so.
       let outcome: RequestOutcome = { abandoned: true };
@@ -117,6 +136,7 @@ export class LlmAgent implements Agent {
             messages: prompt.messages,
             tools,
             temperature: this.settings.temperature,
+            outputCap: this.settings.llm.maxOutputTokens,
           },
           signal,
         );
@@ -137,6 +157,10 @@ export class LlmAgent implements Agent {
         }
         span.setAttributes(responseAttributes(finishReason, usage));
         outcome = {};
+        // What it cost; a request whose usage went unreported counts its worst case.
+        await hold.settle(usage ? (this.costOf(usage) ?? 0) : hold.worstCaseUsd).catch(() => {
+          // Redis unreachable: the hold lapses by itself; Postgres has the usage.
+        });
       } catch (error) {
         outcome = { error };
         if (context.signal.aborted) throw abortReason(context.signal);
@@ -165,6 +189,8 @@ export class LlmAgent implements Agent {
       } finally {
         own.abort();
         endOpenSpan(span, outcome, context.signal.aborted);
+        // Failed, retried or left: nothing was spent that a usage reports (a no-op once settled).
+        hold.release().catch(() => undefined);
       }
 
       if (usage) yield this.usageOutput(usage);
@@ -197,6 +223,13 @@ export class LlmAgent implements Agent {
       AbortSignal.timeout(Math.min(this.settings.llm.timeoutMs, 30_000)),
     ]);
     let result;
+    const titleText = `User: ${cutText(first, 2000)}${answer ? `\n\nAssistant: ${cutText(answer, 2000)}` : ''}`;
+    const counter = await tokenCounter();
+    // A refused title request throws: the runtime's fallback title is used.
+    const hold = await this.hold(
+      context,
+      counter.count(TITLE_SYSTEM) + counter.count(titleText) + 8,
+    );
     const span = this.requestSpan('title', 0);
     let failed: RequestOutcome = {};
     try {
@@ -206,15 +239,8 @@ export class LlmAgent implements Agent {
       // request that is not streamed with its family's most.
       result = await this.model.complete(
         {
-          system:
-            'You name conversations. Answer with a title of at most six words for the conversation ' +
-            'below, in its language, with no quotes and no final period.',
-          messages: [
-            {
-              role: 'user',
-              content: `User: ${cutText(first, 2000)}${answer ? `\n\nAssistant: ${cutText(answer, 2000)}` : ''}`,
-            },
-          ],
+          system: TITLE_SYSTEM,
+          messages: [{ role: 'user', content: titleText }],
           tools: [],
           temperature: undefined,
           maxOutputTokens: 64,
@@ -222,6 +248,9 @@ export class LlmAgent implements Agent {
         signal,
       );
       span.setAttributes(responseAttributes(result.reason, result.usage));
+      await hold
+        .settle(result.usage ? (this.costOf(result.usage) ?? 0) : hold.worstCaseUsd)
+        .catch(() => undefined);
     } catch (error) {
       failed = { error };
       throw new Error('the model could not title the conversation', {
@@ -231,6 +260,7 @@ export class LlmAgent implements Agent {
       });
     } finally {
       endOpenSpan(span, failed, signal.aborted);
+      hold.release().catch(() => undefined);
     }
     const title = cleanTitle(result.text);
     if (!title) throw new Error('the model gave an empty title');
@@ -272,8 +302,46 @@ export class LlmAgent implements Agent {
   }
 
   private backoff(attempt: number): number {
-    const base = Math.min(this.maxBackoffMs, this.backoffMs * 2 ** attempt);
-    return Math.round(base * (0.8 + Math.random() * 0.4));
+    return backoffDelay(attempt, {
+      baseMs: this.backoffMs,
+      maxMs: this.maxBackoffMs,
+      jitter: [0.8, 1.2],
+    });
+  }
+
+  /**
+   * Holds the worst case of one request in the budgets: the prompt's counted
+   * tokens at the input price and `LLM_MAX_OUTPUT_TOKENS` at the output
+   * price (`LLM_PRICES` of this model; a model without a price costs 0).
+   */
+  private async hold(
+    context: AgentContext,
+    promptTokens: number,
+  ): Promise<BudgetHold & { worstCaseUsd: number }> {
+    const worstCaseUsd =
+      costOf(
+        this.settings.llm.prices,
+        this.settings.model,
+        promptTokens,
+        this.settings.llm.maxOutputTokens,
+      ) ?? 0;
+    try {
+      const hold = await this.budget.reserve({
+        tenantId: context.tenant_id,
+        userId: context.user_id,
+        worstCaseUsd,
+      });
+      return { settle: (cost) => hold.settle(cost), release: () => hold.release(), worstCaseUsd };
+    } catch (error) {
+      if (error instanceof BudgetExhaustedError) {
+        throw new AgentTurnError('budget_exhausted', error.message, { cause: error });
+      }
+      throw error;
+    }
+  }
+
+  private costOf(usage: ModelUsage): number | undefined {
+    return this.usageOutputFields(usage).cost_usd;
   }
 
   private usageOutput(usage: ModelUsage): AgentOutput {
@@ -386,7 +454,7 @@ function messageText(event: StoredEvent): string | undefined {
   return typeof content === 'string' ? content : undefined;
 }
 
-/** One line, no wrapping quotes, no final period, at most 80 characters. */
+/** One line, no wrapping quotes, no final period, at most `MAX_MODEL_TITLE_CHARS`. */
 export function cleanTitle(text: string): string {
   const line = text
     .trim()
@@ -396,8 +464,8 @@ export function cleanTitle(text: string): string {
     .replace(/\.$/, '')
     .replace(/\s+/g, ' ')
     .trim();
-  if (line.length <= 80) return line;
-  const cut = cutText(line, 80);
+  if (line.length <= MAX_MODEL_TITLE_CHARS) return line;
+  const cut = cutText(line, MAX_MODEL_TITLE_CHARS);
   const space = cut.lastIndexOf(' ');
   return space > 20 ? cut.slice(0, space) : cut;
 }

@@ -43,6 +43,13 @@ export interface ModelRequest {
    * spend a small `max_completion_tokens` on reasoning, leaving no answer.
    */
   maxOutputTokens?: number;
+  /**
+   * `LLM_MAX_OUTPUT_TOKENS`: the cap every provider is sent with a step's
+   * request (budgets reserve against it): OpenAI's own API as
+   * `max_completion_tokens`, other OpenAI-compatible servers as `max_tokens`,
+   * Anthropic as `max_tokens`.
+   */
+  outputCap?: number;
 }
 
 /** `other`: a reason the provider gave that is none of the others. */

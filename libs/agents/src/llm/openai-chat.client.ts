@@ -28,12 +28,15 @@ import {
 
 export class OpenAiChatClient implements ModelClient {
   private readonly client: OpenAI;
+  /** OpenAI's API wants `max_completion_tokens` (its reasoning models refuse `max_tokens`). */
+  private readonly openAiItself: boolean;
 
   constructor(
     baseUrl: string,
     apiKey: string | undefined,
     private readonly model: string,
   ) {
+    this.openAiItself = new URL(baseUrl).hostname === 'api.openai.com';
     this.client = new OpenAI({
       baseURL: baseUrl,
       // Local servers (Ollama, vLLM) take no key: then no Authorization header is sent.
@@ -123,6 +126,11 @@ export class OpenAiChatClient implements ModelClient {
       messages: chatMessages(request),
       ...(tools.length > 0 ? { tools } : {}),
       ...(request.temperature === undefined ? {} : { temperature: request.temperature }),
+      ...(request.outputCap === undefined
+        ? {}
+        : this.openAiItself
+          ? { max_completion_tokens: request.outputCap }
+          : { max_tokens: request.outputCap }),
     };
   }
 }

@@ -1,19 +1,8 @@
-import type { ConnectionOptions, Worker } from 'bullmq';
-import {
-  NO_CLUSTER_METRICS,
-  type AgentFactory,
-  type ClusterMetrics,
-  type ConversationStore,
-  type SessionRuntime,
-} from '@cs/core';
-import type { RedisConnection } from '../redis/redis-connections.js';
-import type { ClusterKeys } from '../redis/cluster-keys.js';
-import type { UserConcurrencyLimiter } from '../limits/user-concurrency.limiter.js';
-import type { ConnectionRegistry } from '../realtime/connection-registry.js';
-import type { HolderBroadcaster } from '../realtime/redis-room.broadcaster.js';
+import type { Worker } from 'bullmq';
+import { NO_CLUSTER_METRICS } from '@cs/core';
 import { LostWakeUpCatchUp } from './catch-up.js';
-import type { ConversationInbox } from './conversation-inbox.js';
 import { ConversationHeartbeat } from './conversation-heartbeat.js';
+import type { ConversationHostDeps } from './conversation-host.deps.js';
 import type { ConversationJobData } from './conversation-jobs.js';
 import { conversationQueueNames } from './conversation-queues.js';
 import { ConversationRun, type ConversationRunContext } from './conversation-run.js';
@@ -21,48 +10,12 @@ import { FailoverBreaker } from './failover-breaker.js';
 import {
   describeError,
   liveConversations,
-  type HostLog,
   type HostedConversation,
 } from './hosted-conversation.js';
 import { JobLeases, conversationWorker, handBack, type ConversationJob } from './job-lease.js';
-import type { LeaseTiming } from './lease-timing.js';
-import type { ScopedStateChannel } from './scoped-state-channel.js';
 
 export { TOO_MANY_FAILOVERS } from './failover-breaker.js';
-
-export interface ConversationHostOptions {
-  workerId: string;
-  /** Conversations this process hosts at once, over all the queues. */
-  concurrency: number;
-  /** `CONVERSATION_QUEUES` (default 1): this process consumes every one of them. */
-  queueCount?: number;
-  timing: LeaseTiming;
-  idleTimeoutMs: number;
-  maxIterations: number;
-  /** More failovers than this within `failoverWindowMs` end the conversation in `error`. */
-  maxFailovers: number;
-  failoverWindowMs: number;
-  /** Tools, metrics, budget, strategy and prices of every session. */
-  runtime?: SessionRuntime;
-}
-
-export interface ConversationHostDeps {
-  store: ConversationStore;
-  agents: AgentFactory;
-  broadcaster: HolderBroadcaster;
-  inbox: ConversationInbox;
-  /** Changes of `app:` and `user:` keys, to and from every worker. */
-  scopedState: ScopedStateChannel;
-  limiter: UserConcurrencyLimiter;
-  connections: Pick<ConnectionRegistry, 'count'>;
-  redis: RedisConnection;
-  keys: ClusterKeys;
-  bullConnection: ConnectionOptions;
-  options: ConversationHostOptions;
-  log: HostLog;
-  /** Leases, failovers, hand-offs and wake-up pick-ups (`cs_*` metrics). */
-  metrics?: ClusterMetrics;
-}
+export type { ConversationHostDeps, ConversationHostOptions } from './conversation-host.deps.js';
 
 /**
  * A worker's conversations. Each active BullMQ job of a conversation queue

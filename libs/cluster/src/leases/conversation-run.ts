@@ -1,4 +1,5 @@
 import {
+  LIVE_STATUSES,
   AgentSession,
   LeaseLostError,
   agentStateChangeDraft,
@@ -8,7 +9,7 @@ import {
   type ConversationRef,
   type SessionEndReason,
 } from '@cs/core';
-import type { ConversationHostDeps } from './conversation-host.js';
+import type { ConversationHostDeps } from './conversation-host.deps.js';
 import { TOO_MANY_FAILOVERS, type FailoverBreaker } from './failover-breaker.js';
 import {
   deliverToHosted,
@@ -113,7 +114,7 @@ export class ConversationRun {
 
     if (outcome === 'evicted') {
       // Its evictor stored the notice; the slot belongs to others now.
-      await store.setStatus(ref.tenantId, id, 'STOPPED', ['STARTING', 'RUNNING']);
+      await store.setStatus(ref.tenantId, id, 'STOPPED', LIVE_STATUSES);
       return outcome;
     }
     if (outcome === 'lease_lost' || hosted.leaseLost) return 'lease_lost'; // a newer holder has it, slot and all
@@ -123,8 +124,7 @@ export class ConversationRun {
       return lease.handBack();
     }
     await limiter.release(ref.tenantId, ref.userId, id);
-    if (outcome !== 'failed')
-      await store.setStatus(ref.tenantId, id, 'STOPPED', ['STARTING', 'RUNNING']);
+    if (outcome !== 'failed') await store.setStatus(ref.tenantId, id, 'STOPPED', LIVE_STATUSES);
     await store.releaseLease(ref.tenantId, id, options.workerId, hosted.epoch);
     return outcome;
   }

@@ -5,9 +5,10 @@
 import { readdirSync, readFileSync } from 'node:fs';
 import calculateSlot from 'cluster-key-slot';
 import { describe, expect, it } from 'vitest';
-import type { ConversationStore } from '@cs/core';
+import { budgetPeriods, type ConversationStore } from '@cs/core';
 import { ConversationStops } from '../leases/conversation-stops.js';
 import { FailoverBreaker } from '../leases/failover-breaker.js';
+import { RedisBudgetLedger } from '../limits/redis-budget-ledger.js';
 import { RedisUserActionRateLimiter } from '../limits/redis-rate-limiter.js';
 import { UserConcurrencyLimiter } from '../limits/user-concurrency.limiter.js';
 import { ConnectionRegistry } from '../realtime/connection-registry.js';
@@ -46,10 +47,23 @@ describe(ClusterKeys.name, () => {
       const slot = slotOf(keys.userRunning(tenant, user));
       expect(slotOf(keys.userSlotExpiry(tenant, user))).toBe(slot);
       expect(slotOf(keys.userActions(tenant, user))).toBe(slot);
+      expect(slotOf(keys.userBudget(tenant, user, '2026-12-06'))).toBe(slot);
     }
     // Users differing only where an unencoded `}` would cut the tag do not share it.
     expect(keys.userRunning('t{1}', 'u}x{')).not.toBe(keys.userRunning('t{1}', 'u}y{'));
     expect(slotOf(keys.userRunning('t', 'a'))).not.toBe(slotOf(keys.userRunning('t', 'b')));
+  });
+
+  it("puts a tenant's budgets in a slot of the tenant's, another tenant's elsewhere", () => {
+    for (const [tenant] of owners) {
+      expect(slotOf(keys.tenantBudget(tenant, '2026-12'))).toBe(
+        slotOf(keys.tenantBudget(tenant, '2027-01')),
+      );
+    }
+    expect(keys.tenantBudget('t}a', '2026-12')).not.toBe(keys.tenantBudget('t}b', '2026-12'));
+    expect(slotOf(keys.tenantBudget('a', '2026-12'))).not.toBe(
+      slotOf(keys.tenantBudget('b', '2026-12')),
+    );
   });
 
   it("puts every gateway's liveness key in one slot, so that one MGET reads them", () => {
@@ -194,6 +208,26 @@ describe('what the services send', () => {
     const reserved = await limiter.reserve('tenant', 'user', 3);
     if (reserved.reserved) await reserved.cancel();
     expect(sent.map((s) => s.command)).toEqual(['cs_reserve_action_1', 'zrem']);
+    expectOneSlotEach(sent);
+  });
+
+  it('RedisBudgetLedger: each hold, settle and release names one budget’s key', async () => {
+    const { redis, sent } = recordingRedis({ cs_hold_budget_1: -1, cs_settle_budget_1: 1 });
+    const ledger = new RedisBudgetLedger(redis, keys, () => Promise.resolve(0));
+    for (const [tenant, user] of owners) {
+      for (const period of budgetPeriods(
+        { userUsdPerDay: 1, tenantUsdPerMonth: 10 },
+        { tenantId: tenant, userId: user },
+        Date.UTC(2026, 11, 31, 23, 59),
+      )) {
+        await ledger.hold(period, 'hold', 0.5, 1000);
+        await ledger.settle(period, 'hold', 0.25);
+        await ledger.release(period, 'other');
+      }
+    }
+    expect(new Set(sent.map((s) => s.command))).toEqual(
+      new Set(['cs_hold_budget_1', 'cs_settle_budget_1', 'hdel']),
+    );
     expectOneSlotEach(sent);
   });
 

@@ -4,7 +4,7 @@ import { conversationOfRoom } from '@cs/core';
  * Every Redis key and channel of a deployment, under `<KEY_PREFIX>:`, and
  * the slot plan of a Redis Cluster (docs/design.md "Redis keys and slots"):
  * keys and channels of one conversation share the hash tag `{<id>}`, keys of
- * one user the tag `{<tenant>/<user>}`, the gateways' liveness keys the tag
+ * one user the tag `{<tenant>/<user>}`, a tenant's budget `{tenant/<tenant>}`, the gateways' liveness keys the tag
  * `{gateways}` (one MGET reads them), the scoped-state channel its own
  * `{state}`; so that every script, transaction and multi-key command names
  * keys of one Redis Cluster slot, and a deployment's conversations and users
@@ -74,6 +74,16 @@ export class ClusterKeys {
   /** The user's stored user actions in the last minute (rate limit). */
   userActions(tenantId: string, userId: string): string {
     return `${this.prefix}:user:{${userTag(tenantId, userId)}}:actions`;
+  }
+
+  /** The user's model budget of one UTC day (`hold-budget-1`, `settle-budget-1`). */
+  userBudget(tenantId: string, userId: string, day: string): string {
+    return `${this.prefix}:user:{${userTag(tenantId, userId)}}:budget:${day}`;
+  }
+
+  /** The tenant's model budget of one UTC month (`YYYY-MM`), in a slot of the tenant's own. */
+  tenantBudget(tenantId: string, month: string): string {
+    return `${this.prefix}:tenant:{tenant/${encodeURIComponent(tenantId)}}:budget:${month}`;
   }
 
   /**

@@ -8,6 +8,8 @@ const SCRIPTS = [
   'release-slot-2',
   'reserve-action-1',
   'record-failover-1',
+  'hold-budget-1',
+  'settle-budget-1',
 ] as const;
 type ScriptName = (typeof SCRIPTS)[number];
 

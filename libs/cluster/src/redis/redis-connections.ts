@@ -1,4 +1,5 @@
 import { UnavailableError } from '@cs/core';
+import { backoffDelay } from '@cs/protocol';
 import calculateSlot from 'cluster-key-slot';
 import { Cluster, Redis, type ClusterOptions, type RedisOptions } from 'ioredis';
 
@@ -49,7 +50,7 @@ export function openRedis(
     maxRetriesPerRequest: null,
     enableReadyCheck: true,
     protocol: 2,
-    retryStrategy: (attempt) => Math.min(50 * 2 ** attempt, 2000),
+    retryStrategy: (attempt) => backoffDelay(attempt, { baseMs: 50, maxMs: 2000 }),
     ...options,
   };
   const connection =

@@ -1,4 +1,5 @@
 import type { ConversationStatus, MultitaskStrategy, StoredEvent } from '@cs/protocol';
+import type { UsageQuery, UsageReport, UsageScope } from '../usage.js';
 import type {
   ConversationPatch,
   ConversationRef,
@@ -241,4 +242,11 @@ export interface ConversationStore {
     conversationId: string,
     clientEventId: string,
   ): Promise<StoredEvent | null>;
+  /**
+   * The tenant's model usage over UTC days `from..to`, grouped; only
+   * `query.userId`'s when given. Usage outlives its conversations.
+   */
+  usageReport(tenantId: string, query: UsageQuery): Promise<UsageReport>;
+  /** The cost of the tenant's (or one user's) model usage over UTC days `from..to`. */
+  usageCost(tenantId: string, scope: UsageScope): Promise<number>;
 }

@@ -7,7 +7,7 @@
  * change with its id as cause and a settled state (anything but `running` or
  * `loading`) is stored: that is what makes answers exactly-once across crashes.
  */
-import { AGENT_STATE_CHANGED, type AgentState } from '@cs/protocol';
+import { AGENT_STATE_CHANGED, type AgentState, type TurnErrorReason } from '@cs/protocol';
 import type { EventDraft } from '../conversation.js';
 
 // Read back the one way every reader does (libs/protocol): re-exported for the domain.
@@ -19,9 +19,11 @@ export {
 } from '@cs/protocol';
 
 /** The `extras.reason` of a turn ended by `maxIterations`. */
-export const MAX_ITERATIONS_REASON = 'max_iterations';
+export const MAX_ITERATIONS_REASON: TurnErrorReason = 'max_iterations';
+/** The `extras.reason` of a turn past its budget (`MAX_BUDGET_PER_TASK_USD`, `max_budget_usd`). */
+export const MAX_BUDGET_REASON: TurnErrorReason = 'max_budget_exceeded';
 /** The `extras.reason` of a turn whose agent threw. */
-export const AGENT_ERROR_REASON = 'agent_error';
+export const AGENT_ERROR_REASON: TurnErrorReason = 'agent_error';
 
 export function agentStateChangeDraft(
   agentState: AgentState,

@@ -5,18 +5,17 @@
  * `STATUS$TITLE_UPDATED`. A failure leaves the conversation untitled. The
  * title request's usage counts in the conversation's metrics like a step's.
  */
-import { StatusId, cutText, isAction, storableText } from '@cs/protocol';
+import { MAX_AGENT_TITLE_CHARS, StatusId, cutText, isAction, storableText } from '@cs/protocol';
 import type { StatusUpdate, StoredEvent } from '@cs/protocol';
 import type { Agent } from '../agent.js';
 import type { ConversationRef, MetricsDelta } from '../conversation.js';
 import type { ConversationStore } from '../ports/conversation-store.port.js';
 import type { RuntimeMetrics } from '../ports/runtime-metrics.port.js';
 import type { StepUsage } from './step-runner.js';
+import type { ModelUsageDelta } from '../usage.js';
 import { fallbackTitle } from './title.js';
 import type { TurnRunner } from './turn-runner.js';
 import { isUserMessage } from './user-event-queue.js';
-
-const MAX_AGENT_TITLE_CHARS = 200;
 
 export interface TitleDeps {
   store: ConversationStore;
@@ -28,6 +27,8 @@ export interface TitleDeps {
   isClosing: () => boolean;
   /** The cost of a usage its agent did not price (`LLM_PRICES` of the conversation's model). */
   price: (usage: StepUsage) => number;
+  /** The model its usage is recorded under (`TurnSettings.usageModel`). */
+  usageModel: string;
   metrics: RuntimeMetrics;
 }
 
@@ -59,15 +60,12 @@ export async function titleConversation(deps: TitleDeps, runner: TurnRunner): Pr
     // A title given meanwhile (PATCH) is the user's: it stays.
     const current = await store.getConversation(ref.tenantId, ref.conversationId);
     if (current?.title) title = '';
+    const counted = usage ? { addMetrics: usage, addUsage: modelUsageOf(deps, usage) } : {};
     if (title === '') {
-      if (usage)
-        await store.updateConversation(ref.tenantId, ref.conversationId, { addMetrics: usage });
+      if (usage) await store.updateConversation(ref.tenantId, ref.conversationId, counted);
       return;
     }
-    await store.updateConversation(ref.tenantId, ref.conversationId, {
-      title,
-      ...(usage ? { addMetrics: usage } : {}),
-    });
+    await store.updateConversation(ref.tenantId, ref.conversationId, { title, ...counted });
     deps.publishStatus({
       status_update: true,
       type: 'info',
@@ -77,6 +75,16 @@ export async function titleConversation(deps: TitleDeps, runner: TurnRunner): Pr
   } catch (error) {
     deps.reportError('could not store a title', error);
   }
+}
+
+function modelUsageOf(deps: TitleDeps, usage: MetricsDelta): ModelUsageDelta {
+  return {
+    model: deps.usageModel,
+    promptTokens: usage.prompt_tokens ?? 0,
+    completionTokens: usage.completion_tokens ?? 0,
+    costUsd: usage.cost_usd ?? 0,
+    requests: 1,
+  };
 }
 
 function titleUsage(

@@ -26,6 +26,8 @@ export interface AgentSessionOptions {
   tracing?: Tracing;
   /** Prices a usage by `LLM_PRICES` (the conversation's model, if it names one). */
   price?: (model: string | undefined, usage: StepUsage) => number;
+  /** `LLM_MODEL`: the model usage is recorded under when a conversation names none. */
+  defaultModel?: string;
   /**
    * How often the session looks for new user events without a wake-up
    * (default 1000 ms); 0: never, its holder looks for them (see `lastEventId`).
@@ -61,6 +63,7 @@ export type SessionRuntime = Pick<
   | 'maxBudgetUsd'
   | 'multitaskStrategy'
   | 'price'
+  | 'defaultModel'
   | 'onEnd'
   | 'onScopedStateChange'
 >;

@@ -5,6 +5,7 @@
 import type { StoredEvent } from '@cs/protocol';
 import { isAction } from '@cs/protocol';
 import type { EventDraft, StateDelta } from '../conversation.js';
+import type { ModelUsageDelta } from '../usage.js';
 
 export interface Accounting {
   metrics: {
@@ -14,6 +15,8 @@ export interface Accounting {
     cost_usd: number;
   };
   state: StateDelta;
+  /** The step's model requests, recorded in `model_usage` with its first event. */
+  usage?: ModelUsageDelta;
 }
 
 /** The step's metrics and state change ride on its first stored event. */
@@ -25,6 +28,7 @@ export function withAccounting(drafts: EventDraft[], accounting: Accounting): Ev
     {
       ...first,
       metricsDelta: accounting.metrics,
+      ...(accounting.usage ? { usage: accounting.usage } : {}),
       ...(Object.keys(stateDelta).length > 0 ? { stateDelta } : {}),
     },
     ...rest,

@@ -319,10 +319,12 @@ export class TurnDriver {
     if (this.titled) return;
     this.titled = true;
     const { deps } = this;
+    const settings = turnSettings(deps.options, deps.record());
     await titleConversation(
       {
         ...deps,
-        price: turnSettings(deps.options, deps.record()).price,
+        price: settings.price,
+        usageModel: settings.usageModel,
         metrics: deps.options.metrics ?? NO_RUNTIME_METRICS,
       },
       runner,

@@ -6,7 +6,7 @@
  * `readTurnProgress` (turn-progress.ts). The turn ends with an answer, `finish`, a limit, or an
  * error; it is suspended while tool calls await the user's confirmation.
  */
-import type { StatusUpdate, StoredEvent, StreamDelta } from '@cs/protocol';
+import type { StatusUpdate, StoredEvent, StreamDelta, TurnErrorReason } from '@cs/protocol';
 import { isAction } from '@cs/protocol';
 import { AgentTurnError, type Agent } from '../agent.js';
 import type { ConversationRef, EventDraft } from '../conversation.js';
@@ -14,7 +14,12 @@ import type { ConversationStore } from '../ports/conversation-store.port.js';
 import type { RuntimeMetrics } from '../ports/runtime-metrics.port.js';
 import type { Tracing } from '../ports/tracing.port.js';
 import type { ToolRegistry } from '../tools/tool-registry.js';
-import { AGENT_ERROR_REASON, agentStateChangeDraft } from './agent-state-change.js';
+import {
+  AGENT_ERROR_REASON,
+  MAX_BUDGET_REASON,
+  MAX_ITERATIONS_REASON,
+  agentStateChangeDraft,
+} from './agent-state-change.js';
 import { DeltaStream } from './delta-stream.js';
 import { runStep, type StepResult, type StepUsage } from './step-runner.js';
 import type { RecentEvents } from './turn-history.js';
@@ -41,6 +46,8 @@ export interface TurnSettings {
   allowedTools: readonly string[] | undefined;
   /** Prices a usage the agent did not price (`LLM_PRICES` of its model). */
   price: (usage: StepUsage) => number;
+  /** The model its usage is recorded under (`model_usage`). */
+  usageModel: string;
 }
 
 /** What a turn needs of its session. */
@@ -120,12 +127,12 @@ export class TurnRunner {
     for (;;) {
       const { settings } = this.deps;
       if (progress.steps >= settings.maxIterations) {
-        await this.settleInError('max_iterations', MAX_ITERATIONS_MESSAGE, '');
+        await this.settleInError(MAX_ITERATIONS_REASON, MAX_ITERATIONS_MESSAGE, '');
         return { kind: 'settled', answered: false };
       }
       // Reached: the next step could only pass it.
       if (this.budgetSpent()) {
-        await this.settleInError('max_budget_exceeded', BUDGET_MESSAGE, '');
+        await this.settleInError(MAX_BUDGET_REASON, BUDGET_MESSAGE, '');
         return { kind: 'settled', answered: false };
       }
       // What another conversation of the user (or app) stored is seen from the next step on.
@@ -180,7 +187,7 @@ export class TurnRunner {
         if (this.budgetSpent()) {
           // The step that spent the budget does not get its calls run.
           const neverRan = this.unresolvedResults('The turn reached its budget');
-          await this.settleInError('max_budget_exceeded', BUDGET_MESSAGE, '', undefined, neverRan);
+          await this.settleInError(MAX_BUDGET_REASON, BUDGET_MESSAGE, '', undefined, neverRan);
           return { kind: 'settled', answered: false };
         }
         if (this.deps.confirmationMode()) {
@@ -399,11 +406,22 @@ export class TurnRunner {
         cost_usd: cost,
       },
       state: step.stateDelta,
+      ...(step.usage.length > 0
+        ? {
+            usage: {
+              model: this.deps.settings.usageModel,
+              promptTokens: prompt,
+              completionTokens: completion,
+              costUsd: cost,
+              requests: step.usage.length,
+            },
+          }
+        : {}),
     };
   }
 
   private async settleInError(
-    reason: string,
+    reason: TurnErrorReason,
     message: string,
     partialText: string,
     accounting?: Accounting,
@@ -430,7 +448,7 @@ export class TurnRunner {
 }
 
 /** What users see of a failed step: the agent's reason of the contract, or a generic one. */
-function failureOf(error: unknown): { reason: string; message: string } {
+function failureOf(error: unknown): { reason: TurnErrorReason; message: string } {
   if (error instanceof AgentTurnError) return { reason: error.reason, message: error.safeMessage };
   return { reason: AGENT_ERROR_REASON, message: AGENT_FAILED_MESSAGE };
 }

@@ -14,6 +14,8 @@ export interface DeploymentLimits {
   maxBudgetUsd?: number;
   /** `LLM_PRICES` of a model. */
   price?: (model: string | undefined, usage: StepUsage) => number;
+  /** `LLM_MODEL`. */
+  defaultModel?: string;
 }
 
 export function turnSettings(
@@ -35,5 +37,8 @@ export function turnSettings(
         : (settings?.maxBudgetUsd ?? 0),
     allowedTools: tools,
     price: (usage) => limits.price?.(model, usage) ?? 0,
+    // As `price` reads it; an agent that is no model's (a remote agent
+    // without `agent_config.model` where no LLM_MODEL is set) by its name.
+    usageModel: model ?? limits.defaultModel ?? record?.agent.name ?? '',
   };
 }

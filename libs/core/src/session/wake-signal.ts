@@ -3,6 +3,7 @@
  * catch-up poll, closing), or for the backoff after a failed store write,
  * which a wake-up or closing also ends early.
  */
+import { backoffDelay } from '@cs/protocol';
 
 /** After a failed store write the loop waits this long, doubled each time, before trying again. */
 const RETRY_BASE_MS = 100;
@@ -38,7 +39,7 @@ export class WakeSignal {
 
   /** Waits out the backoff of the `failures`-th failure in a row. */
   backOff(failures: number): Promise<void> {
-    const delay = Math.min(RETRY_BASE_MS * 2 ** (failures - 1), RETRY_MAX_MS);
+    const delay = backoffDelay(failures - 1, { baseMs: RETRY_BASE_MS, maxMs: RETRY_MAX_MS });
     return new Promise<void>((resolve) => {
       const timer = setTimeout(resolve, delay);
       timer.unref();

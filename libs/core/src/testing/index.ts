@@ -1,5 +1,4 @@
 /** Test doubles for domain unit tests. Not exported from `@cs/core`'s main entry. */
-export * from './in-memory-conversation-store.js';
 export * from './manual-clock.js';
 export * from './recording-broadcaster.js';
 export * from './test-agents.js';

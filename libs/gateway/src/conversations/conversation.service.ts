@@ -1,6 +1,7 @@
 import { Inject, Injectable, Logger, Optional } from '@nestjs/common';
 import type { AppConfig } from '@cs/config';
 import {
+  isLiveStatus,
   BadRequestError,
   ConcurrencyLimitError,
   ConflictError,
@@ -342,7 +343,7 @@ export class ConversationService {
   async start(principal: Principal, conversationId: string): Promise<ConversationStatus> {
     const conversation = await this.find(principal, conversationId);
     // A start of a running agent stores nothing: not counted, not refused.
-    if (conversation.status === 'RUNNING' || conversation.status === 'STARTING') {
+    if (isLiveStatus(conversation.status)) {
       return this.manager.ensureRunning(refOf(conversation));
     }
     return this.countedAction(principal, () => this.manager.ensureRunning(refOf(conversation)));
@@ -381,6 +382,16 @@ export class ConversationService {
     idempotencyKey?: string,
   ): Promise<AppendedEvent> {
     const conversation = await this.find(principal, conversationId);
+    return this.sendUserActionToFound(principal, conversation, action, idempotencyKey);
+  }
+
+  /** `sendUserAction` to a conversation `find` has just read (a REST wait joins its room between). */
+  sendUserActionToFound(
+    principal: Principal,
+    conversation: ConversationRecord,
+    action: UserAction,
+    idempotencyKey?: string,
+  ): Promise<AppendedEvent> {
     // Read just now: its status tells the manager whether the message may start it.
     return this.deliverUserAction(principal, conversation, action, idempotencyKey, {
       status: conversation.status,

@@ -13,7 +13,7 @@ import {
   Res,
   UseGuards,
 } from '@nestjs/common';
-import { ApiBearerAuth, ApiBody, ApiOkResponse, ApiTags } from '@nestjs/swagger';
+import { ApiBearerAuth, ApiBody, ApiHeader, ApiOkResponse, ApiTags } from '@nestjs/swagger';
 import type { Request, Response } from 'express';
 import { BadRequestError, NotFoundError } from '@cs/core';
 import {
@@ -25,18 +25,23 @@ import {
   ListConversationsQuerySchema,
   ListEventsQuerySchema,
   PatchConversationBodySchema,
+  TurnResponseSchema,
   UserActionSchema,
   type ConversationInfo,
   type ConversationPage,
   type ConversationPresence,
   type ConversationStateResponse,
   type ConversationStatus,
+  type SentUserAction,
+  type TurnResponse,
 } from '@cs/protocol';
 import { z } from 'zod';
 import { CurrentPrincipal, HttpAuthGuard } from '../auth/http-auth.guard.js';
 import type { Principal } from '../auth/principal.js';
 import { ConversationService } from '../conversations/conversation.service.js';
 import { EventStreamService } from '../realtime/event-stream.service.js';
+import { TurnWatchService } from '../realtime/turn-watch.service.js';
+import { preferredWait } from './prefer-header.js';
 import { parseInput } from './validation.js';
 import { openApiSchema } from './openapi.js';
 
@@ -61,6 +66,7 @@ export class ConversationsController {
   constructor(
     private readonly conversations: ConversationService,
     private readonly streams: EventStreamService,
+    private readonly turns: TurnWatchService,
   ) {}
 
   @Post()
@@ -146,13 +152,15 @@ export class ConversationsController {
 
   @Post(':id/events')
   @ApiBody({ schema: openApiSchema(UserActionSchema) })
+  @ApiHeader({ name: 'Prefer', required: false, description: 'wait=<seconds> (1..120)' })
   async send(
     @CurrentPrincipal() principal: Principal,
     @Param('id') id: string,
     @Body() body: unknown,
     @Headers('idempotency-key') idempotencyKey: string | undefined,
+    @Headers('prefer') prefer: string | undefined,
     @Res({ passthrough: true }) response: Response,
-  ): Promise<{ event_id: number }> {
+  ): Promise<SentUserAction> {
     const target = conversationId(id);
     const key =
       idempotencyKey === undefined
@@ -160,6 +168,7 @@ export class ConversationsController {
         : parseInput(z.object({ 'Idempotency-Key': ClientEventIdSchema }), {
             'Idempotency-Key': idempotencyKey,
           })['Idempotency-Key'];
+    const waitS = preferredWait(prefer);
     const action = parseInput(UserActionSchema, body);
     // Two keys for one action: keeping either would store it again when retried with the other.
     if (
@@ -172,9 +181,48 @@ export class ConversationsController {
         'client_event_id',
       );
     }
-    const appended = await this.conversations.sendUserAction(principal, target, action, key);
-    response.status(appended.duplicate ? 200 : 201);
-    return { event_id: appended.event.id };
+    if (waitS === undefined) {
+      const appended = await this.conversations.sendUserAction(principal, target, action, key);
+      response.status(appended.duplicate ? 200 : 201);
+      return { event_id: appended.event.id };
+    }
+    const conversation = await this.conversations.find(principal, target);
+    // In the room before the message is stored: its turn's events cannot be missed.
+    const watch = this.turns.watch(conversation);
+    const left = () => watch.dispose();
+    response.on('close', left);
+    try {
+      const appended = await this.conversations.sendUserActionToFound(
+        principal,
+        conversation,
+        action,
+        key,
+      );
+      const turn = await watch.until(appended.event.id, waitS * 1000);
+      response.status(appended.duplicate ? 200 : 201);
+      response.setHeader('Preference-Applied', `wait=${waitS}`);
+      return {
+        event_id: appended.event.id,
+        turn: turn && { agent_state: turn.agentState, events: [...turn.events] },
+      };
+    } finally {
+      response.off('close', left);
+      watch.dispose();
+    }
+  }
+
+  @Get(':id/turns/:event_id')
+  @ApiOkResponse({ schema: openApiSchema(TurnResponseSchema) })
+  async turn(
+    @CurrentPrincipal() principal: Principal,
+    @Param('id') id: string,
+    @Param('event_id') eventId: string,
+  ): Promise<TurnResponse> {
+    const conversation = await this.conversations.find(principal, conversationId(id));
+    // Not an event id: no such turn (as a non-UUID conversation id is none).
+    if (!/^\d{1,15}$/.test(eventId)) throw new NotFoundError('event not found');
+    const turn = await this.turns.read(conversation, Number(eventId));
+    return { status: turn.status, agent_state: turn.agentState, events: [...turn.events] };
   }
 
   @Get(':id/state')

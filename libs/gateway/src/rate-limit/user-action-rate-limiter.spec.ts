@@ -1,41 +1,25 @@
+// The in-process limiter: the contract every limiter passes
+// (test/integration/user-action-rate-limiter.contract.ts) on a clock of the
+// test's own, and what only this one does.
 import { describe, expect, it } from 'vitest';
+import { userActionRateLimiterContract } from '../../../../test/integration/user-action-rate-limiter.contract.js';
 import { InMemoryUserActionRateLimiter } from './user-action-rate-limiter.js';
 
+userActionRateLimiterContract(InMemoryUserActionRateLimiter.name, () => {
+  // One clock for the fixture's limiters: letting time pass for one user's
+  // window lets it pass for all, and each case has users of its own.
+  let now = 1_000_000;
+  return Promise.resolve({
+    createLimiter: (limitPerMinute) => new InMemoryUserActionRateLimiter(limitPerMinute, () => now),
+    elapse(_owner, ms) {
+      now += ms;
+      return Promise.resolve();
+    },
+    teardown: () => Promise.resolve(),
+  });
+});
+
 describe(InMemoryUserActionRateLimiter.name, () => {
-  it('allows the limit in any 60 s window, per user', async () => {
-    let now = 0;
-    const limiter = new InMemoryUserActionRateLimiter(2, () => now);
-    expect(await limiter.reserve('t', 'a')).toMatchObject({ reserved: true });
-    now = 30_000;
-    expect(await limiter.reserve('t', 'a')).toMatchObject({ reserved: true });
-    expect(await limiter.reserve('t', 'a')).toMatchObject({ reserved: false });
-    expect(await limiter.reserve('t', 'b')).toMatchObject({ reserved: true });
-    expect(await limiter.reserve('other', 'a')).toMatchObject({ reserved: true });
-    now = 60_001; // the first reservation left the window
-    expect(await limiter.reserve('t', 'a')).toMatchObject({ reserved: true });
-    expect(await limiter.reserve('t', 'a')).toMatchObject({ reserved: false });
-  });
-
-  it('gives a cancelled reservation back', async () => {
-    const limiter = new InMemoryUserActionRateLimiter(1, () => 5);
-    const reservation = await limiter.reserve('t', 'a');
-    if (!reservation.reserved) throw new Error('not reserved');
-    await reservation.cancel();
-    expect(await limiter.reserve('t', 'a')).toMatchObject({ reserved: true });
-    expect(await limiter.reserve('t', 'a')).toMatchObject({ reserved: false });
-  });
-
-  it('reserves several actions at once, all or none', async () => {
-    const limiter = new InMemoryUserActionRateLimiter(5, () => 5);
-    expect(await limiter.reserve('t', 'a', 6)).toMatchObject({ reserved: false });
-    const four = await limiter.reserve('t', 'a', 4);
-    if (!four.reserved) throw new Error('not reserved');
-    expect(await limiter.reserve('t', 'a', 2)).toMatchObject({ reserved: false });
-    await four.cancel();
-    expect(await limiter.reserve('t', 'a', 5)).toMatchObject({ reserved: true });
-    expect(await limiter.reserve('t', 'a')).toMatchObject({ reserved: false });
-  });
-
   it('forgets users whose window is empty', async () => {
     let now = 0;
     const limiter = new InMemoryUserActionRateLimiter(5, () => now);
@@ -44,28 +28,5 @@ describe(InMemoryUserActionRateLimiter.name, () => {
     now = 120_000;
     await limiter.reserve('t', 'late');
     expect(limiter.trackedUsers).toBe(1);
-  });
-
-  it('says when the window will have room: once enough of its oldest have left', async () => {
-    let now = 1_000;
-    const limiter = new InMemoryUserActionRateLimiter(3, () => now);
-    await limiter.reserve('t', 'a');
-    now = 21_000;
-    await limiter.reserve('t', 'a', 2);
-    now = 31_000;
-    // One more: the first leaves at 61,000.
-    expect(await limiter.reserve('t', 'a')).toEqual({ reserved: false, retryAfterMs: 30_000 });
-    // Two more: the pair of 21,000 must leave too, at 81,000.
-    expect(await limiter.reserve('t', 'a', 2)).toEqual({ reserved: false, retryAfterMs: 50_000 });
-    // More than the limit never fits.
-    expect(await limiter.reserve('t', 'a', 4)).toEqual({ reserved: false, retryAfterMs: null });
-    now = 61_000;
-    expect(await limiter.reserve('t', 'a')).toMatchObject({ reserved: true });
-  });
-
-  it('is off at 0', async () => {
-    const limiter = new InMemoryUserActionRateLimiter(0);
-    for (let n = 0; n < 100; n++)
-      expect(await limiter.reserve('t', 'a')).toMatchObject({ reserved: true });
   });
 });

@@ -35,9 +35,13 @@ export class InMemoryUserActionRateLimiter implements UserActionRateLimiter {
     }
     for (let i = 0; i < count; i += 1) log.push(now);
     this.windows.set(key, log);
+    let cancelled = false;
     return Promise.resolve({
       reserved: true,
       cancel: () => {
+        // Once: a second cancel would free actions of other reservations made in the same ms.
+        if (cancelled) return Promise.resolve();
+        cancelled = true;
         const current = this.windows.get(key);
         for (let i = 0; i < count; i += 1) {
           const index = current?.lastIndexOf(now) ?? -1;

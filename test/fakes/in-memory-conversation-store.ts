@@ -3,51 +3,84 @@
  * event ids from 0, idempotency by `clientEventId`, lease fencing, scoped
  * state, tenant scoping. The real store (Postgres / PGlite) lives in
  * `libs/store`; this double exists so that AgentSession and the managers can
- * be specified without a database.
+ * be specified without a database. It passes the same contract
+ * (test/integration/store.contract.ts), and validates drafts, ids and page
+ * cursors with the real store's own code.
  */
-import { isAction, isSameEvent, readAgentState, rewindTarget } from '@cs/protocol';
-import type { ConversationStatus, StoredEvent } from '@cs/protocol';
-import {
-  EMPTY_METRICS,
-  countTurnCost,
-  type ConversationPatch,
-  type ConversationRecord,
-  type ConversationRef,
-  type EventDraft,
-  type NewConversation,
-} from '../conversation.js';
+import { randomUUID } from 'node:crypto';
 import {
   AgentBusyError,
   BadRequestError,
   ConflictError,
+  DEFAULT_SETTINGS,
+  EMPTY_METRICS,
   LeaseLostError,
   NotFoundError,
-} from '../errors.js';
-import {
+  applyDelta,
+  countTurnCost,
+  effectiveMultitaskStrategy,
+  isAgentBusy,
+  mergeScopes,
+  refOf,
+  splitStateDelta,
+  systemClock,
+  type AppendOptions,
+  type AppendedEvent,
+  type Clock,
+  type ConversationKey,
+  type ConversationPageRequest,
+  type ConversationPageResult,
+  type ConversationPatch,
+  type ConversationRecord,
+  type ConversationRef,
+  type ConversationSnapshot,
+  type ConversationStore,
+  type EventDraft,
+  type EventPage,
+  type EventPageRange,
+  type EventRange,
+  type NewConversation,
+  EMPTY_USAGE,
+  addUsage,
+  utcDay,
+  type ModelUsageDelta,
+  type UsageQuery,
+  type UsageReport,
+  type UsageScope,
+  type UsageTotals,
+  type ForkRequest,
+  type RewindRequest,
   forkAgentState,
   rewindDraft,
   stateDeltaBetween,
   unfinishedCallResult,
-} from '../branching.js';
-import { isAgentBusy } from '../agent-busy.js';
-import { DEFAULT_SETTINGS, refOf } from '../conversation.js';
-import { randomUUID } from 'node:crypto';
-import { systemClock, type Clock } from '../ports/clock.port.js';
-import type {
-  ConversationKey,
-  AppendOptions,
-  AppendedEvent,
-  ConversationPageRequest,
-  ConversationPageResult,
-  ConversationSnapshot,
-  ConversationStore,
-  EventPage,
-  EventPageRange,
-  EventRange,
-  ForkRequest,
-  RewindRequest,
-} from '../ports/conversation-store.port.js';
-import { applyDelta, mergeScopes, splitStateDelta } from '../state.js';
+} from '@cs/core';
+import {
+  CONVERSATION_STATUSES,
+  isAction,
+  isSameEvent,
+  readAgentState,
+  rewindTarget,
+} from '@cs/protocol';
+import type { ConversationStatus, StoredEvent } from '@cs/protocol';
+// The store's own cursor codec and draft checks, not copies: plain code that
+// loads no driver.
+import {
+  decodeCursor,
+  encodeCursor,
+  isUuid,
+} from '../../libs/store/src/conversation-page.cursor.js';
+import { prepareDraft } from '../../libs/store/src/event-append.plan.js';
+import { WriteClock } from '../../libs/store/src/write-clock.js';
+
+/** One usage row, keyed as the Postgres table is. */
+interface UsageRow extends UsageTotals {
+  tenantId: string;
+  userId: string;
+  day: string;
+  model: string;
+  conversationId: string;
+}
 
 interface StoredRow {
   event: StoredEvent;
@@ -59,6 +92,8 @@ interface StoredRow {
 
 interface ConversationEntry {
   record: ConversationRecord;
+  /** Its activity time in microseconds, as the list's order and page cursors see it. */
+  activityMicros: bigint;
   state: Record<string, unknown>;
   events: StoredRow[];
 }
@@ -78,7 +113,14 @@ export class InMemoryConversationStore implements ConversationStore {
   private readonly conversations = new Map<string, ConversationEntry>();
   private readonly appStates = new Map<string, Record<string, unknown>>();
   private readonly userStates = new Map<string, Record<string, unknown>>();
+  private readonly usage = new Map<string, UsageRow>();
   private readonly clock: Clock;
+  /**
+   * The real store's clock over `clock`: each reading later than the last, by
+   * a microsecond when the clock has not moved on, so that activity orders
+   * writes as Postgres does.
+   */
+  private readonly writeClock: WriteClock;
   /** Test hook run before each append (after nothing has been written). */
   beforeAppend: AppendHook | null = null;
   /**
@@ -89,12 +131,23 @@ export class InMemoryConversationStore implements ConversationStore {
 
   constructor(options: InMemoryConversationStoreOptions = {}) {
     this.clock = options.clock ?? systemClock;
+    const clock = this.clock;
+    this.writeClock = new WriteClock(() => clock.now());
   }
 
   async createConversation(
-    input: NewConversation,
+    given: NewConversation,
     drafts: readonly EventDraft[] = [],
   ): Promise<{ conversation: ConversationRecord; created: boolean }> {
+    // Postgres keeps a uuid in lower case, whatever case it was written in.
+    const input = { ...given, id: given.id.toLowerCase() };
+    if (!isUuid(input.id)) {
+      throw new BadRequestError('conversation_id must be a UUID', 'conversation_id');
+    }
+    drafts.forEach(prepareDraft);
+    if (hasNul(input) || refusedInJson(input.metadata) || refusedInJson(input.agent)) {
+      throw refusedText();
+    }
     const existing = this.conversations.get(input.id);
     if (existing) {
       const owned =
@@ -102,7 +155,8 @@ export class InMemoryConversationStore implements ConversationStore {
       if (!owned) throw new ConflictError('conversation id already taken');
       return { conversation: clone(existing.record), created: false };
     }
-    const now = new Date(this.clock.now());
+    const activity = this.nextActivity();
+    const now = activity.at;
     const record: ConversationRecord = {
       ...clone(input),
       status: 'STOPPED',
@@ -118,7 +172,12 @@ export class InMemoryConversationStore implements ConversationStore {
       createdAt: now,
       updatedAt: now,
     };
-    this.conversations.set(input.id, { record, state: {}, events: [] });
+    this.conversations.set(input.id, {
+      record,
+      activityMicros: activity.micros,
+      state: {},
+      events: [],
+    });
     if (drafts.length > 0) {
       try {
         await this.append(input.tenantId, input.id, drafts);
@@ -161,32 +220,38 @@ export class InMemoryConversationStore implements ConversationStore {
     return Promise.resolve(clone(state));
   }
 
-  listConversations(
+  async listConversations(
     tenantId: string,
     page: ConversationPageRequest,
   ): Promise<ConversationPageResult> {
+    checkLimit(page.limit);
     const after = page.cursor === undefined ? null : decodeCursor(page.cursor);
     const rows = [...this.conversations.values()]
-      .map((entry) => entry.record)
+      .map(positionOf)
       .filter(
-        (r) => r.tenantId === tenantId && (page.userId === undefined || r.userId === page.userId),
+        ({ record: r }) =>
+          r.tenantId === tenantId && (page.userId === undefined || r.userId === page.userId),
       )
       .sort(compareActivityDesc)
-      .filter((r) => after === null || compareActivityDesc(r, after) > 0);
+      .filter((row) => after === null || compareActivityDesc(row, after) > 0);
     const items = rows.slice(0, page.limit);
     const last = items[items.length - 1];
     const nextCursor =
-      rows.length > page.limit && last ? encodeCursor(last.updatedAt.getTime(), last.id) : null;
-    return Promise.resolve({ items: items.map(clone), nextCursor });
+      rows.length > page.limit && last
+        ? encodeCursor({ updatedAtMicros: last.updatedAtMicros, id: last.id })
+        : null;
+    return { items: items.map((row) => clone(row.record)), nextCursor };
   }
 
-  updateConversation(
+  async updateConversation(
     tenantId: string,
     conversationId: string,
     patch: ConversationPatch,
   ): Promise<ConversationRecord | null> {
     const entry = this.find(tenantId, conversationId);
-    if (!entry) return Promise.resolve(null);
+    if (!entry) return null;
+    if (Object.values(patch).every((value) => value === undefined)) return clone(entry.record);
+    if (hasNul(patch.title) || refusedInJson(patch.metadata)) throw refusedText();
     if (patch.title !== undefined) entry.record.title = patch.title;
     if (patch.metadata !== undefined) entry.record.metadata = clone(patch.metadata);
     if (patch.confirmationMode !== undefined)
@@ -197,27 +262,32 @@ export class InMemoryConversationStore implements ConversationStore {
       const metric = name as keyof typeof entry.record.metrics;
       if (typeof value === 'number') entry.record.metrics[metric] += value;
     }
-    entry.record.updatedAt = new Date(this.clock.now());
-    return Promise.resolve(clone(entry.record));
+    if (patch.addUsage) this.recordUsage(entry.record, patch.addUsage);
+    this.touch(entry);
+    return clone(entry.record);
   }
 
   deleteConversation(tenantId: string, conversationId: string): Promise<boolean> {
     if (!this.find(tenantId, conversationId)) return Promise.resolve(false);
-    this.conversations.delete(conversationId);
+    this.conversations.delete(conversationId.toLowerCase());
     return Promise.resolve(true);
   }
 
-  setStatus(
+  async setStatus(
     tenantId: string,
     conversationId: string,
     status: ConversationStatus,
     expected?: readonly ConversationStatus[],
   ): Promise<boolean> {
+    for (const value of [status, ...(expected ?? [])]) {
+      if (!CONVERSATION_STATUSES.includes(value)) {
+        throw new BadRequestError(`invalid status ${String(value)}`, 'status');
+      }
+    }
     const entry = this.find(tenantId, conversationId);
-    if (!entry || (expected && !expected.includes(entry.record.status)))
-      return Promise.resolve(false);
+    if (!entry || (expected && !expected.includes(entry.record.status))) return false;
     entry.record.status = status;
-    return Promise.resolve(true);
+    return true;
   }
 
   releaseLease(
@@ -269,6 +339,7 @@ export class InMemoryConversationStore implements ConversationStore {
     options?: AppendOptions,
   ): Promise<AppendedEvent[]> {
     if (this.beforeAppend) await this.beforeAppend(conversationId, drafts, options);
+    const prepared = drafts.map(prepareDraft);
     const entry = this.find(tenantId, conversationId);
     if (!entry) throw new NotFoundError();
     if (options?.incarnation !== undefined && options.incarnation !== entry.record.incarnation) {
@@ -283,8 +354,9 @@ export class InMemoryConversationStore implements ConversationStore {
     // Decide everything first, then commit: an append is all or nothing.
     const results: AppendedEvent[] = [];
     const fresh: (StoredRow & { draft: EventDraft })[] = [];
-    const timestamp = new Date(this.clock.now()).toISOString();
-    for (const draft of drafts) {
+    const activity = this.nextActivity();
+    const timestamp = activity.at.toISOString();
+    for (const { draft, payload } of prepared) {
       const key = draft.clientEventId;
       const previous =
         key === undefined
@@ -302,7 +374,7 @@ export class InMemoryConversationStore implements ConversationStore {
         id,
         timestamp,
         source: draft.source,
-        ...clone(draft.body),
+        ...payload,
         ...(draft.cause === undefined ? {} : { cause: draft.cause }),
         ...(key !== undefined && isAction(draft.body) ? { client_event_id: key } : {}),
       } as StoredEvent;
@@ -316,10 +388,9 @@ export class InMemoryConversationStore implements ConversationStore {
       });
       results.push({ event: clone(event), duplicate: false });
     }
-    const strategy = record.settings.multitaskStrategy ?? options?.defaultMultitaskStrategy;
     const busy =
       options?.defaultMultitaskStrategy !== undefined &&
-      strategy === 'reject' &&
+      effectiveMultitaskStrategy(record.settings, options.defaultMultitaskStrategy) === 'reject' &&
       fresh.length > 0 &&
       isAgentBusy({
         agentState: record.agentState,
@@ -333,13 +404,17 @@ export class InMemoryConversationStore implements ConversationStore {
           ).length,
       });
     if (busy) throw new AgentBusyError();
+    // What Postgres refuses to store in JSON (refused-text.ts).
+    if (fresh.some(({ event, draft }) => refusedInJson(event) || refusedInJson(draft.stateDelta))) {
+      throw refusedText();
+    }
 
     for (const { draft, ...row } of fresh) {
       entry.events.push(row);
       record.lastEventId = row.event.id;
       this.applyDraft(entry, draft);
     }
-    if (fresh.length > 0) record.updatedAt = new Date(this.clock.now());
+    if (fresh.length > 0) this.touch(entry, activity);
     if (this.afterAppend) await this.afterAppend(conversationId, drafts, options);
     return results;
   }
@@ -371,7 +446,8 @@ export class InMemoryConversationStore implements ConversationStore {
       .reverse()
       .map((row) => (row.event.source === 'user' ? null : readAgentState(row.event)))
       .find((state) => state !== null);
-    const now = new Date(this.clock.now());
+    const activity = this.nextActivity();
+    const now = activity.at;
     const record: ConversationRecord = {
       ...clone(source.record),
       id: request.conversationId,
@@ -399,7 +475,12 @@ export class InMemoryConversationStore implements ConversationStore {
         }
         return copy;
       });
-    const entry: ConversationEntry = { record, state: stateAt(events, at), events };
+    const entry: ConversationEntry = {
+      record,
+      state: stateAt(events, at),
+      events,
+      activityMicros: activity.micros,
+    };
     this.conversations.set(request.conversationId, entry);
     const open = callsWithoutResult(events, at);
     if (open.length > 0) {
@@ -465,13 +546,18 @@ export class InMemoryConversationStore implements ConversationStore {
   lastEventIds(refs: readonly ConversationKey[]): Promise<Map<string, number>> {
     const found = new Map<string, number>();
     for (const ref of refs) {
-      const record = this.conversations.get(ref.conversationId)?.record;
+      const record = this.conversations.get(ref.conversationId.toLowerCase())?.record;
       if (record && record.tenantId === ref.tenantId) found.set(record.id, record.lastEventId);
     }
     return Promise.resolve(found);
   }
 
-  readEvents(tenantId: string, conversationId: string, range: EventRange): Promise<StoredEvent[]> {
+  async readEvents(
+    tenantId: string,
+    conversationId: string,
+    range: EventRange,
+  ): Promise<StoredEvent[]> {
+    checkLimit(range.limit);
     const entry = this.find(tenantId, conversationId);
     if (!entry) return Promise.resolve([]);
     const from = range.fromId ?? 0;
@@ -486,6 +572,7 @@ export class InMemoryConversationStore implements ConversationStore {
     conversationId: string,
     range: EventPageRange,
   ): Promise<EventPage> {
+    checkLimit(range.limit);
     const entry = this.find(tenantId, conversationId);
     if (
       !entry ||
@@ -546,12 +633,82 @@ export class InMemoryConversationStore implements ConversationStore {
       if (typeof value === 'number') record.metrics[metric] += value;
     }
     record.turnCost = countTurnCost(record.turnCost, draft);
+    if (draft.usage) this.recordUsage(record, draft.usage);
     const agentState = readAgentState(draft.body);
     if (agentState !== null) record.agentState = agentState;
   }
 
+  private nextActivity(): { at: Date; micros: bigint } {
+    const iso = this.writeClock.now(); // YYYY-MM-DDTHH:MM:SS.ffffffZ
+    const micros = BigInt(Date.parse(`${iso.slice(0, 19)}Z`)) * 1000n + BigInt(iso.slice(20, 26));
+    return { at: new Date(Number(micros / 1000n)), micros };
+  }
+
+  /** Marks the conversation active now, or at `activity`. */
+  private touch(entry: ConversationEntry, activity = this.nextActivity()): void {
+    entry.record.updatedAt = activity.at;
+    entry.activityMicros = activity.micros;
+  }
+
+  private recordUsage(record: ConversationRecord, usage: ModelUsageDelta): void {
+    const { model, promptTokens, completionTokens, costUsd, requests } = usage;
+    const key = {
+      tenantId: record.tenantId,
+      userId: record.userId,
+      day: utcDay(this.clock.now()),
+      model,
+      conversationId: record.id,
+    };
+    const id = JSON.stringify(key);
+    const row = this.usage.get(id) ?? { ...key, ...EMPTY_USAGE };
+    this.usage.set(id, {
+      ...row,
+      ...addUsage(row, {
+        prompt_tokens: promptTokens,
+        completion_tokens: completionTokens,
+        cost_usd: costUsd,
+        requests,
+      }),
+    });
+  }
+
+  usageReport(tenantId: string, query: UsageQuery): Promise<UsageReport> {
+    const groups = new Map<string, UsageTotals>();
+    let total = EMPTY_USAGE;
+    for (const row of this.usageRows(tenantId, query)) {
+      const key = {
+        day: row.day,
+        user: row.userId,
+        model: row.model,
+        conversation: row.conversationId,
+      }[query.groupBy];
+      groups.set(key, addUsage(groups.get(key) ?? EMPTY_USAGE, row));
+      total = addUsage(total, row);
+    }
+    const results = [...groups]
+      .sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0))
+      .map(([key, totals]) => ({ key, ...totals }));
+    return Promise.resolve({ results, total });
+  }
+
+  usageCost(tenantId: string, scope: UsageScope): Promise<number> {
+    let cost = 0;
+    for (const row of this.usageRows(tenantId, scope)) cost += row.cost_usd;
+    return Promise.resolve(cost);
+  }
+
+  private usageRows(tenantId: string, scope: UsageScope): UsageRow[] {
+    return [...this.usage.values()].filter(
+      (row) =>
+        row.tenantId === tenantId &&
+        (scope.userId === undefined || row.userId === scope.userId) &&
+        row.day >= scope.from &&
+        row.day <= scope.to,
+    );
+  }
+
   private find(tenantId: string, conversationId: string): ConversationEntry | undefined {
-    const entry = this.conversations.get(conversationId);
+    const entry = this.conversations.get(conversationId.toLowerCase());
     return entry && entry.record.tenantId === tenantId ? entry : undefined;
   }
 }
@@ -607,22 +764,53 @@ function userKey(owner: Pick<ConversationRecord, 'tenantId' | 'appName' | 'userI
   return JSON.stringify([owner.tenantId, owner.appName, owner.userId]);
 }
 
+/** A record with its activity time as a page cursor holds it: microseconds since 1970. */
+interface ListRow {
+  record: ConversationRecord;
+  updatedAtMicros: string;
+  id: string;
+}
+
+function positionOf(entry: ConversationEntry): ListRow {
+  const { record } = entry;
+  return { record, updatedAtMicros: String(entry.activityMicros), id: record.id };
+}
+
+/** Newest activity first, then the greater id first, as the stores' list query orders. */
 function compareActivityDesc(
-  a: Pick<ConversationRecord, 'updatedAt' | 'id'>,
-  b: Pick<ConversationRecord, 'updatedAt' | 'id'>,
+  a: Pick<ListRow, 'updatedAtMicros' | 'id'>,
+  b: Pick<ListRow, 'updatedAtMicros' | 'id'>,
 ): number {
-  const byTime = b.updatedAt.getTime() - a.updatedAt.getTime();
-  if (byTime !== 0) return byTime;
+  const byTime = BigInt(b.updatedAtMicros) - BigInt(a.updatedAtMicros);
+  if (byTime !== 0n) return byTime > 0n ? 1 : -1;
   return a.id < b.id ? 1 : a.id > b.id ? -1 : 0;
 }
 
-function encodeCursor(updatedAtMs: number, id: string): string {
-  return Buffer.from(JSON.stringify([updatedAtMs, id])).toString('base64url');
+function checkLimit(limit: number): void {
+  if (!Number.isSafeInteger(limit) || limit < 1) {
+    throw new BadRequestError('limit must be a positive integer', 'limit');
+  }
 }
 
-function decodeCursor(cursor: string): Pick<ConversationRecord, 'updatedAt' | 'id'> {
-  const [ms, id] = JSON.parse(Buffer.from(cursor, 'base64url').toString()) as [number, string];
-  return { updatedAt: new Date(ms), id };
+const LONE_SURROGATE = /[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[\uDC00-\uDFFF]/;
+
+/** What the Postgres store answers for text it cannot store (refused-text.ts). */
+function refusedText(): BadRequestError {
+  return new BadRequestError('text contains characters that cannot be stored');
+}
+
+/** A NUL character anywhere in a value, keys included: no Postgres text holds one. */
+function hasNul(value: unknown): boolean {
+  if (typeof value === 'string') return value.includes('\u0000');
+  if (typeof value !== 'object' || value === null) return false;
+  return Object.entries(value).some(([key, item]) => hasNul(key) || hasNul(item));
+}
+
+/** A NUL character or a lone surrogate anywhere in a JSON value, keys included. */
+function refusedInJson(value: unknown): boolean {
+  if (typeof value === 'string') return value.includes('\u0000') || LONE_SURROGATE.test(value);
+  if (typeof value !== 'object' || value === null) return false;
+  return Object.entries(value).some(([key, item]) => refusedInJson(key) || refusedInJson(item));
 }
 
 function clone<T>(value: T): T {

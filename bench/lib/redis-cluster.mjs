@@ -1,0 +1,278 @@
+// A local Redis Cluster from Debian's redis-server (7.0): three masters with a
+// replica each, on free ports (and their cluster-bus ports) in a temporary
+// folder; `stop()` kills every node and removes the folder. Shared by the
+// tests (test/support/redis-cluster.ts), the benchmark and the chaos run,
+// which also kill a master (`kill`), bring it back as a replica (`restart`),
+// fail a master over to its replica (`failover`) and count the commands the
+// masters ran (`commandCalls`).
+import { spawn, spawnSync } from 'node:child_process';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { createServer } from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { Redis } from 'ioredis';
+
+/** Node timeout of the local cluster: a master is failed over about 2 × this after it dies. */
+export const CLUSTER_NODE_TIMEOUT_MS = 2_000;
+
+const NODES = 6;
+
+/** True when Debian's redis-server and redis-cli are installed (`.ci/run` installs them). */
+export function redisClusterAvailable() {
+  return (
+    spawnSync('redis-server', ['--version']).status === 0 &&
+    spawnSync('redis-cli', ['--version']).status === 0
+  );
+}
+
+/** The server of one node: its port, bus port and files in `dir` (the same on a restart). */
+function launch(dir, port, busPort) {
+  return spawn(
+    'redis-server',
+    [
+      '--port',
+      String(port),
+      '--cluster-port',
+      String(busPort),
+      '--bind',
+      '127.0.0.1',
+      '--cluster-enabled',
+      'yes',
+      '--cluster-config-file',
+      join(dir, `nodes-${port}.conf`),
+      '--cluster-node-timeout',
+      String(CLUSTER_NODE_TIMEOUT_MS),
+      // A replica that has not finished its first sync may still take over.
+      '--cluster-replica-validity-factor',
+      '0',
+      '--dir',
+      dir,
+      '--dbfilename',
+      `dump-${port}.rdb`,
+      '--save',
+      '',
+      '--appendonly',
+      'no',
+      '--maxmemory-policy',
+      'noeviction',
+    ],
+    { stdio: 'ignore', cwd: dir },
+  );
+}
+
+const exited = (child) => child.exitCode !== null || child.signalCode !== null;
+
+function killNow(child) {
+  return new Promise((resolve) => {
+    if (exited(child)) return resolve();
+    child.once('exit', () => resolve());
+    child.kill('SIGKILL');
+  });
+}
+
+export async function startRedisCluster() {
+  const dir = mkdtempSync(join(tmpdir(), 'cs-redis-cluster-'));
+  const nodes = [];
+  const stop = async () => {
+    await Promise.all(nodes.map((node) => killNow(node.process)));
+    rmSync(dir, { recursive: true, force: true });
+  };
+  try {
+    for (let i = 0; i < NODES; i++) {
+      const [port = 0, busPort = 0] = await freePorts(2);
+      nodes.push({
+        port,
+        busPort,
+        url: `redis://127.0.0.1:${port}`,
+        process: launch(dir, port, busPort),
+      });
+    }
+    await Promise.all(nodes.map((node) => waitForPing(node.port)));
+    const created = spawnSync(
+      'redis-cli',
+      [
+        '--cluster',
+        'create',
+        ...nodes.map((node) => `127.0.0.1:${node.port}`),
+        '--cluster-replicas',
+        '1',
+        '--cluster-yes',
+      ],
+      { encoding: 'utf8', timeout: 30_000 },
+    );
+    if (created.status !== 0) {
+      throw new Error(`redis-cli --cluster create failed: ${created.stdout}${created.stderr}`);
+    }
+    const cluster = {
+      nodes,
+      urls: nodes.map((node) => node.url).join(','),
+      async masters() {
+        const roles = await Promise.all(nodes.map((node) => roleOf(node.port)));
+        return nodes.filter((_, i) => roles[i] === 'master');
+      },
+      async replicasOf(port) {
+        const replicas = await Promise.all(
+          nodes.map(async (node) => (await masterPortOf(node.port)) === port),
+        );
+        return nodes.filter((_, i) => replicas[i]);
+      },
+      async slotsOf(port) {
+        return withNode(port, async (redis) => {
+          const slots = await redis.cluster('SLOTS');
+          return slots.filter(([, , master]) => master[1] === port).map(([from, to]) => [from, to]);
+        });
+      },
+      kill: (node) => killNow(node.process),
+      async restart(node) {
+        await killNow(node.process);
+        node.process = launch(dir, node.port, node.busPort);
+        await waitForPing(node.port);
+      },
+      async failover(replica) {
+        await withNode(replica.port, (redis) => redis.cluster('FAILOVER'));
+      },
+      async commandCalls() {
+        const calls = {};
+        for (const node of await cluster.masters()) {
+          for (const [command, count] of Object.entries(await commandCallsAt(node.port))) {
+            calls[command] = (calls[command] ?? 0) + count;
+          }
+        }
+        return calls;
+      },
+      pids: () => nodes.filter((node) => !exited(node.process)).map((node) => node.process.pid),
+      waitHealthy: (timeoutMs = 30_000) => waitHealthy(nodes, timeoutMs),
+      stop,
+    };
+    await cluster.waitHealthy();
+    return cluster;
+  } catch (error) {
+    await stop();
+    throw error;
+  }
+}
+
+/** Calls of each command so far on the Redis (node) on `port` (INFO commandstats); {} when down. */
+export async function commandCallsAt(port) {
+  const text = await withNode(port, (redis) => redis.info('commandstats')).catch(() => '');
+  return Object.fromEntries(parseCommandStats(text));
+}
+
+/** `cmdstat_<name>:calls=<n>,…` lines of INFO commandstats → [name, calls]. */
+export function parseCommandStats(text) {
+  const result = [];
+  for (const match of text.matchAll(/^cmdstat_([^:]+):calls=(\d+)/gm)) {
+    result.push([match[1], Number(match[2])]);
+  }
+  return result;
+}
+
+/** Ports nobody listens on now (the OS picks them; closed again at once). */
+async function freePorts(count) {
+  const servers = await Promise.all(
+    Array.from(
+      { length: count },
+      () =>
+        new Promise((resolve, reject) => {
+          const server = createServer();
+          server.once('error', reject);
+          server.listen(0, '127.0.0.1', () => resolve(server));
+        }),
+    ),
+  );
+  const ports = servers.map((server) => server.address().port);
+  await Promise.all(servers.map((server) => new Promise((resolve) => server.close(resolve))));
+  return ports;
+}
+
+async function withNode(port, run) {
+  const redis = new Redis({
+    port,
+    host: '127.0.0.1',
+    lazyConnect: true,
+    retryStrategy: () => null,
+    maxRetriesPerRequest: 0,
+    connectTimeout: 1_000,
+    commandTimeout: 1_000,
+  });
+  redis.on('error', () => undefined);
+  try {
+    await redis.connect();
+    return await run(redis);
+  } finally {
+    redis.disconnect();
+  }
+}
+
+async function waitForPing(port, timeoutMs = 10_000) {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    try {
+      await withNode(port, (redis) => redis.ping());
+      return;
+    } catch (error) {
+      if (Date.now() > deadline) throw error;
+      await new Promise((resolve) => setTimeout(resolve, 50));
+    }
+  }
+}
+
+async function roleOf(port) {
+  try {
+    return await withNode(port, async (redis) => {
+      const info = await redis.info('replication');
+      return /role:(\w+)/.exec(info)?.[1] ?? null;
+    });
+  } catch {
+    return null; // dead
+  }
+}
+
+async function masterPortOf(port) {
+  try {
+    return await withNode(port, async (redis) => {
+      const info = await redis.info('replication');
+      const master = /master_port:(\d+)/.exec(info)?.[1];
+      return master ? Number(master) : null;
+    });
+  } catch {
+    return null;
+  }
+}
+
+/** Every live node: `cluster_state:ok`, and the same view of which node serves each slot. */
+async function waitHealthy(nodes, timeoutMs) {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    let last;
+    try {
+      const views = await Promise.all(
+        nodes.map(async (node) => {
+          try {
+            return await withNode(node.port, async (redis) => {
+              const info = String(await redis.cluster('INFO'));
+              const slots = await redis.cluster('SLOTS');
+              const owners = slots
+                .map(([from, to, master]) => `${from}-${to}@${master[1]}`)
+                .sort()
+                .join(',');
+              const covered = slots.reduce((sum, [from, to]) => sum + to - from + 1, 0);
+              return { ok: /cluster_state:ok/.test(info) && covered === 16_384, owners };
+            });
+          } catch {
+            return null; // a killed node takes no part
+          }
+        }),
+      );
+      const live = views.filter((view) => view !== null);
+      last = JSON.stringify(live);
+      if (live.length > 0 && live.every((view) => view.ok && view.owners === live[0].owners)) {
+        return;
+      }
+    } catch (error) {
+      last = String(error);
+    }
+    if (Date.now() > deadline) throw new Error(`the Redis Cluster is not healthy: ${last}`);
+    await new Promise((resolve) => setTimeout(resolve, 100));
+  }
+}
