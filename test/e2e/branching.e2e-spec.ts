@@ -386,6 +386,15 @@ function branchingScenarios(urls: Urls, token: () => Promise<string>, toolLog: (
     ).toBe(last);
     const events = await readAllEvents(first, user, id);
     expect(events.find((e) => e.id === b)!.undone_by).toBeDefined();
+    // The turn of the edited message is undone; the new one's completed.
+    const oldTurn = await api(second, 'GET', `/api/conversations/${id}/turns/${b}`, {
+      token: user,
+    });
+    expect(oldTurn.body.status).toBe('undone');
+    const newTurn = await api(first, 'GET', `/api/conversations/${id}/turns/${edited}`, {
+      token: user,
+    });
+    expect(newTurn.body.status).toBe('completed');
     // Exactly one answer per user message among the events not undone.
     const kept = events.filter((e) => e.undone_by === undefined);
     for (const message of kept.filter(
