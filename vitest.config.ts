@@ -55,6 +55,8 @@ const E2E_SERIAL = [
   'test/e2e/redis-cluster.e2e-spec.ts',
   // Kills a worker mid-delivery; a redelivery is awaited after its claim lapses.
   'test/e2e/webhooks-cluster.e2e-spec.ts',
+  // kills a worker right after a rewind
+  'test/e2e/branching.e2e-spec.ts',
 ];
 
 /** Run a second time on a Redis Cluster (`TEST_REDIS=cluster`). */

@@ -27,6 +27,7 @@ import { runMemory } from './scenarios/memory.mjs';
 import { runSustained } from './scenarios/sustained.mjs';
 import { runStreaming } from './scenarios/streaming.mjs';
 import { runLongHistory } from './scenarios/long-history.mjs';
+import { runFork } from './scenarios/fork.mjs';
 import { runModelTurn } from './scenarios/model-turn.mjs';
 import { startFakeModel } from './lib/fake-model.mjs';
 import { runBrowser, runSizes } from './scenarios/web-client.mjs';
@@ -65,6 +66,7 @@ const SCENARIOS = [
   { name: 'webhooks', title: 'Webhook delivery lag', run: runWebhooks },
   { name: 'user-export', title: 'Export of a user (NDJSON)', run: runUserExport },
   { name: 'retention', title: 'Retention sweep under a round-trip load', run: runRetention },
+  { name: 'fork', title: 'Fork of a long conversation', run: runFork },
 ];
 
 const USAGE = `usage: npm run bench -- [options]

@@ -48,8 +48,20 @@ import {
   type UsageReport,
   type UsageScope,
   type UsageTotals,
+  type ForkRequest,
+  type RewindRequest,
+  forkAgentState,
+  rewindDraft,
+  stateDeltaBetween,
+  unfinishedCallResult,
 } from '@cs/core';
-import { CONVERSATION_STATUSES, isAction, isSameEvent, readAgentState } from '@cs/protocol';
+import {
+  CONVERSATION_STATUSES,
+  isAction,
+  isSameEvent,
+  readAgentState,
+  rewindTarget,
+} from '@cs/protocol';
 import type { ConversationStatus, StoredEvent } from '@cs/protocol';
 // The store's own cursor codec and draft checks, not copies: plain code that
 // loads no driver.
@@ -74,6 +86,8 @@ interface StoredRow {
   event: StoredEvent;
   clientEventId: string | undefined;
   leaseEpoch: number | null;
+  /** The conversation-scope part of the event's state delta (`events.state_delta`). */
+  stateDelta: Record<string, unknown> | null;
 }
 
 interface ConversationEntry {
@@ -364,7 +378,14 @@ export class InMemoryConversationStore implements ConversationStore {
         ...(draft.cause === undefined ? {} : { cause: draft.cause }),
         ...(key !== undefined && isAction(draft.body) ? { client_event_id: key } : {}),
       } as StoredEvent;
-      fresh.push({ event, clientEventId: key, leaseEpoch: epoch ?? null, draft });
+      const { conversation: delta } = splitStateDelta(draft.stateDelta);
+      fresh.push({
+        event,
+        clientEventId: key,
+        leaseEpoch: epoch ?? null,
+        stateDelta: Object.keys(delta).length === 0 ? null : clone(delta),
+        draft,
+      });
       results.push({ event: clone(event), duplicate: false });
     }
     const busy =
@@ -396,6 +417,130 @@ export class InMemoryConversationStore implements ConversationStore {
     if (fresh.length > 0) this.touch(entry, activity);
     if (this.afterAppend) await this.afterAppend(conversationId, drafts, options);
     return results;
+  }
+
+  async fork(
+    tenantId: string,
+    sourceId: string,
+    request: ForkRequest,
+  ): Promise<{ conversation: ConversationRecord; created: boolean }> {
+    const source = this.find(tenantId, sourceId);
+    if (!source) throw new NotFoundError();
+    const last = source.record.lastEventId;
+    const at = request.atEventId ?? last;
+    if (request.atEventId !== undefined) assertPoint(request.atEventId, 'at_event_id', last);
+    const existing = this.conversations.get(request.conversationId);
+    if (existing) {
+      const { record } = existing;
+      if (
+        record.tenantId === tenantId &&
+        record.userId === request.userId &&
+        record.forkedFrom?.conversationId === sourceId
+      ) {
+        return { conversation: clone(record), created: false };
+      }
+      throw new ConflictError('conversation_id is already taken');
+    }
+    const seen = source.events.filter((row) => row.event.id <= at && visibleAt(row, at));
+    const lastState = [...seen]
+      .reverse()
+      .map((row) => (row.event.source === 'user' ? null : readAgentState(row.event)))
+      .find((state) => state !== null);
+    const activity = this.nextActivity();
+    const now = activity.at;
+    const record: ConversationRecord = {
+      ...clone(source.record),
+      id: request.conversationId,
+      userId: request.userId,
+      title: request.title ?? source.record.title,
+      metadata: clone(request.metadata ?? source.record.metadata),
+      status: 'STOPPED',
+      agentState: forkAgentState(lastState ?? null) as ConversationRecord['agentState'],
+      lastEventId: at,
+      leaseOwner: null,
+      incarnation: randomUUID(),
+      answeredThrough: at,
+      turnCost: null,
+      metrics: { ...EMPTY_METRICS },
+      createdAt: now,
+      updatedAt: now,
+      forkedFrom: { conversationId: sourceId, eventId: at },
+    };
+    const events = source.events
+      .filter((row) => row.event.id <= at)
+      .map((row) => {
+        const copy = clone(row);
+        if (copy.event.undone_by !== undefined && copy.event.undone_by > at) {
+          delete copy.event.undone_by;
+        }
+        return copy;
+      });
+    const entry: ConversationEntry = {
+      record,
+      state: stateAt(events, at),
+      events,
+      activityMicros: activity.micros,
+    };
+    this.conversations.set(request.conversationId, entry);
+    const open = callsWithoutResult(events, at);
+    if (open.length > 0) {
+      await this.append(
+        tenantId,
+        request.conversationId,
+        open.map((call) => unfinishedCallResult(call, 'forked')),
+      );
+    }
+    return { conversation: clone(entry.record), created: true };
+  }
+
+  async rewind(
+    tenantId: string,
+    conversationId: string,
+    request: RewindRequest,
+  ): Promise<AppendedEvent> {
+    const entry = this.find(tenantId, conversationId);
+    if (
+      !entry ||
+      (request.incarnation !== undefined && request.incarnation !== entry.record.incarnation)
+    ) {
+      throw new NotFoundError();
+    }
+    const key = request.clientEventId;
+    const first =
+      key === undefined ? undefined : entry.events.find((row) => row.clientEventId === key);
+    if (first) {
+      if (rewindTarget(first.event) !== request.toEventId) {
+        throw new ConflictError(`client_event_id ${key} was already used for another event`);
+      }
+      return { event: clone(first.event), duplicate: true };
+    }
+    const { toEventId } = request;
+    assertPoint(toEventId, 'to_event_id', entry.record.lastEventId, -1);
+    if (entry.events.find((row) => row.event.id === toEventId)?.event.undone_by !== undefined) {
+      throw new BadRequestError('to_event_id is an undone event', 'to_event_id');
+    }
+    const target = stateAt(entry.events, toEventId);
+    const open = callsWithoutResult(
+      entry.events.filter((row) => row.event.undone_by === undefined),
+      toEventId,
+    );
+    const appended = await this.append(tenantId, conversationId, [
+      rewindDraft(toEventId, stateDeltaBetween(entry.state, target), key),
+      ...open.map((call) => unfinishedCallResult(call, 'rewound')),
+    ]);
+    const rewind = appended[0]!;
+    for (const row of entry.events) {
+      const { id } = row.event;
+      if (id > toEventId && id < rewind.event.id && row.event.undone_by === undefined) {
+        row.event.undone_by = rewind.event.id;
+      }
+    }
+    entry.state = target;
+    entry.record.answeredThrough = request.answerAgain
+      ? toEventId - 1
+      : appended[appended.length - 1]!.event.id;
+    if (request.answerAgain) entry.record.turnCost = null;
+    return rewind;
   }
 
   lastEventIds(refs: readonly ConversationKey[]): Promise<Map<string, number>> {
@@ -566,6 +711,49 @@ export class InMemoryConversationStore implements ConversationStore {
     const entry = this.conversations.get(conversationId.toLowerCase());
     return entry && entry.record.tenantId === tenantId ? entry : undefined;
   }
+}
+
+/** A point that is not an event of the conversation is `BAD_REQUEST` naming the field. */
+function assertPoint(value: number, field: string, lastEventId: number, lowest = 0): void {
+  if (!Number.isSafeInteger(value) || value < lowest || value > lastEventId) {
+    throw new BadRequestError(`${field} must be an event of the conversation`, field);
+  }
+}
+
+/** Not undone as seen from `at`: undone by no rewind, or by one after `at`. */
+function visibleAt(row: StoredRow, at: number): boolean {
+  return row.event.undone_by === undefined || row.event.undone_by > at;
+}
+
+/** The conversation-scope state after `at`, folded from the stored deltas. */
+function stateAt(rows: readonly StoredRow[], at: number): Record<string, unknown> {
+  let state: Record<string, unknown> = {};
+  for (const row of rows) {
+    if (row.event.id > at || !visibleAt(row, at) || !row.stateDelta) continue;
+    state = applyDelta(state, row.stateDelta);
+  }
+  return state;
+}
+
+/** Tool calls up to `at` without a result up to `at`, as seen from `at`. */
+function callsWithoutResult(rows: readonly StoredRow[], at: number): StoredEvent[] {
+  const seen = rows
+    .filter((row) => row.event.id <= at && visibleAt(row, at))
+    .map((row) => row.event);
+  const answered = new Set(
+    seen.flatMap((event) =>
+      'observation' in event && event.observation === 'tool_result' && event.cause !== undefined
+        ? [event.cause]
+        : [],
+    ),
+  );
+  return seen.filter(
+    (event) =>
+      event.source === 'agent' &&
+      isAction(event) &&
+      event.action === 'tool_call' &&
+      !answered.has(event.id),
+  );
 }
 
 function appKey(owner: Pick<ConversationRecord, 'tenantId' | 'appName'>): string {

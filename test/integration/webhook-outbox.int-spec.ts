@@ -231,6 +231,29 @@ describe.each(backends)('PostgresWebhookOutbox on $name', (backend) => {
     ]);
   });
 
+  it("tells nothing of a fork's copy of its source's turns, and of the fork's own turns as of any", async () => {
+    const tenantId = uniqueName('tenant');
+    const { id, epoch, messageId } = await hosted(tenantId);
+    await store.append(
+      tenantId,
+      id,
+      [answer(messageId, 'echo: hello'), stateChanged(messageId, 'awaiting_user_input')],
+      { leaseEpoch: epoch },
+    );
+    const forkId = randomUUID();
+    await store.fork(tenantId, id, { conversationId: forkId, userId: 'alice' });
+    expect((await deliveries(forkId)).map((row) => row.type)).toEqual(['conversation.created']);
+
+    // The fork's own session then answers as any conversation does.
+    const forkEpoch = await store.acquireLease(tenantId, forkId, 'worker-1');
+    const [next] = await store.append(tenantId, forkId, [userMessage('again')]);
+    await store.append(tenantId, forkId, [answer(next!.event.id, 'echo: again')], {
+      leaseEpoch: forkEpoch,
+    });
+    const completed = (await deliveries(forkId)).filter((row) => row.type === 'turn.completed');
+    expect(completed.map((row) => row.data.answer_event_id)).toEqual([next!.event.id + 1]);
+  });
+
   it('enqueues turn.failed with the reason and approval.requested with the calls awaiting it', async () => {
     const tenantId = uniqueName('tenant');
     const { id, epoch, messageId } = await hosted(tenantId);

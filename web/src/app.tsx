@@ -134,6 +134,7 @@ export function App() {
               id={openId}
               onInfo={onInfo}
               onBack={() => open(null)}
+              onOpen={open}
               onUnauthorized={signOut}
             />
           ) : (

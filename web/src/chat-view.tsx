@@ -15,9 +15,11 @@ import { PlainText } from './plain-text.js';
 import {
   agentStateLabel,
   buildTimeline,
+  lastAnswerKey,
   messageTime,
   SPEAKER_LABELS,
   statusLabel,
+  timelineRuns,
   unansweredCalls,
   type TimelineItem,
 } from './timeline.js';
@@ -35,6 +37,8 @@ export function ChatView(props: {
   id: string;
   onInfo: (id: string, patch: Partial<ConversationInfo>) => void;
   onBack: () => void;
+  /** Opens another conversation (a fork just made). */
+  onOpen: (id: string) => void;
   onUnauthorized: (message: string) => void;
 }) {
   const { client, id } = props;
@@ -48,6 +52,36 @@ export function ChatView(props: {
   });
 
   const items = buildTimeline(view.events);
+  const runs = timelineRuns(items);
+  const regenerable = lastAnswerKey(items);
+  // Runs of earlier versions the reader unfolded, by key.
+  const [unfolded, setUnfolded] = useState<ReadonlySet<string>>(new Set());
+  const [editing, setEditing] = useState<{ eventId: number; text: string } | null>(null);
+  const { onOpen } = props;
+  const branch: BranchControls = {
+    ready: view.info !== undefined,
+    regenerable,
+    editing,
+    startEdit: (eventId, text) => setEditing({ eventId, text }),
+    changeEdit: (text) => setEditing((current) => current && { ...current, text }),
+    cancelEdit: () => setEditing(null),
+    saveEdit: () => {
+      if (!editing || !editing.text.trim()) return;
+      const { eventId, text } = editing;
+      setEditing(null);
+      stick.current = true;
+      void actions.edit(eventId, text);
+    },
+    regenerate: () => {
+      stick.current = true;
+      void actions.regenerate();
+    },
+    fork: (eventId) => {
+      void actions.fork(eventId).then((forkId) => {
+        if (forkId) onOpen(forkId);
+      });
+    },
+  };
   const awaitingApproval = view.agentState === 'awaiting_user_confirmation';
   const pendingCalls = awaitingApproval ? unansweredCalls(items) : [];
   const streaming = [...view.streams.entries()].filter(([, text]) => text !== '');
@@ -179,11 +213,40 @@ export function ChatView(props: {
         {!view.loading && items.length === 0 && view.pending.length === 0 && (
           <p class="empty">No messages yet. Say something to start the agent.</p>
         )}
-        {items.map((item) => (
-          <MessageBoundary key={item.key} fallback={() => <EntryAsText item={item} />}>
-            <TimelineEntry item={item} awaitingApproval={awaitingApproval} />
-          </MessageBoundary>
-        ))}
+        {runs.map((run) => {
+          const entries = (controls: BranchControls | undefined) =>
+            run.items.map((item) => (
+              <MessageBoundary key={item.key} fallback={() => <EntryAsText item={item} />}>
+                <TimelineEntry item={item} awaitingApproval={awaitingApproval} branch={controls} />
+              </MessageBoundary>
+            ));
+          if (!run.undone) return <Fragment key={run.key}>{entries(branch)}</Fragment>;
+          // Undone by a rewind: folded under a button, shown without controls when unfolded.
+          const open = unfolded.has(run.key);
+          return (
+            <div key={run.key} class="earlier">
+              <button
+                type="button"
+                class="small earlier-toggle"
+                aria-expanded={open}
+                aria-controls={`${run.key}-items`}
+                onClick={() =>
+                  setUnfolded((current) => {
+                    const next = new Set(current);
+                    if (open) next.delete(run.key);
+                    else next.add(run.key);
+                    return next;
+                  })
+                }
+              >
+                Show earlier version
+              </button>
+              <div id={`${run.key}-items`} class="earlier-items" hidden={!open}>
+                {open && entries(undefined)}
+              </div>
+            </div>
+          );
+        })}
         {streaming.map(([cause, text]) => (
           <div key={`s${cause}`} class="message agent streaming" data-streaming="true">
             <div class="message-text" dir="auto">
@@ -251,22 +314,123 @@ export function ChatView(props: {
   );
 }
 
+/** What the messages still in force offer (PROTOCOL.md "Branching"). */
+interface BranchControls {
+  /** The conversation is open: the controls may act. */
+  ready: boolean;
+  /** The key of the last agent answer: the one with "Regenerate". */
+  regenerable: string | undefined;
+  editing: { eventId: number; text: string } | null;
+  startEdit: (eventId: number, text: string) => void;
+  changeEdit: (text: string) => void;
+  cancelEdit: () => void;
+  saveEdit: () => void;
+  regenerate: () => void;
+  fork: (eventId: number) => void;
+}
+
+/** A message's buttons: "Edit" (user messages), "Regenerate" (the last answer), "Fork from here". */
+function MessageActions({
+  item,
+  branch,
+}: {
+  item: Extract<TimelineItem, { kind: 'user' | 'agent' }>;
+  branch: BranchControls;
+}) {
+  return (
+    <div class="message-actions" role="group" aria-label="Message actions">
+      {item.kind === 'user' && (
+        <button
+          type="button"
+          class="small"
+          disabled={!branch.ready}
+          onClick={() => branch.startEdit(item.event.id, item.text)}
+        >
+          Edit
+        </button>
+      )}
+      {item.kind === 'agent' && item.key === branch.regenerable && (
+        <button type="button" class="small" disabled={!branch.ready} onClick={branch.regenerate}>
+          Regenerate
+        </button>
+      )}
+      <button
+        type="button"
+        class="small"
+        disabled={!branch.ready}
+        onClick={() => branch.fork(item.event.id)}
+      >
+        Fork from here
+      </button>
+    </div>
+  );
+}
+
+/** A user message being edited: its text in a box, then "Save and send". */
+function EditForm({ eventId, branch }: { eventId: number; branch: BranchControls }) {
+  const text = branch.editing?.text ?? '';
+  const inputId = `edit-${eventId}`;
+  return (
+    <form
+      class="edit-form"
+      onSubmit={(event) => {
+        event.preventDefault();
+        branch.saveEdit();
+      }}
+    >
+      <label for={inputId} class="visually-hidden">
+        Edit message
+      </label>
+      <textarea
+        id={inputId}
+        rows={2}
+        maxLength={MAX_MESSAGE_CONTENT_CHARS}
+        value={text}
+        // Opened from its "Edit" button: the keyboard goes on in the box.
+        autoFocus
+        onInput={(event) => branch.changeEdit(event.currentTarget.value)}
+        onKeyDown={(event) => {
+          if (event.key === 'Escape') branch.cancelEdit();
+        }}
+      />
+      <button type="submit" class="primary small" disabled={!text.trim()}>
+        Save and send
+      </button>
+      <button type="button" class="small" onClick={branch.cancelEdit}>
+        Cancel
+      </button>
+    </form>
+  );
+}
+
 function TimelineEntry({
   item,
   awaitingApproval,
+  branch,
 }: {
   item: TimelineItem;
   awaitingApproval: boolean;
+  /** Absent for earlier versions (undone): they offer nothing. */
+  branch: BranchControls | undefined;
 }) {
   switch (item.kind) {
-    case 'user':
+    case 'user': {
+      const editing = branch?.editing?.eventId === item.event.id;
       return (
         <Message kind="user" event={item.event}>
-          <div class="message-body message-text" dir="auto">
-            <PlainText text={item.text} />
-          </div>
+          {editing && branch ? (
+            <EditForm eventId={item.event.id} branch={branch} />
+          ) : (
+            <>
+              <div class="message-body message-text" dir="auto">
+                <PlainText text={item.text} />
+              </div>
+              {branch && <MessageActions item={item} branch={branch} />}
+            </>
+          )}
         </Message>
       );
+    }
     case 'agent': {
       const rendered = renderMessageOnce(item.event, item.text);
       return (
@@ -283,6 +447,7 @@ function TimelineEntry({
                 <PlainText text={item.text} />
               </div>
             )}
+            {branch && <MessageActions item={item} branch={branch} />}
           </Message>
           {item.interrupted && <p class="note">Interrupted before the answer was complete.</p>}
         </>

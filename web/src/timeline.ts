@@ -3,7 +3,8 @@
 // stops. Pure, so that the view only draws it.
 import { agentStateOf, isActionEvent, isObservationEvent, type StoredEvent } from '@cs/client';
 
-export type TimelineItem =
+/** `undoneBy`: the rewind event that undid the item's event (PROTOCOL.md "Branching"). */
+export type TimelineItem = (
   | { kind: 'user'; key: string; event: StoredEvent; text: string }
   | { kind: 'agent'; key: string; event: StoredEvent; text: string; interrupted: boolean }
   | {
@@ -13,7 +14,38 @@ export type TimelineItem =
       args: unknown;
       result?: { content: string; isError: boolean; rejected: boolean; inDoubt: boolean };
     }
-  | { kind: 'note'; key: string; tone: 'error' | 'info'; text: string };
+  | { kind: 'note'; key: string; tone: 'error' | 'info'; text: string }
+) & { undoneBy?: number };
+
+/** A run of items shown together: the items still in force, or earlier versions folded away. */
+export interface TimelineRun {
+  key: string;
+  undone: boolean;
+  items: TimelineItem[];
+}
+
+/** Consecutive items grouped by whether a rewind undid them. */
+export function timelineRuns(items: readonly TimelineItem[]): TimelineRun[] {
+  const runs: TimelineRun[] = [];
+  for (const item of items) {
+    const undone = item.undoneBy !== undefined;
+    const last = runs.at(-1);
+    if (last && last.undone === undone) last.items.push(item);
+    else runs.push({ key: `run-${item.key}`, undone, items: [item] });
+  }
+  return runs;
+}
+
+/** The key of the last agent answer still in force (not undone, not interrupted): the one to regenerate. */
+export function lastAnswerKey(items: readonly TimelineItem[]): string | undefined {
+  for (let index = items.length - 1; index >= 0; index -= 1) {
+    const item = items[index]!;
+    if (item.undoneBy !== undefined) continue;
+    if (item.kind === 'user') return undefined;
+    if (item.kind === 'agent' && !item.interrupted) return item.key;
+  }
+  return undefined;
+}
 
 export const TOO_MANY_CONVERSATIONS = 'AGENT_ERROR$TOO_MANY_CONVERSATIONS';
 
@@ -22,10 +54,11 @@ export function buildTimeline(events: readonly StoredEvent[]): TimelineItem[] {
   const calls = new Map<string, Extract<TimelineItem, { kind: 'tool' }>>();
   for (const event of events) {
     const key = `e${event.id}`;
+    const undone = event.undone_by === undefined ? {} : { undoneBy: event.undone_by };
     if (isActionEvent(event)) {
       if (event.action === 'message' && typeof event.args.content === 'string') {
         const text = event.args.content;
-        if (event.source === 'user') items.push({ kind: 'user', key, event, text });
+        if (event.source === 'user') items.push({ kind: 'user', key, event, text, ...undone });
         else if (event.source === 'agent')
           items.push({
             kind: 'agent',
@@ -33,6 +66,7 @@ export function buildTimeline(events: readonly StoredEvent[]): TimelineItem[] {
             event,
             text,
             interrupted: event.args.interrupted === true,
+            ...undone,
           });
       } else if (event.action === 'tool_call') {
         const tool = typeof event.args.tool === 'string' ? event.args.tool : 'tool';
@@ -41,6 +75,7 @@ export function buildTimeline(events: readonly StoredEvent[]): TimelineItem[] {
           key,
           tool,
           args: event.args.arguments ?? {},
+          ...undone,
         };
         const callId = event.args.tool_call_id;
         if (typeof callId === 'string') calls.set(callId, item);
@@ -59,10 +94,16 @@ export function buildTimeline(events: readonly StoredEvent[]): TimelineItem[] {
         if (call) call.result = result;
         else {
           const tool = typeof event.extras.tool === 'string' ? event.extras.tool : 'tool';
-          items.push({ kind: 'tool', key, tool, args: undefined, result });
+          items.push({ kind: 'tool', key, tool, args: undefined, result, ...undone });
         }
       } else if (event.observation === 'error') {
-        items.push({ kind: 'note', key, tone: 'error', text: event.content || event.message });
+        items.push({
+          kind: 'note',
+          key,
+          tone: 'error',
+          text: event.content || event.message,
+          ...undone,
+        });
       } else {
         const state = agentStateOf(event);
         const reason = event.extras.reason;
@@ -74,6 +115,7 @@ export function buildTimeline(events: readonly StoredEvent[]): TimelineItem[] {
             text:
               event.message ||
               `The agent stopped with an error${typeof reason === 'string' ? ` (${reason})` : ''}.`,
+            ...undone,
           });
         } else if (state === 'stopped' && reason === TOO_MANY_CONVERSATIONS) {
           items.push({
@@ -81,6 +123,7 @@ export function buildTimeline(events: readonly StoredEvent[]): TimelineItem[] {
             key,
             tone: 'info',
             text: 'Stopped: too many of your conversations were running at once.',
+            ...undone,
           });
         }
       }

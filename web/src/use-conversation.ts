@@ -72,6 +72,12 @@ export interface ConversationActions {
   setAgentState(state: RequestableAgentState): void;
   loadOlder(): Promise<void>;
   dismiss(key: string): void;
+  /** Replaces user message `eventId` with `content` (PROTOCOL.md "Branching"). */
+  edit(eventId: number, content: string): Promise<void>;
+  /** Answers the last user message again. */
+  regenerate(): Promise<void>;
+  /** A new conversation with the events up to `eventId`; resolves with its id (undefined: failed). */
+  fork(eventId: number): Promise<string | undefined>;
 }
 
 export function useConversation(
@@ -142,6 +148,15 @@ export function useConversation(
         }
         if (event.source === 'agent' && event.cause !== undefined)
           model.streams.delete(event.cause);
+        redraw();
+      });
+      // A rewind arrived: what it undid folds away (events read later carry `undone_by`).
+      live.on('undone', ({ rewind, toEventId }) => {
+        model.events = model.events.map((event) =>
+          event.id > toEventId && event.id < rewind.id && event.undone_by === undefined
+            ? { ...event, undone_by: rewind.id }
+            : event,
+        );
         redraw();
       });
       live.on('delta', ({ cause, text }) => {
@@ -265,6 +280,32 @@ export function useConversation(
     dismiss(key) {
       model.notices = model.notices.filter((n) => n.key !== key);
       redraw();
+    },
+    async edit(eventId, content) {
+      try {
+        await client.conversations.edit(id, eventId, content);
+      } catch (error) {
+        notify({ key: 'edit', tone: 'error', text: `Not edited: ${(error as Error).message}` });
+      }
+    },
+    async regenerate() {
+      try {
+        await client.conversations.regenerate(id);
+      } catch (error) {
+        notify({
+          key: 'regenerate',
+          tone: 'error',
+          text: `Not regenerated: ${(error as Error).message}`,
+        });
+      }
+    },
+    async fork(eventId) {
+      try {
+        return (await client.conversations.fork(id, { at_event_id: eventId })).conversation_id;
+      } catch (error) {
+        notify({ key: 'fork', tone: 'error', text: `Not forked: ${(error as Error).message}` });
+        return undefined;
+      }
     },
   };
   return [model, actions];

@@ -11,7 +11,9 @@ import type {
   CreateConversationBody,
   CreateConversationResponse,
   EventPage,
+  BranchOptions,
   EventsQuery,
+  ForkBody,
   StoredEvent,
   ListConversationsOptions,
   PatchConversationBody,
@@ -103,10 +105,56 @@ export class ConversationsApi {
     if (!ended) throw new ConversationServiceError('UNAVAILABLE', 'the export was cut short');
   }
 
+  /** A new conversation with the events up to `at_event_id` (default: all), stopped. */
+  fork(
+    id: string,
+    body: ForkBody = {},
+    options: BranchOptions = {},
+  ): Promise<CreateConversationResponse> {
+    return this.request('POST', `/conversations/${encodeURIComponent(id)}/fork`, {
+      body,
+      headers: idempotencyHeaders(options),
+    });
+  }
+
+  /** Undoes every event after `toEventId`; resolves with the rewind event's id. */
+  rewind(
+    id: string,
+    toEventId: number,
+    options: BranchOptions = {},
+  ): Promise<{ event_id: number }> {
+    return this.request('POST', `/conversations/${encodeURIComponent(id)}/rewind`, {
+      body: { to_event_id: toEventId },
+      headers: idempotencyHeaders(options),
+    });
+  }
+
+  /** Replaces user message `eventId` with `content`; resolves with the new message's id. */
+  edit(
+    id: string,
+    eventId: number,
+    content: string,
+    options: BranchOptions = {},
+  ): Promise<{ event_id: number }> {
+    return this.request(
+      'POST',
+      `/conversations/${encodeURIComponent(id)}/events/${encodeURIComponent(String(eventId))}/edit`,
+      { body: { content }, headers: idempotencyHeaders(options) },
+    );
+  }
+
+  /** Answers the last user message again; resolves with the rewind event's id. */
+  regenerate(id: string, options: BranchOptions = {}): Promise<{ event_id: number }> {
+    return this.request('POST', `/conversations/${encodeURIComponent(id)}/regenerate`, {
+      body: {},
+      headers: idempotencyHeaders(options),
+    });
+  }
+
   private async request<T>(
     method: string,
     path: string,
-    options: { body?: unknown; query?: Query } = {},
+    options: { body?: unknown; query?: Query; headers?: Record<string, string> } = {},
   ): Promise<T> {
     return this.read<T>(await this.authorized(method, path, options));
   }
@@ -143,10 +191,10 @@ export class ConversationsApi {
   private async send(
     method: string,
     path: string,
-    options: { body?: unknown; query?: Query },
+    options: { body?: unknown; query?: Query; headers?: Record<string, string> },
     token: string | undefined,
   ): Promise<Response> {
-    const headers: Record<string, string> = { accept: 'application/json' };
+    const headers: Record<string, string> = { accept: 'application/json', ...options.headers };
     if (token !== undefined) headers.authorization = `Bearer ${token}`;
     const init: RequestInit = { method, headers };
     if (options.body !== undefined) {
@@ -184,6 +232,10 @@ export class ConversationsApi {
     }
     return body as T;
   }
+}
+
+function idempotencyHeaders(options: BranchOptions): Record<string, string> {
+  return options.idempotencyKey === undefined ? {} : { 'idempotency-key': options.idempotencyKey };
 }
 
 function queryString(query: Query | undefined): string {

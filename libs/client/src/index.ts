@@ -9,6 +9,7 @@ export {
   type DeltaUpdate,
   type LiveConversationListeners,
   type LiveConversationOptions,
+  type UndoneUpdate,
 } from './live-conversation.js';
 export { StreamedText } from './streamed-text.js';
 export type { TokenProvider } from './token-source.js';

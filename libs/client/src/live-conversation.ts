@@ -49,8 +49,19 @@ export interface DeltaUpdate {
   text: string;
 }
 
+/**
+ * A rewind arrived live: every event after `toEventId` and before
+ * `rewind.id` that was not undone yet is undone by it now (events read
+ * back later carry `undone_by: rewind.id`). A UI folds them.
+ */
+export interface UndoneUpdate {
+  rewind: StoredEvent;
+  toEventId: number;
+}
+
 export interface LiveConversationListeners {
   event: (event: StoredEvent) => void;
+  undone: (undone: UndoneUpdate) => void;
   status: (status: StatusUpdate) => void;
   delta: (delta: DeltaUpdate) => void;
   agent_state: (state: AgentState, event: ObservationEvent) => void;
@@ -69,6 +80,7 @@ export class LiveConversation {
     [K in keyof LiveConversationListeners]: Set<LiveConversationListeners[K]>;
   } = {
     event: new Set(),
+    undone: new Set(),
     status: new Set(),
     delta: new Set(),
     agent_state: new Set(),
@@ -242,6 +254,8 @@ export class LiveConversation {
       const state = agentStateOf(message);
       this.emit('event', message);
       for (const queue of this.queues) queue.push(message);
+      const toEventId = rewindTargetOf(message);
+      if (toEventId !== null) this.emit('undone', { rewind: message, toEventId });
       if (state !== undefined) {
         this._agentState = state;
         this.emit('agent_state', state, message as ObservationEvent);
@@ -284,6 +298,13 @@ export class LiveConversation {
     this._connection = state;
     this.emit('connection', state, error);
   }
+}
+
+/** The point a stored rewind event (`{ source: "user", action: "rewind" }`) went back to. */
+function rewindTargetOf(event: StoredEvent): number | null {
+  if (event.source !== 'user' || !('action' in event) || event.action !== 'rewind') return null;
+  const target = event.args['to_event_id'];
+  return typeof target === 'number' ? target : null;
 }
 
 function closedError(): ConversationServiceError {

@@ -36,6 +36,8 @@ interface EventEnvelope {
   source: EventSource;
   /** The id of the event this one answers (an agent's message: the user message). */
   cause?: number;
+  /** Set on events read back after a rewind undid them: the rewind event's id. */
+  undone_by?: number;
 }
 
 export interface ActionEvent extends EventEnvelope {
@@ -91,6 +93,22 @@ export interface ConversationInfo {
   agent?: string;
   confirmation_mode?: boolean;
   multitask_strategy?: MultitaskStrategy;
+  /** The conversation a fork was made of, and the last event it copied; null unless forked. */
+  parent_conversation_id?: string | null;
+  forked_from_event_id?: number | null;
+}
+
+/** `POST /conversations/:id/fork`. */
+export interface ForkBody {
+  /** Default: the source's last event. */
+  at_event_id?: number;
+  title?: string;
+  metadata?: Record<string, unknown>;
+}
+
+/** Options of the branching calls: an `Idempotency-Key` (a repeat gives the first result). */
+export interface BranchOptions {
+  idempotencyKey?: string;
 }
 
 export interface CreateConversationBody {

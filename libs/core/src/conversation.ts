@@ -70,6 +70,14 @@ export interface ConversationRecord {
   settings: ConversationSettings;
   createdAt: Date;
   updatedAt: Date;
+  /** Where a fork came from (see `ConversationStore.fork`); absent or null otherwise. */
+  forkedFrom?: ForkOrigin | null;
+}
+
+/** The conversation a fork was made of, and the last event it copied. */
+export interface ForkOrigin {
+  conversationId: string;
+  eventId: number;
 }
 
 /** The agent that runs a conversation: a registry name and its options. */
@@ -217,5 +225,7 @@ export function toConversationInfo(
     agent: record.agent.name,
     confirmation_mode: record.settings.confirmationMode,
     multitask_strategy: effectiveMultitaskStrategy(record.settings, defaultStrategy),
+    parent_conversation_id: record.forkedFrom?.conversationId ?? null,
+    forked_from_event_id: record.forkedFrom?.eventId ?? null,
   };
 }

@@ -5,6 +5,7 @@ export * from './conversation-limits.js';
 export * from './agent-busy.js';
 export * from './errors.js';
 export * from './state.js';
+export * from './branching.js';
 export * from './ports/broadcaster.port.js';
 export * from './ports/clock.port.js';
 export * from './ports/rate-limiter.port.js';

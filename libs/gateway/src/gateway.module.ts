@@ -3,6 +3,8 @@ import { HttpAuthGuard } from './auth/http-auth.guard.js';
 import { TokenService } from './auth/token.service.js';
 import { ConversationService } from './conversations/conversation.service.js';
 import { ConversationsController } from './http/conversations.controller.js';
+import { BranchingController } from './http/branching.controller.js';
+import { ConversationBranchingService } from './conversations/conversation-branching.service.js';
 import { DevTokenController } from './http/dev-token.controller.js';
 import { UsageController } from './http/usage.controller.js';
 import { WebhookDeliveriesController } from './http/webhook-deliveries.controller.js';
@@ -38,6 +40,7 @@ export class GatewayModule {
       module: GatewayModule,
       controllers: [
         ConversationsController,
+        BranchingController,
         DevTokenController,
         HealthController,
         UsageController,
@@ -51,6 +54,7 @@ export class GatewayModule {
         TokenService,
         HttpAuthGuard,
         ConversationService,
+        ConversationBranchingService,
         ConversationRoomHub,
         ConversationSockets,
         ConversationGateway,

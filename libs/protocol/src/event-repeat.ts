@@ -15,6 +15,7 @@ export const EVENT_ENVELOPE_KEYS: readonly string[] = [
   'source',
   'cause',
   'client_event_id',
+  'undone_by',
 ];
 
 /** What a repeat is compared by. `body` may be a whole stored event: its envelope is ignored. */

@@ -42,6 +42,8 @@ const EnvelopeSchema = z.object({
   timestamp: z.string(),
   source: EventSourceSchema,
   cause: z.number().int().min(0).optional(),
+  /** Set when read: the id of the rewind event that undid this one (see `branching.ts`). */
+  undone_by: z.number().int().min(0).optional(),
 });
 
 export const ActionEventSchema = EnvelopeSchema.extend(ActionBodySchema.shape).extend({

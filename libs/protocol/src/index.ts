@@ -1,5 +1,6 @@
 export * from './agent-state.js';
 export * from './agent-state-change.js';
+export * from './branching.js';
 export * from './errors.js';
 export * from './events.js';
 export * from './event-repeat.js';

@@ -120,6 +120,9 @@ export const ConversationInfoSchema = z.object({
   agent: z.string(),
   confirmation_mode: z.boolean(),
   multitask_strategy: MultitaskStrategySchema,
+  /** The conversation this one was forked from, and the event it was forked at; null unless forked. */
+  parent_conversation_id: z.string().nullable(),
+  forked_from_event_id: z.number().int().nullable(),
 });
 export type ConversationInfo = z.infer<typeof ConversationInfoSchema>;
 

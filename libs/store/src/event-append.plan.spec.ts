@@ -131,7 +131,12 @@ describe('eventRowsJson', () => {
     const key = 'quote " and \\ backslash';
     const drafts = [
       message('one "quoted" ünïcode', { clientEventId: key }),
-      { ...message('two'), source: 'agent' as const, cause: 0 },
+      {
+        ...message('two'),
+        source: 'agent' as const,
+        cause: 0,
+        stateDelta: { color: 'red', gone: null, 'user:u': 1, 'temp:t': 1 },
+      },
     ].map(prepareDraft);
     const { fresh } = planAppend(drafts, new Map(), 4);
     expect(JSON.parse(eventRowsJson(fresh))).toEqual([
@@ -143,6 +148,7 @@ describe('eventRowsJson', () => {
         size_bytes: Buffer.byteLength(JSON.stringify(drafts[0]!.payload)),
         cause: null,
         client_event_id: key,
+        state_delta: null,
       },
       {
         id: 5,
@@ -152,6 +158,8 @@ describe('eventRowsJson', () => {
         size_bytes: Buffer.byteLength(JSON.stringify(drafts[1]!.payload)),
         cause: 0,
         client_event_id: null,
+        // Only the conversation scope: what a fork or rewind rebuilds.
+        state_delta: { color: 'red', gone: null },
       },
     ]);
   });

@@ -192,9 +192,20 @@ export function eventRowsJson(
       `{"id":${row.id},"source":${JSON.stringify(row.source)},"type":${JSON.stringify(row.type)},` +
       `"payload":${row.prepared.payloadJson},"size_bytes":${row.prepared.payloadBytes},` +
       `"cause":${row.cause ?? 'null'},` +
-      `"client_event_id":${row.client_event_id === null ? 'null' : JSON.stringify(row.client_event_id)}}`,
+      `"client_event_id":${row.client_event_id === null ? 'null' : JSON.stringify(row.client_event_id)},` +
+      `"state_delta":${conversationDeltaJson(row.prepared.draft)}}`,
   );
   return `[${items.join(',')}]`;
+}
+
+/**
+ * The conversation-scope part of a draft's state delta as JSON text (a
+ * deleted key as null), or `null`: stored on the event (`events.state_delta`)
+ * so that the state after any event can be rebuilt (forks, rewinds).
+ */
+export function conversationDeltaJson(draft: EventDraft): string {
+  const { conversation } = splitStateDelta(draft.stateDelta);
+  return Object.keys(conversation).length === 0 ? 'null' : JSON.stringify(conversation);
 }
 
 /** One scope's share of the deltas: keys to set (JSON object text) and keys to delete. */

@@ -21,7 +21,9 @@ import type {
   EventPage,
   EventPageRange,
   EventRange,
+  ForkRequest,
   NewConversation,
+  RewindRequest,
 } from '@cs/core';
 import { BadRequestError, ConflictError, NotFoundError, mergeScopes } from '@cs/core';
 import type { ConversationStatus, StoredEvent } from '@cs/protocol';
@@ -39,6 +41,7 @@ import {
   plainAppend,
   type Writer,
 } from './locked-append.js';
+import { forkLocked, rewindLocked } from './branching.store.js';
 import { guardData } from './refused-text.js';
 import { WriteClock } from './write-clock.js';
 import { ConversationRepository } from './repositories/conversation.repository.js';
@@ -342,6 +345,33 @@ export class PostgresConversationStore implements ConversationStore {
     return guardData(() =>
       this.database.transaction((tx) =>
         appendLocked(tx, tenantId, conversationId, prepared, writer, this.clock),
+      ),
+    );
+  }
+
+  async fork(
+    tenantId: string,
+    sourceId: string,
+    request: ForkRequest,
+  ): Promise<{ conversation: ConversationRecord; created: boolean }> {
+    if (!isUuid(sourceId)) throw new NotFoundError();
+    if (!isUuid(request.conversationId)) {
+      throw new BadRequestError('conversation_id must be a UUID', 'conversation_id');
+    }
+    return guardData(() =>
+      this.database.transaction((tx) => forkLocked(tx, tenantId, sourceId, request, this.clock)),
+    );
+  }
+
+  async rewind(
+    tenantId: string,
+    conversationId: string,
+    request: RewindRequest,
+  ): Promise<AppendedEvent> {
+    if (!isUuid(conversationId)) throw new NotFoundError();
+    return guardData(() =>
+      this.database.transaction((tx) =>
+        rewindLocked(tx, tenantId, conversationId, request, this.clock),
       ),
     );
   }

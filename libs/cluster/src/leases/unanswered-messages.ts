@@ -24,7 +24,13 @@ export async function unansweredMessages(
     limit: 100,
   });
   return after.flatMap((event) =>
-    event.source === 'user' && isAction(event) && event.action === 'message' ? [event.id] : [],
+    // An undone message is answered by no one (PROTOCOL.md "Branching").
+    event.source === 'user' &&
+    isAction(event) &&
+    event.action === 'message' &&
+    event.undone_by === undefined
+      ? [event.id]
+      : [],
   );
 }
 

@@ -83,6 +83,33 @@ export interface ConversationSnapshot {
   state: Record<string, unknown>;
 }
 
+/** A fork (PROTOCOL.md "Branching"): the new conversation's id and owner, and what it copies. */
+export interface ForkRequest {
+  conversationId: string;
+  /** The new conversation's owner: the caller. */
+  userId: string;
+  /** The last event copied; default the source's last. */
+  atEventId?: number;
+  /** Default: the source's. */
+  title?: string;
+  metadata?: Record<string, unknown>;
+}
+
+/** A rewind (PROTOCOL.md "Branching"). */
+export interface RewindRequest {
+  /** Every event after this one is undone. */
+  toEventId: number;
+  /**
+   * Regenerate: `toEventId` is a user message, and it is to be answered
+   * again (the conversation's `answered_through` goes back below it).
+   */
+  answerAgain?: boolean;
+  /** The rewind event's idempotency key: stored once, a repeat gets it back. */
+  clientEventId?: string;
+  /** As `AppendOptions.incarnation`. */
+  incarnation?: string;
+}
+
 /**
  * The single source of truth: conversations, their event logs and scoped state.
  * Every method is scoped by tenant; a conversation of another tenant does not
@@ -179,6 +206,36 @@ export interface ConversationStore {
    * holder of many conversations sees which have new events.
    */
   lastEventIds(refs: readonly ConversationKey[]): Promise<Map<string, number>>;
+  /**
+   * Forks the source conversation in one transaction: a new conversation of
+   * `request.userId` with the source's events `0..atEventId` (same ids,
+   * payloads, timestamps; undone marks kept where their rewind is copied),
+   * its conversation-scope state as it was after `atEventId` (rebuilt from
+   * the events' stored deltas), the same agent and settings, metrics from 0,
+   * every turn settled, and a `tool_result` (`is_error`, `extras.forked`)
+   * for each copied tool call without one. `BadRequestError` (`at_event_id`)
+   * for a point that is not an event of the source; `NotFoundError` when the
+   * source is gone. A repeat of the same id, owner and source returns the
+   * fork made first with `created: false`; an id taken otherwise is `ConflictError`.
+   */
+  fork(
+    tenantId: string,
+    sourceId: string,
+    request: ForkRequest,
+  ): Promise<{ conversation: ConversationRecord; created: boolean }>;
+  /**
+   * Rewinds in one transaction: appends the user event `{ action: "rewind",
+   * args: { to_event_id } }` (carrying the state delta back to the state as
+   * it was after `toEventId`), then a `tool_result` (`is_error`,
+   * `extras.rewound`) for each tool call up to `toEventId` left without one,
+   * marks every event after `toEventId` and before the rewind undone by it,
+   * and restores the conversation-scope state. Turns up to the rewind are
+   * settled (with `answerAgain`, all but the message at `toEventId`).
+   * `BadRequestError` (`to_event_id`) for a point that is not an event, or
+   * is undone; `NotFoundError`; a repeated `clientEventId` returns the first
+   * rewind (`duplicate`), or `ConflictError` when it named another point.
+   */
+  rewind(tenantId: string, conversationId: string, request: RewindRequest): Promise<AppendedEvent>;
   /** The event stored with this idempotency key, if any. */
   findEventByClientEventId(
     tenantId: string,

@@ -113,6 +113,6 @@ async function firstUserMessage(deps: TitleDeps, trigger: StoredEvent): Promise<
         toId: trigger.id,
         limit: 200,
       })
-    ).find(isUserMessage) ?? trigger;
+    ).find((event) => isUserMessage(event) && event.undone_by === undefined) ?? trigger;
   return isAction(first) && typeof first.args['content'] === 'string' ? first.args['content'] : '';
 }

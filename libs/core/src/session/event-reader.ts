@@ -72,7 +72,8 @@ export class EventReader {
         limit: this.pageSize,
       });
       if (page.length === 0) break;
-      events.push(...page);
+      // Undone events are not the turn's progress: a regenerated turn starts afresh.
+      events.push(...page.filter((event) => event.undone_by === undefined));
       from = page[page.length - 1]!.id + 1;
     }
     return events;

@@ -31,6 +31,15 @@ const state = (id: number, agentState: AgentState, cause?: number): StoredEvent 
   ...(cause === undefined ? {} : { cause }),
 });
 
+const rewind = (id: number, to: number): StoredEvent => ({
+  id,
+  timestamp: at,
+  source: 'user',
+  action: 'rewind',
+  args: { to_event_id: to },
+  message: '',
+});
+
 function track(eventId: number, events: StoredEvent[]): TurnTracker {
   const tracker = new TurnTracker(eventId);
   for (const event of events) tracker.add(event);
@@ -90,5 +99,37 @@ describe(TurnTracker.name, () => {
     expect(tracker.status).toBe('completed');
     expect(tracker.agentState).toBe('user_confirmed');
     expect(tracker.events.map((e) => e.id)).toEqual([5]);
+  });
+
+  describe('after a rewind (PROTOCOL.md "Branching")', () => {
+    it('is undone, for good, by a rewind to before its message', () => {
+      const tracker = track(3, [
+        state(4, 'running', 3),
+        agent(5, 3),
+        state(6, 'awaiting_user_input', 3),
+        rewind(7, 2),
+      ]);
+      expect(tracker.status).toBe('undone');
+      expect(tracker.ended).toBe(true);
+      tracker.add(agent(8, 3));
+      expect(tracker.status).toBe('undone');
+    });
+
+    it('starts afresh after a regenerate (a rewind to its message), and completes with the new answer', () => {
+      const tracker = track(3, [agent(4, 3), state(5, 'awaiting_user_input', 3), rewind(6, 3)]);
+      expect(tracker.status).toBe('pending');
+      expect(tracker.events).toEqual([]);
+      tracker.add(state(7, 'running', 3));
+      tracker.add(agent(8, 3));
+      tracker.add(state(9, 'awaiting_user_input', 3));
+      expect(tracker.status).toBe('completed');
+      expect(tracker.events.map((event) => event.id)).toEqual([7, 8, 9]);
+    });
+
+    it('skips events read back undone', () => {
+      const undone = { ...agent(4, 3), undone_by: 6 };
+      const tracker = track(3, [undone, rewind(6, 3), agent(7, 3)]);
+      expect(tracker.events.map((event) => event.id)).toEqual([7]);
+    });
   });
 });

@@ -12,17 +12,24 @@
  * interrupt, rejection) stores such a settled change with its trigger as
  * cause (turn-runner.ts), which is what makes this reading exact.
  *
- * `undone` is never set here: rewinding is not built in this branch. When it
- * is, a rewind event whose `to_event_id` lies below the user event (or an
- * `undone_by` on it) makes the turn `undone`; `add` is where to read it.
+ * A rewind (PROTOCOL.md "Branching") to before the user event makes the turn
+ * `undone`, for good; one to the user event itself (a regenerate) starts the
+ * turn afresh; one into the turn drops what it undid. Events read back with
+ * `undone_by` are not the turn's.
  */
-import { readAgentState, type AgentState, type StoredEvent, type TurnResponse } from '@cs/protocol';
+import {
+  readAgentState,
+  rewindTarget,
+  type AgentState,
+  type StoredEvent,
+  type TurnResponse,
+} from '@cs/protocol';
 
 export type TurnStatus = TurnResponse['status'];
 
 export class TurnTracker {
-  private readonly own = new Set<number>();
-  private readonly stored: StoredEvent[] = [];
+  private own = new Set<number>();
+  private stored: StoredEvent[] = [];
   private current: TurnStatus = 'pending';
   private state: AgentState | null = null;
 
@@ -54,12 +61,19 @@ export class TurnTracker {
 
   /** Whether the turn is over for good: no later event changes its status. */
   get ended(): boolean {
-    return this.current === 'completed' || this.current === 'error';
+    return this.current === 'completed' || this.current === 'error' || this.current === 'undone';
   }
 
   /** Takes the conversation's next event (ids increasing; earlier ones are ignored). */
   add(event: StoredEvent): void {
-    if (event.id <= this.eventId || this.ended) return;
+    if (event.id <= this.eventId || this.current === 'undone' || event.undone_by !== undefined)
+      return;
+    const target = rewindTarget(event);
+    if (target !== null) {
+      this.rewound(target);
+      return;
+    }
+    if (this.ended) return;
     const cause = event.cause;
     if (cause === undefined || !this.own.has(cause)) return;
     this.own.add(event.id);
@@ -73,6 +87,23 @@ export class TurnTracker {
     }
     this.state = state;
     this.current = statusOf(state);
+  }
+
+  /** A rewind to `target`: the turn is undone, starts again, or loses what came after `target`. */
+  private rewound(target: number): void {
+    if (target < this.eventId) {
+      this.current = 'undone';
+      return;
+    }
+    this.stored = this.stored.filter((event) => event.id <= target);
+    this.own = new Set([this.eventId, ...this.stored.map((event) => event.id)]);
+    const last = this.stored
+      .map(readAgentState)
+      .filter((state) => state !== null)
+      .at(-1);
+    this.state = last ?? null;
+    this.current =
+      last !== undefined ? statusOf(last) : this.stored.length > 0 ? 'running' : 'pending';
   }
 }
 

@@ -140,11 +140,13 @@ BEGIN
   IF NOT EXISTS (SELECT 1 FROM webhook_endpoints) THEN
     RETURN NULL;
   END IF;
-  SELECT c.user_id, c.turn_cause, c.turn_cost_usd, c.turn_prompt_tokens, c.turn_completion_tokens
+  SELECT c.user_id, c.turn_cause, c.turn_cost_usd, c.turn_prompt_tokens, c.turn_completion_tokens,
+         c.forked_from_event_id
     INTO conv
     FROM conversations c
    WHERE c.id = NEW.conversation_id;
-  IF NOT FOUND THEN
+  -- A fork's copy of its source's events (they keep their lease epochs).
+  IF NOT FOUND OR NEW.id <= coalesce(conv.forked_from_event_id, -1) THEN
     RETURN NULL;
   END IF;
   IF NEW.type = 'message' THEN

@@ -47,12 +47,14 @@ interface ConversationRow {
   max_budget_usd: string | number | null;
   created_at: Date;
   updated_at: Date;
+  parent_conversation_id: string | null;
+  forked_from_event_id: number | string | null;
 }
 
 const COLUMNS = `id, tenant_id, user_id, app_name, title, metadata, agent, instructions, status,
   agent_state, metrics, last_event_id, lease_epoch, lease_owner, incarnation, answered_through,
   turn_cause, turn_cost_usd, confirmation_mode, multitask_strategy, max_iterations,
-  max_budget_usd, created_at, updated_at`;
+  max_budget_usd, created_at, updated_at, parent_conversation_id, forked_from_event_id`;
 
 export interface ScopeStates {
   app: Record<string, unknown>;
@@ -147,7 +149,7 @@ export class ConversationRepository {
               c.lease_epoch, c.lease_owner, c.incarnation, c.answered_through,
               c.turn_cause, c.turn_cost_usd, c.confirmation_mode, c.multitask_strategy,
               c.max_iterations, c.max_budget_usd,
-              c.created_at, c.updated_at,
+              c.created_at, c.updated_at, c.parent_conversation_id, c.forked_from_event_id,
               c.state, a.state AS app_state, u.state AS user_state
          FROM conversations c
          LEFT JOIN app_states a
@@ -381,5 +383,12 @@ function toRecord(row: ConversationRow): ConversationRecord {
     metrics: { ...EMPTY_METRICS, ...row.metrics },
     createdAt: row.created_at,
     updatedAt: row.updated_at,
+    forkedFrom:
+      row.parent_conversation_id === null || row.forked_from_event_id === null
+        ? null
+        : {
+            conversationId: row.parent_conversation_id,
+            eventId: Number(row.forked_from_event_id),
+          },
   };
 }

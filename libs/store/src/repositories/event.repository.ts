@@ -14,6 +14,7 @@ interface EventRow {
   cause: number | null;
   client_event_id: string | null;
   created_at: Date;
+  undone_by: number | null;
 }
 
 /** An event about to be written, its id assigned. */
@@ -97,7 +98,7 @@ export class EventRepository {
     clientEventIds: readonly string[],
   ): Promise<Map<string, StoredEventRow>> {
     const { rows } = await this.db.query<EventRow>(
-      `SELECT id, source, payload, cause, client_event_id, created_at
+      `SELECT id, source, payload, cause, client_event_id, created_at, undone_by
          FROM events
         WHERE tenant_id = $1 AND conversation_id = $2 AND client_event_id = ANY($3::text[])`,
       [tenantId, conversationId, clientEventIds],
@@ -168,13 +169,14 @@ export class EventRepository {
        ), written AS (
          INSERT INTO events
            (conversation_id, id, tenant_id, source, type, payload, size_bytes, cause,
-            client_event_id, lease_epoch, created_at)
+            client_event_id, lease_epoch, created_at, state_delta)
          SELECT $2::uuid, head.first_id + e.id, $1::text, e.source, e.type, e.payload,
-                e.size_bytes, e.cause, e.client_event_id, $4::bigint, head.updated_at
+                e.size_bytes, e.cause, e.client_event_id, $4::bigint, head.updated_at,
+                e.state_delta
            FROM head,
                 jsonb_to_recordset($12::jsonb)
                   AS e(id bigint, source text, type text, payload jsonb, size_bytes int,
-                       cause bigint, client_event_id text)
+                       cause bigint, client_event_id text, state_delta jsonb)
        )
        SELECT first_id, updated_at FROM head`,
       [
@@ -312,13 +314,14 @@ export class EventRepository {
        ), written AS (
          INSERT INTO events
            (conversation_id, id, tenant_id, source, type, payload, size_bytes, cause,
-            client_event_id, lease_epoch, created_at)
+            client_event_id, lease_epoch, created_at, state_delta)
          SELECT head.id, head.first_id + e.id, head.tenant_id, e.source, e.type, e.payload,
-                e.size_bytes, e.cause, e.client_event_id, head.lease_epoch, head.updated_at
+                e.size_bytes, e.cause, e.client_event_id, head.lease_epoch, head.updated_at,
+                e.state_delta
            FROM head,
                 jsonb_to_recordset(head.events)
                   AS e(id bigint, source text, type text, payload jsonb, size_bytes int,
-                       cause bigint, client_event_id text)
+                       cause bigint, client_event_id text, state_delta jsonb)
        )
        SELECT id AS conversation_id, first_id, updated_at FROM head`,
       // The ids again as an array: the planner then looks the rows up by key
@@ -378,7 +381,7 @@ export class EventRepository {
     const params = [tenantId, conversationId, fromId, toId, limit];
     const { rows } = reverse
       ? await this.db.query<EventRow>(
-          `SELECT id, source, payload, cause, client_event_id, created_at
+          `SELECT id, source, payload, cause, client_event_id, created_at, undone_by
              FROM events
             WHERE tenant_id = $1 AND conversation_id = $2
               AND id >= $3 AND ($4::bigint IS NULL OR id <= $4::bigint)
@@ -388,7 +391,7 @@ export class EventRepository {
           PREPARED,
         )
       : await this.db.query<EventRow>(
-          `SELECT id, source, payload, cause, client_event_id, created_at
+          `SELECT id, source, payload, cause, client_event_id, created_at, undone_by
              FROM events
             WHERE tenant_id = $1 AND conversation_id = $2
               AND id >= $3 AND ($4::bigint IS NULL OR id <= $4::bigint)
@@ -407,12 +410,12 @@ export class EventRepository {
  * carry no payload, and only say that more exist.
  */
 const PAGE_SQL = (direction: 'ASC' | 'DESC') => `
-  SELECT id, source, cause, client_event_id, created_at,
+  SELECT id, source, cause, client_event_id, created_at, undone_by,
          CASE WHEN kept THEN payload END AS payload, kept
     FROM (
       SELECT *, (n <= $5 AND (n = 1 OR upto <= $6)) AS kept
         FROM (
-          SELECT e.id, e.source, e.payload, e.cause, e.client_event_id, e.created_at,
+          SELECT e.id, e.source, e.payload, e.cause, e.client_event_id, e.created_at, e.undone_by,
                  row_number() OVER w AS n,
                  sum(coalesce(e.size_bytes, octet_length(e.payload::text))) OVER w AS upto
             FROM events e
@@ -429,7 +432,10 @@ const PAGE_SQL = (direction: 'ASC' | 'DESC') => `
 const PAGE_ASC = PAGE_SQL('ASC');
 const PAGE_DESC = PAGE_SQL('DESC');
 
-/** The wire shape: envelope, then the body; `cause` and `client_event_id` only when set. */
+/**
+ * The wire shape: envelope, then the body; `cause`, `client_event_id` and
+ * `undone_by` only when set.
+ */
 export function toStoredEvent(row: {
   id: number;
   source: StoredEvent['source'];
@@ -437,6 +443,7 @@ export function toStoredEvent(row: {
   cause: number | null;
   client_event_id: string | null;
   created_at: Date;
+  undone_by?: number | string | null;
 }): StoredEvent {
   return {
     id: row.id,
@@ -445,5 +452,8 @@ export function toStoredEvent(row: {
     ...row.payload,
     ...(row.cause === null ? {} : { cause: row.cause }),
     ...(row.client_event_id === null ? {} : { client_event_id: row.client_event_id }),
+    ...(row.undone_by === null || row.undone_by === undefined
+      ? {}
+      : { undone_by: Number(row.undone_by) }),
   } as StoredEvent;
 }
