@@ -18,6 +18,7 @@ import type {
   EventPage,
   EventPageRange,
   EventRange,
+  LiveConversationPage,
   NewConversation,
 } from '@cs/core';
 import { BadRequestError, ConflictError, NotFoundError, mergeScopes } from '@cs/core';
@@ -219,6 +220,12 @@ export class PostgresConversationStore implements ConversationStore {
 
   resetRunningStatuses(): Promise<ConversationRef[]> {
     return this.conversations.resetRunningStatuses();
+  }
+
+  listLiveConversations(page: LiveConversationPage): Promise<ConversationRef[]> {
+    // Conversation ids are UUIDs: nothing sorts after anything else here.
+    if (page.afterId !== null && !isUuid(page.afterId)) return Promise.resolve([]);
+    return this.conversations.listLive(page.idleBefore, page.afterId, page.limit);
   }
 
   async acquireLease(tenantId: string, conversationId: string, owner: string): Promise<number> {

@@ -32,6 +32,7 @@ import type {
   EventPage,
   EventPageRange,
   EventRange,
+  LiveConversationPage,
 } from '../ports/conversation-store.port.js';
 import { applyDelta, mergeScopes, splitStateDelta } from '../state.js';
 
@@ -236,6 +237,19 @@ export class InMemoryConversationStore implements ConversationStore {
       }
     }
     return Promise.resolve(reset);
+  }
+
+  listLiveConversations(page: LiveConversationPage): Promise<ConversationRef[]> {
+    const live = [...this.conversations.values()]
+      .map(({ record }) => record)
+      .filter(
+        (record) =>
+          (record.status === 'STARTING' || record.status === 'RUNNING') &&
+          record.updatedAt < page.idleBefore &&
+          (page.afterId === null || record.id > page.afterId),
+      )
+      .sort((a, b) => (a.id < b.id ? -1 : a.id > b.id ? 1 : 0));
+    return Promise.resolve(live.slice(0, page.limit).map(refOf));
   }
 
   acquireLease(tenantId: string, conversationId: string, owner: string): Promise<number> {
