@@ -52,6 +52,8 @@ const E2E_SERIAL = [
   'test/e2e/bench.e2e-spec.ts',
   // Kills and fails over Redis masters under load.
   'test/e2e/redis-cluster.e2e-spec.ts',
+  // Lost jobs answered within the reconciler's bound.
+  'test/e2e/lost-jobs.e2e-spec.ts',
 ];
 
 /** Run a second time on a Redis Cluster (`TEST_REDIS=cluster`). */

@@ -48,8 +48,8 @@ export interface LostJobReconcilerDeps {
  * message.
  *
  * Every `2 × LEASE_TTL_MS` (jittered by ±25 %), each worker tries to take the
- * reconciler lock (`SET NX PX`, one slot of its own) for that long; the one
- * that gets it pages through the live conversations idle for more than a
+ * reconciler lock (`SET NX PX`, one slot of its own) for `LEASE_TTL_MS`; the
+ * one that gets it pages through the live conversations idle for more than a
  * lease TTL (one indexed query per page: a live holder writes far more often
  * than that while it works, and the queue knows the others), asks their jobs'
  * state in batches, and starts again, as a gateway would, those whose job is
@@ -99,7 +99,8 @@ export class LostJobReconciler {
   /** One pass, on the worker that takes the lock. Resolves with how many it started. */
   async runIfLocked(): Promise<number> {
     const { redis, keys, workerId } = this.deps;
-    const taken = await redis.set(keys.reconcilerLock, workerId, 'PX', this.intervalMs, 'NX');
+    // Half the interval: one worker alone runs every pass; many run one about every half interval.
+    const taken = await redis.set(keys.reconcilerLock, workerId, 'PX', this.intervalMs / 2, 'NX');
     return taken === 'OK' ? this.reconcile() : 0;
   }
 
