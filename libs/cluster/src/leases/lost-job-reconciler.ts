@@ -61,7 +61,7 @@ export interface LostJobReconcilerDeps {
  */
 export class LostJobReconciler {
   private timer: NodeJS.Timeout | undefined;
-  private stopped = true;
+  private stopped = false;
   private pass: Promise<void> = Promise.resolve();
 
   constructor(private readonly deps: LostJobReconcilerDeps) {}
