@@ -57,6 +57,8 @@ const E2E_SERIAL = [
   'test/e2e/webhooks-cluster.e2e-spec.ts',
   // kills a worker right after a rewind
   'test/e2e/branching.e2e-spec.ts',
+  // Lost jobs answered within the reconciler's bound.
+  'test/e2e/lost-jobs.e2e-spec.ts',
 ];
 
 /** Run a second time on a Redis Cluster (`TEST_REDIS=cluster`). */

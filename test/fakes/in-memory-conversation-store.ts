@@ -20,6 +20,7 @@ import {
   countTurnCost,
   effectiveMultitaskStrategy,
   isAgentBusy,
+  isLiveStatus,
   mergeScopes,
   refOf,
   splitStateDelta,
@@ -39,6 +40,7 @@ import {
   type EventPage,
   type EventPageRange,
   type EventRange,
+  type LiveConversationPage,
   type NewConversation,
   EMPTY_USAGE,
   addUsage,
@@ -322,6 +324,19 @@ export class InMemoryConversationStore implements ConversationStore {
       }
     }
     return Promise.resolve(reset);
+  }
+
+  listLiveConversations(page: LiveConversationPage): Promise<ConversationRef[]> {
+    const live = [...this.conversations.values()]
+      .map(({ record }) => record)
+      .filter(
+        (record) =>
+          isLiveStatus(record.status) &&
+          record.updatedAt < page.idleBefore &&
+          (page.afterId === null || record.id > page.afterId),
+      )
+      .sort((a, b) => (a.id < b.id ? -1 : a.id > b.id ? 1 : 0));
+    return Promise.resolve(live.slice(0, page.limit).map(refOf));
   }
 
   acquireLease(tenantId: string, conversationId: string, owner: string): Promise<number> {

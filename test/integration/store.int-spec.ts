@@ -328,6 +328,48 @@ describe.each(SQL_BACKENDS)('PostgresConversationStore on $name', (backend) => {
       expect(seen[5]).toBe(conversations[0]!.id);
     });
   });
+
+  it('lists the live conversations idle since before a time, in id order, by page', async () => {
+    const live = [await created(), await created(), await created()];
+    const [running] = live;
+    const stopped = await created();
+    const failed = await created();
+    const fresh = await created();
+    for (const { tenantId, id } of [running!, fresh])
+      await store.setStatus(tenantId, id, 'RUNNING');
+    for (const { tenantId, id } of live.slice(1)) await store.setStatus(tenantId, id, 'STARTING');
+    await store.setStatus(failed.tenantId, failed.id, 'ERROR');
+    const idle = [...live, stopped, failed].map((c) => c.id);
+    await database.query(
+      `UPDATE conversations SET updated_at = updated_at - interval '1 hour' WHERE id = ANY($1::uuid[])`,
+      [idle],
+    );
+    const idleBefore = new Date(Date.now() - 60_000);
+    const mine = new Set([...idle, fresh.id]);
+    const found: string[] = [];
+    const pages: number[] = [];
+    for (let afterId: string | null = null; ;) {
+      const page = await store.listLiveConversations({ idleBefore, afterId, limit: 2 });
+      pages.push(page.length);
+      found.push(...page.map((ref) => ref.conversationId).filter((id) => mine.has(id)));
+      if (page.length < 2) break;
+      afterId = page[page.length - 1]!.conversationId;
+    }
+    expect(found).toEqual(live.map((c) => c.id).sort());
+    expect(pages.every((n) => n <= 2)).toBe(true);
+    const ref = (
+      await store.listLiveConversations({ idleBefore, afterId: null, limit: 1_000 })
+    ).find((r) => r.conversationId === running!.id);
+    expect(ref).toEqual({
+      tenantId: running!.tenantId,
+      userId: running!.userId,
+      conversationId: running!.id,
+      incarnation: running!.incarnation,
+    });
+    expect(await store.listLiveConversations({ idleBefore, afterId: 'nope', limit: 10 })).toEqual(
+      [],
+    );
+  });
 });
 
 describe('appends on Postgres', () => {

@@ -5,10 +5,13 @@ import { budgetHoldTtlMs, createAgentRuntime } from '@cs/agents';
 import { modelBudget } from '@cs/core';
 import {
   ClusterKeys,
+  ClusteredConversationManager,
   ConnectionRegistry,
   ConversationHost,
   ConversationInbox,
   ConversationJobs,
+  ConversationStops,
+  LostJobReconciler,
   RedisRoomBroadcaster,
   ScopedStateChannel,
   UserConcurrencyLimiter,
@@ -96,24 +99,29 @@ async function main({ config, logger: root }: ServiceContext): Promise<RunningSe
       onRejected: (scope) => metrics.budgetRejections.inc({ scope }),
     }),
   });
+  const store = webhooks.enabled
+    ? hintWebhookWrites(metrics.instrument(opened.store), () => webhooks.wake())
+    : metrics.instrument(opened.store);
+  const broadcaster = new RedisRoomBroadcaster(publisher, keys);
+  const inbox = new ConversationInbox(publisher, subscriber, keys, {
+    onWakeReceived: (seconds) => clusterMetrics.wakeupPickedUp(seconds),
+    continueTrace,
+  });
+  const limiter = new UserConcurrencyLimiter(redis, keys, {
+    limit: config.limits.maxConcurrentConversations,
+    policy: config.limits.concurrencyPolicy,
+    slotTtlMs: timing.slotTtlMs,
+  });
+  const connections = new ConnectionRegistry(redis, keys, workerId, timing.slotTtlMs);
   const host = new ConversationHost({
-    store: webhooks.enabled
-      ? hintWebhookWrites(metrics.instrument(opened.store), () => webhooks.wake())
-      : metrics.instrument(opened.store),
+    store,
     agents: runtime.agents,
     metrics: clusterMetrics,
-    broadcaster: new RedisRoomBroadcaster(publisher, keys),
-    inbox: new ConversationInbox(publisher, subscriber, keys, {
-      onWakeReceived: (seconds) => clusterMetrics.wakeupPickedUp(seconds),
-      continueTrace,
-    }),
+    broadcaster,
+    inbox,
     scopedState: new ScopedStateChannel(publisher, subscriber, keys),
-    limiter: new UserConcurrencyLimiter(redis, keys, {
-      limit: config.limits.maxConcurrentConversations,
-      policy: config.limits.concurrencyPolicy,
-      slotTtlMs: timing.slotTtlMs,
-    }),
-    connections: new ConnectionRegistry(redis, keys, workerId, timing.slotTtlMs),
+    limiter,
+    connections,
     redis,
     keys,
     bullConnection: openRedis(redisUrl, `${workerId}:queue`),
@@ -131,6 +139,31 @@ async function main({ config, logger: root }: ServiceContext): Promise<RunningSe
     log,
   });
   metrics.setRunningConversationsSource(() => host.conversations.length);
+  // Live conversations whose job Redis lost are started again as a gateway starts them.
+  const stops = new ConversationStops(redis, keys);
+  const reconciler = new LostJobReconciler({
+    store,
+    jobs,
+    stops,
+    manager: new ClusteredConversationManager({
+      store,
+      broadcaster,
+      jobs,
+      inbox,
+      stops,
+      limiter,
+      connections,
+      limit: config.limits.maxConcurrentConversations,
+      stopTimeoutMs: config.cluster.leaseTtlMs + 2_000,
+      metrics: clusterMetrics,
+    }),
+    redis,
+    keys,
+    workerId,
+    leaseTtlMs: config.cluster.leaseTtlMs,
+    log: logCallback(logger, 'LostJobReconciler'),
+    metrics: clusterMetrics,
+  });
   const health = await startHealthServer(config.http.workerPort, config.http.host, {
     workerId,
     conversations: () => host.conversations,
@@ -140,6 +173,7 @@ async function main({ config, logger: root }: ServiceContext): Promise<RunningSe
   });
   host.start();
   webhooks.start();
+  reconciler.start();
   logger.info(
     `worker ${workerId} ready (health on port ${config.http.workerPort}, ${queueCount} conversation queue${queueCount === 1 ? '' : 's'})`,
   );
@@ -148,6 +182,7 @@ async function main({ config, logger: root }: ServiceContext): Promise<RunningSe
     logger,
     async drain() {
       // Readiness turns 503 at once (the host says it is draining), then every lease goes back.
+      await reconciler.stop();
       await Promise.all([host.drain(), webhooks.stop(WEBHOOK_STOP_GRACE_MS)]);
       webhookHints?.disconnect();
       health.close();

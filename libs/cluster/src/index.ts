@@ -6,6 +6,7 @@ export * from './leases/conversation-queues.js';
 export * from './leases/queue-count.js';
 export * from './leases/conversation-stops.js';
 export * from './leases/lease-timing.js';
+export * from './leases/lost-job-reconciler.js';
 export * from './leases/scoped-state-channel.js';
 export * from './limits/redis-rate-limiter.js';
 export * from './limits/user-concurrency.limiter.js';

@@ -31,6 +31,7 @@ export interface ClusterMetricsRecorder {
   handoff(): void;
   wakeupPickedUp(seconds: number): void;
   limitEviction(): void;
+  reconciled(): void;
   limitRejection(): void;
 }
 
@@ -63,6 +64,7 @@ export class ServiceMetrics {
   readonly conversationsWaiting: Gauge;
   readonly limitEvictions: Counter;
   readonly limitRejections: Counter;
+  readonly conversationsReconciled: Counter;
   readonly llmRequestSeconds: Histogram;
   readonly llmTokens: Counter<'kind'>;
   readonly toolCalls: Counter<'tool' | 'outcome'>;
@@ -130,6 +132,10 @@ export class ServiceMetrics {
     this.limitRejections = counter(
       'cs_limit_rejections_total',
       'Starts refused because the user runs too many conversations (reject)',
+    );
+    this.conversationsReconciled = counter(
+      'cs_conversations_reconciled_total',
+      'Live conversations (STARTING or RUNNING in Postgres) started again because Redis had lost their job',
     );
     this.agentStepSeconds = new Histogram({
       name: 'cs_agent_step_seconds',
@@ -257,6 +263,7 @@ export class ServiceMetrics {
       wakeupPickedUp: (seconds) => this.wakeupPickupSeconds.observe(nonNegative(seconds)),
       limitEviction: () => this.limitEvictions.inc(),
       limitRejection: () => this.limitRejections.inc(),
+      reconciled: () => this.conversationsReconciled.inc(),
     };
   }
 

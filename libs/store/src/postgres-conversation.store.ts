@@ -22,6 +22,7 @@ import type {
   EventPageRange,
   EventRange,
   ForkRequest,
+  LiveConversationPage,
   NewConversation,
   RewindRequest,
 } from '@cs/core';
@@ -251,6 +252,12 @@ export class PostgresConversationStore implements ConversationStore {
 
   resetRunningStatuses(): Promise<ConversationRef[]> {
     return this.conversations.resetRunningStatuses();
+  }
+
+  listLiveConversations(page: LiveConversationPage): Promise<ConversationRef[]> {
+    // Conversation ids are UUIDs: nothing sorts after anything else here.
+    if (page.afterId !== null && !isUuid(page.afterId)) return Promise.resolve([]);
+    return this.conversations.listLive(page.idleBefore, page.afterId, page.limit);
   }
 
   async acquireLease(tenantId: string, conversationId: string, owner: string): Promise<number> {

@@ -72,6 +72,11 @@ describe(ClusterKeys.name, () => {
       expect(slotOf(keys.gatewayAlive(id))).toBe(slot);
   });
 
+  it("tags the reconciler's lock with a slot of its own, under the prefix", () => {
+    expect(keys.reconcilerLock.startsWith(`${keys.prefix}:{reconciler}:`)).toBe(true);
+    expect(slotOf(keys.reconcilerLock)).toBe(slotOf('{reconciler}'));
+  });
+
   it('spreads conversations over the slots of every master', () => {
     // A 3-master cluster splits the slots in thirds: 100 conversations land in each.
     const thirds = new Set(

@@ -46,6 +46,14 @@ export class ClusterKeys {
     return `${this.prefix}:{state}:changes`;
   }
 
+  /**
+   * Held by the worker whose reconciler runs the current pass
+   * (`LostJobReconciler`); in a slot of its own.
+   */
+  get reconcilerLock(): string {
+    return `${this.prefix}:{reconciler}:lock`;
+  }
+
   /** Connections per gateway attached to the conversation (a hash gateway → count). */
   conversationConnections(conversationId: string): string {
     return `${this.prefix}:conv:{${conversationId}}:connections`;

@@ -29,6 +29,11 @@ export interface ClusterMetrics {
    * the process that decided it.
    */
   limitRejection(): void;
+  /**
+   * The worker's reconciler started a live conversation whose job Redis had
+   * lost (`cs_conversations_reconciled_total`).
+   */
+  reconciled(): void;
 }
 
 export const NO_CLUSTER_METRICS: ClusterMetrics = {
@@ -38,4 +43,5 @@ export const NO_CLUSTER_METRICS: ClusterMetrics = {
   wakeupPickedUp: () => undefined,
   limitEviction: () => undefined,
   limitRejection: () => undefined,
+  reconciled: () => undefined,
 };

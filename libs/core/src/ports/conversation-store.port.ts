@@ -11,6 +11,14 @@ import type {
 /** A conversation's key: every read filters by tenant. */
 export type ConversationKey = Pick<ConversationRef, 'tenantId' | 'conversationId'>;
 
+/** A page of `listLiveConversations`. */
+export interface LiveConversationPage {
+  idleBefore: Date;
+  /** Only conversations whose id sorts after this one (null: from the first). */
+  afterId: string | null;
+  limit: number;
+}
+
 export interface AppendOptions {
   /**
    * The writer's lease epoch. When given, the append fails with
@@ -165,6 +173,12 @@ export interface ConversationStore {
    * standalone process starting up resumes what ran before it stopped).
    */
   resetRunningStatuses(): Promise<ConversationRef[]>;
+  /**
+   * One page of the STARTING / RUNNING conversations (of every tenant) whose
+   * activity (`updated_at`) is older than `idleBefore`, in id order after
+   * `afterId`: what the worker's reconciler checks for a lost job.
+   */
+  listLiveConversations(page: LiveConversationPage): Promise<ConversationRef[]>;
   /** Bumps `lease_epoch`, records the owner, returns the new epoch. */
   acquireLease(tenantId: string, conversationId: string, owner: string): Promise<number>;
   /**

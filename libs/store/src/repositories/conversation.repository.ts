@@ -274,6 +274,40 @@ export class ConversationRepository {
   }
 
   /**
+   * Process-wide on purpose (the worker's reconciler): one page of the live
+   * conversations idle since before `idleBefore`, in id order, read through
+   * the partial index of live conversations (0012): a range of it, however
+   * many conversations the table holds.
+   */
+  async listLive(
+    idleBefore: Date,
+    afterId: string | null,
+    limit: number,
+  ): Promise<ConversationRef[]> {
+    const { rows } = await this.db.query<{
+      tenant_id: string;
+      user_id: string;
+      id: string;
+      incarnation: string;
+    }>(
+      `SELECT tenant_id, user_id, id, incarnation
+         FROM conversations
+        WHERE status IN ('STARTING', 'RUNNING')
+          AND ($2::uuid IS NULL OR id > $2::uuid)
+          AND updated_at < $1::timestamptz
+        ORDER BY id
+        LIMIT $3`,
+      [idleBefore.toISOString(), afterId, limit],
+    );
+    return rows.map((row) => ({
+      tenantId: row.tenant_id,
+      userId: row.user_id,
+      conversationId: row.id,
+      incarnation: row.incarnation,
+    }));
+  }
+
+  /**
    * `last_event_id` by conversation id, for the (tenant, id) pairs found. A
    * read of many conversations, but by key: `id = ANY` lets Postgres (and
    * Citus, which prunes shards by it) look up only those rows.
