@@ -87,40 +87,6 @@ describe('npm run bench', () => {
     expect(await benchDatabases()).toEqual(before);
   }, 180_000);
 
-  it('runs the round trip, the load and the failovers on a Redis Cluster beside one Redis', async () => {
-    const before = await benchDatabases();
-    const { code, output } = await runHarness('bench/run.mjs', [
-      '--quick',
-      '--no-write',
-      '--only',
-      'round-trip,redis-cluster',
-      '--lease-ttl-ms',
-      '2000',
-      '--sustained-conversations',
-      '4',
-      '--sustained-levels',
-      '1',
-      '--sustained-rates',
-      '20',
-      '--failover-conversations',
-      '2',
-    ]);
-
-    expect(code, output).toBe(0);
-    expect(output).not.toContain('✗');
-    for (const line of [
-      /3 masters \+ 3 replicas on ports \d+, \d+, \d+, \d+, \d+, \d+/,
-      /2\/2 answered; 2 within \d+ ms \(LEASE_TTL_MS \+ 2 s, from the kill\)/,
-      /killed master :\d+ \(slots [\d, -]+\); \d+ of 24 conversations have keys or their queue there/,
-      /\d+ messages acknowledged, 0 unanswered; \d+ refused \(not stored\)/,
-      /round trip p50: [\d.]+ ms on the cluster vs [\d.]+ ms on one Redis: ×[\d.]+ \(bound ×1\.3\)/,
-    ]) {
-      expect(output).toMatch(line);
-    }
-    expect(output).not.toMatch(/errors [1-9]/);
-    expect(await benchDatabases()).toEqual(before);
-  }, 300_000);
-
   it('judges each figure from what the run measured', async () => {
     const { latestResults, renderMarkdown } = await report();
     const file = latestResults();
