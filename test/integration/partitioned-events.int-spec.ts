@@ -81,6 +81,30 @@ function reply(cause: number, content: string, stateDelta?: Record<string, unkno
   };
 }
 
+/** Conversations with logs, keys, causes, lease epochs and state, as a store in use holds them. */
+async function useConversations(database: SqlDatabase) {
+  const store = new PostgresConversationStore(database);
+  const tenantId = uniqueName('tenant');
+  const conversations = [];
+  for (let i = 0; i < 24; i += 1) {
+    const { conversation } = await store.createConversation(newConversation(tenantId));
+    conversations.push(conversation);
+    const epoch = await store.acquireLease(tenantId, conversation.id, `worker-${i}`);
+    for (let turn = 0; turn < 1 + (i % 4); turn += 1) {
+      const [sent] = await store.append(tenantId, conversation.id, [
+        message(`m${i}.${turn}`, { clientEventId: `c${i}.${turn}` }),
+      ]);
+      await store.append(
+        tenantId,
+        conversation.id,
+        [reply(sent!.event.id, `echo ${i}.${turn}`, { turn, 'user:seen': i })],
+        { leaseEpoch: epoch },
+      );
+    }
+  }
+  return { conversations, tenantId };
+}
+
 /** Every row of `table` as JSON text, in key order: what must survive the migration. */
 async function rowsOf(database: SqlDatabase, table: string, order: string): Promise<string[]> {
   const { rows } = await database.query<{ row: string }>(
@@ -108,26 +132,25 @@ describe.each(backends)('partitioned events on $name', (backend) => {
       expect(migrations.map((m) => m.name)).toContain(PARTITIONING);
       await migrate(database, before);
 
-      // A database in use: conversations with logs, keys, causes, epochs and state.
-      const store = new PostgresConversationStore(database);
-      const tenantId = uniqueName('tenant');
-      const conversations = [];
-      for (let i = 0; i < 24; i += 1) {
-        const { conversation } = await store.createConversation(newConversation(tenantId));
-        conversations.push(conversation);
-        const epoch = await store.acquireLease(tenantId, conversation.id, `worker-${i}`);
-        for (let turn = 0; turn < 1 + (i % 4); turn += 1) {
-          const [sent] = await store.append(tenantId, conversation.id, [
-            message(`m${i}.${turn}`, { clientEventId: `c${i}.${turn}` }),
-          ]);
-          await store.append(
-            tenantId,
-            conversation.id,
-            [reply(sent!.event.id, `echo ${i}.${turn}`, { turn, 'user:seen': i })],
-            { leaseEpoch: epoch },
+      // A database in use: conversations with logs, keys, causes, epochs and
+      // state, written by today's store on a database of its own, then put into
+      // this one as its schema before the partitioning holds them (the columns
+      // later migrations added are left out).
+      const source = await backend.open();
+      const { conversations, tenantId } = await (async () => {
+        await migrate(source.database);
+        const seeded = await useConversations(source.database);
+        for (const table of ['conversations', 'events', 'app_states', 'user_states']) {
+          const { rows } = await source.database.query<{ rows: unknown[] }>(
+            `SELECT coalesce(jsonb_agg(to_jsonb(t)), '[]') AS rows FROM ${table} t`,
+          );
+          await database.query(
+            `INSERT INTO ${table} SELECT * FROM jsonb_populate_recordset(null::${table}, $1::jsonb)`,
+            [JSON.stringify(rows[0]!.rows)],
           );
         }
-      }
+        return seeded;
+      })().finally(() => source.teardown());
       // Rows written before sizes were recorded (migration 0004) have none.
       await database.query(
         'UPDATE events SET size_bytes = NULL WHERE conversation_id = $1 AND id = 0',
@@ -161,7 +184,10 @@ describe.each(backends)('partitioned events on $name', (backend) => {
       );
       expect(used[0]!.n).toBeGreaterThan(4);
 
-      // The log goes on where it stopped, its keys and its cascade still hold.
+      // The later migrations apply on top; the log goes on where it stopped,
+      // its keys and its cascade still hold.
+      await migrate(database);
+      const store = new PostgresConversationStore(database);
       const first = conversations[0]!;
       const appended = await store.append(tenantId, first.id, [
         message('m0.0', { clientEventId: 'c0.0' }),
@@ -351,41 +377,16 @@ async function partitionConversations(database: SqlDatabase): Promise<void> {
       `CREATE TABLE conversations_p${String(i).padStart(2, '0')} PARTITION OF conversations
          FOR VALUES WITH (MODULUS 16, REMAINDER ${i});`,
   ).join('\n');
+  // The table as the migrations made it (columns, defaults, generated columns,
+  // indexes), hash-partitioned by id.
   await database.transaction((tx) =>
     tx.exec(`
       ALTER TABLE events DROP CONSTRAINT events_conversation_id_fkey;
-      DROP TABLE conversations;
-      CREATE TABLE conversations (
-        id uuid NOT NULL,
-        tenant_id text NOT NULL,
-        user_id text NOT NULL,
-        app_name text NOT NULL,
-        title text NOT NULL DEFAULT '',
-        metadata jsonb NOT NULL DEFAULT '{}',
-        agent jsonb NOT NULL,
-        instructions text,
-        status text NOT NULL DEFAULT 'STOPPED',
-        agent_state text,
-        state jsonb NOT NULL DEFAULT '{}',
-        metrics jsonb NOT NULL
-          DEFAULT '{"iterations": 0, "prompt_tokens": 0, "completion_tokens": 0, "cost_usd": 0}',
-        last_event_id bigint NOT NULL DEFAULT -1,
-        lease_epoch bigint NOT NULL DEFAULT 0,
-        lease_owner text,
-        created_at timestamptz NOT NULL DEFAULT now(),
-        updated_at timestamptz NOT NULL DEFAULT now(),
-        incarnation uuid NOT NULL DEFAULT gen_random_uuid(),
-        confirmation_mode boolean NOT NULL DEFAULT false,
-        multitask_strategy text,
-        max_iterations integer,
-        max_budget_usd numeric,
-        answered_through bigint NOT NULL DEFAULT -1,
-        turn_cause bigint,
-        turn_cost_usd numeric NOT NULL DEFAULT 0,
-        PRIMARY KEY (id)
-      ) PARTITION BY HASH (id);
-      ${partitions}
-      CREATE INDEX ON conversations (tenant_id, user_id);
+      CREATE TABLE conversations_sharded (LIKE conversations INCLUDING ALL)
+        PARTITION BY HASH (id);
+      ${partitions.replaceAll('PARTITION OF conversations', 'PARTITION OF conversations_sharded')}
+      DROP TABLE conversations CASCADE;
+      ALTER TABLE conversations_sharded RENAME TO conversations;
       ALTER TABLE events ADD CONSTRAINT events_conversation_id_fkey
         FOREIGN KEY (conversation_id) REFERENCES conversations (id) ON DELETE CASCADE;
     `),
