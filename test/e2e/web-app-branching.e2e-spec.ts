@@ -119,7 +119,8 @@ describe('web app: branching', () => {
     const box = page.getByRole('textbox', { name: 'Edit message' });
     await box.waitFor({ timeout: TIMEOUT });
     await expect(box.inputValue()).resolves.toBe('first');
-    await expect(isFocused(box)).resolves.toBe(true);
+    // Focused once the box is drawn (an effect after its render).
+    await expect.poll(() => isFocused(box), { timeout: TIMEOUT }).toBe(true);
     await page.keyboard.press('Control+A');
     await page.keyboard.type('changed');
     await page.keyboard.press('Tab');

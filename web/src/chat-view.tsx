@@ -370,6 +370,10 @@ function MessageActions({
 function EditForm({ eventId, branch }: { eventId: number; branch: BranchControls }) {
   const text = branch.editing?.text ?? '';
   const inputId = `edit-${eventId}`;
+  // Opened from its "Edit" button: the keyboard goes on in the box. (The
+  // autofocus attribute does nothing here: a document honours it once.)
+  const box = useRef<HTMLTextAreaElement>(null);
+  useEffect(() => box.current?.focus(), []);
   return (
     <form
       class="edit-form"
@@ -385,9 +389,8 @@ function EditForm({ eventId, branch }: { eventId: number; branch: BranchControls
         id={inputId}
         rows={2}
         maxLength={MAX_MESSAGE_CONTENT_CHARS}
+        ref={box}
         value={text}
-        // Opened from its "Edit" button: the keyboard goes on in the box.
-        autoFocus
         onInput={(event) => branch.changeEdit(event.currentTarget.value)}
         onKeyDown={(event) => {
           if (event.key === 'Escape') branch.cancelEdit();
