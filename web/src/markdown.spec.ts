@@ -205,6 +205,12 @@ describe('renderMessage bounds', () => {
     expect('html' in renderMessage(smaller, Infinity)).toBe(true);
   });
 
+  it('tells a table too big before marked reads it (no budget spent on it)', () => {
+    const table = `|a|b|\n|-|-|\n${'|x|y|\n'.repeat(MARKDOWN_MAX_ELEMENTS / 2)}`;
+    // With no time at all, only a check made before parsing can answer `size`.
+    expect(renderMessage(table, 0)).toEqual({ plain: 'size' });
+  });
+
   it('shows a message as plain text once its time budget is spent', () => {
     const markers = '_a'.repeat(MARKDOWN_MAX_CHARS / 2);
     expect(renderMessage(markers, 0)).toEqual({ plain: 'time' });

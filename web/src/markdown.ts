@@ -167,6 +167,9 @@ markdown.use({
 export function renderMessage(text: string, budgetMs = MARKDOWN_BUDGET_MS): RenderedMessage {
   if (text.length > MARKDOWN_MAX_CHARS) return { plain: 'size' };
   if (markdownDepth(text) > MARKDOWN_MAX_DEPTH) return { plain: 'depth' };
+  // A table makes about one element a `|`, and marked reads a whole table in
+  // one step no budget can cut (50 ms for 2,700 rows): count them first.
+  if (countOf(text, '|') > MARKDOWN_MAX_ELEMENTS) return { plain: 'size' };
   let html: string;
   deadline = text.length > MARKDOWN_UNTIMED_CHARS ? performance.now() + budgetMs : Infinity;
   try {
@@ -187,9 +190,14 @@ export function renderMessage(text: string, budgetMs = MARKDOWN_BUDGET_MS): Rend
 
 /** How many tags the HTML holds: every `<` of marked's output opens one (text is escaped). */
 function countTags(html: string): number {
-  let tags = 0;
-  for (let at = html.indexOf('<'); at !== -1; at = html.indexOf('<', at + 1)) tags += 1;
-  return tags;
+  return countOf(html, '<');
+}
+
+function countOf(text: string, character: string): number {
+  let count = 0;
+  for (let at = text.indexOf(character); at !== -1; at = text.indexOf(character, at + 1))
+    count += 1;
+  return count;
 }
 
 const SPACE = 0x20;
