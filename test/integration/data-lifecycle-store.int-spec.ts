@@ -13,40 +13,10 @@ import {
   PostgresConversationStore,
   PostgresDataLifecycleStore,
   migrate,
-  openPglite,
-  openPostgres,
 } from '@cs/store';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { createScratchDatabase, uniqueName } from '../support/services.js';
-
-interface Backend {
-  name: string;
-  open(): Promise<{ database: SqlDatabase; teardown(): Promise<void> }>;
-}
-
-const backends: Backend[] = [
-  {
-    name: 'Postgres',
-    async open() {
-      const scratch = await createScratchDatabase('cs_lifecycle');
-      const database = openPostgres(scratch.url, { poolSize: 4 });
-      return {
-        database,
-        async teardown() {
-          await database.close();
-          await scratch.drop();
-        },
-      };
-    },
-  },
-  {
-    name: 'PGlite',
-    async open() {
-      const database = await openPglite(undefined);
-      return { database, teardown: () => database.close() };
-    },
-  },
-];
+import { uniqueName } from '../support/services.js';
+import { SQL_BACKENDS } from '../support/sql-backends.js';
 
 function conversation(tenantId: string, userId: string): NewConversation {
   return {
@@ -84,7 +54,7 @@ function indexesOf(plan: unknown): string[] {
   return found;
 }
 
-describe.each(backends)('PostgresDataLifecycleStore ($name)', (backend) => {
+describe.each(SQL_BACKENDS)('PostgresDataLifecycleStore ($name)', (backend) => {
   let database: SqlDatabase;
   let teardown: () => Promise<void>;
   let store: PostgresConversationStore;

@@ -5,44 +5,10 @@ import { randomUUID } from 'node:crypto';
 import type { ConversationStore, EventDraft, NewConversation, WebhookOutbox } from '@cs/core';
 import { LeaseLostError } from '@cs/core';
 import type { SqlDatabase } from '@cs/store';
-import {
-  PostgresConversationStore,
-  PostgresWebhookOutbox,
-  migrate,
-  openPglite,
-  openPostgres,
-} from '@cs/store';
+import { PostgresConversationStore, PostgresWebhookOutbox, migrate } from '@cs/store';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { createScratchDatabase, uniqueName } from '../support/services.js';
-
-interface Backend {
-  name: string;
-  open(): Promise<{ database: SqlDatabase; teardown(): Promise<void> }>;
-}
-
-const backends: Backend[] = [
-  {
-    name: 'Postgres',
-    async open() {
-      const scratch = await createScratchDatabase('cs_webhooks');
-      const database = openPostgres(scratch.url, { poolSize: 12 });
-      return {
-        database,
-        async teardown() {
-          await database.close();
-          await scratch.drop();
-        },
-      };
-    },
-  },
-  {
-    name: 'PGlite',
-    async open() {
-      const database = await openPglite(undefined);
-      return { database, teardown: () => database.close() };
-    },
-  },
-];
+import { uniqueName } from '../support/services.js';
+import { SQL_BACKENDS } from '../support/sql-backends.js';
 
 const ALL = 'http://127.0.0.1:1/all';
 const TURNS = 'http://127.0.0.1:1/turns';
@@ -94,7 +60,7 @@ const toolCall = (cause: number, id: string): EventDraft => ({
   cause,
 });
 
-describe.each(backends)('PostgresWebhookOutbox on $name', (backend) => {
+describe.each(SQL_BACKENDS)('PostgresWebhookOutbox on $name', (backend) => {
   let database: SqlDatabase;
   let store: ConversationStore;
   let outbox: WebhookOutbox;
