@@ -1,10 +1,7 @@
 import { Body, Controller, Headers, Param, Post, Res, UseGuards } from '@nestjs/common';
 import { ApiBearerAuth, ApiBody, ApiTags } from '@nestjs/swagger';
 import type { Response } from 'express';
-import { NotFoundError } from '@cs/core';
 import {
-  ClientEventIdSchema,
-  ConversationIdSchema,
   EditBodySchema,
   ForkBodySchema,
   RegenerateBodySchema,
@@ -16,13 +13,7 @@ import { CurrentPrincipal, HttpAuthGuard } from '../auth/http-auth.guard.js';
 import type { Principal } from '../auth/principal.js';
 import { ConversationBranchingService } from '../conversations/conversation-branching.service.js';
 import { openApiSchema } from './openapi.js';
-import { parseInput } from './validation.js';
-
-/** Path ids that are not UUIDs name no conversation: 404, not 400. */
-function conversationId(raw: string): string {
-  if (!ConversationIdSchema.safeParse(raw).success) throw new NotFoundError();
-  return raw;
-}
+import { conversationId, idempotencyKeyOf, parseInput } from './validation.js';
 
 /** A path's event id: a non-negative integer, else 400 naming `event_id`. */
 const EventIdParamSchema = z.object({
@@ -32,13 +23,6 @@ const EventIdParamSchema = z.object({
     .transform(Number)
     .pipe(z.number().int().min(0).max(Number.MAX_SAFE_INTEGER)),
 });
-
-function idempotencyKeyOf(header: string | undefined): string | undefined {
-  if (header === undefined) return undefined;
-  return parseInput(z.object({ 'Idempotency-Key': ClientEventIdSchema }), {
-    'Idempotency-Key': header,
-  })['Idempotency-Key'];
-}
 
 /**
  * The branching routes of PROTOCOL.md ("Branching: fork, rewind, edit,

@@ -18,8 +18,6 @@ import { ApiBearerAuth, ApiBody, ApiHeader, ApiOkResponse, ApiTags } from '@nest
 import type { Request, Response } from 'express';
 import { BadRequestError, NotFoundError } from '@cs/core';
 import {
-  ClientEventIdSchema,
-  ConversationIdSchema,
   ConversationPresenceSchema,
   CreateConversationBodySchema,
   EmptyBodySchema,
@@ -44,14 +42,8 @@ import { EventStreamService } from '../realtime/event-stream.service.js';
 import { TurnWatchService } from '../realtime/turn-watch.service.js';
 import { preferredWait } from './prefer-header.js';
 import { cutShort, streamNdjson } from '../lifecycle/ndjson-response.js';
-import { parseInput } from './validation.js';
+import { conversationId, idempotencyKeyOf, parseInput } from './validation.js';
 import { openApiSchema } from './openapi.js';
-
-/** Path ids that are not UUIDs name no conversation: 404, not 400. */
-function conversationId(raw: string): string {
-  if (!ConversationIdSchema.safeParse(raw).success) throw new NotFoundError();
-  return raw;
-}
 
 const LastEventIdSchema = z
   .string()
@@ -166,12 +158,7 @@ export class ConversationsController {
     @Res({ passthrough: true }) response: Response,
   ): Promise<SentUserAction> {
     const target = conversationId(id);
-    const key =
-      idempotencyKey === undefined
-        ? undefined
-        : parseInput(z.object({ 'Idempotency-Key': ClientEventIdSchema }), {
-            'Idempotency-Key': idempotencyKey,
-          })['Idempotency-Key'];
+    const key = idempotencyKeyOf(idempotencyKey);
     const waitS = preferredWait(prefer);
     const action = parseInput(UserActionSchema, body);
     // Two keys for one action: keeping either would store it again when retried with the other.

@@ -1,11 +1,13 @@
-import { BadRequestError } from '@cs/core';
+import { BadRequestError, NotFoundError } from '@cs/core';
 import {
+  ClientEventIdSchema,
+  ConversationIdSchema,
   MAX_JSON_DEPTH,
   describeZodError,
   findJsonTooDeep,
   findUnstorableText,
 } from '@cs/protocol';
-import type { z } from 'zod';
+import { z } from 'zod';
 
 /**
  * Parses untrusted input (a body, a query string, a socket payload) or throws
@@ -44,4 +46,18 @@ export function assertJsonDepth(value: unknown): void {
   const field = typeof tooDeep[0] === 'string' ? tooDeep[0] : undefined;
   const message = `${field ?? 'the input'}: JSON nested more than ${MAX_JSON_DEPTH} deep`;
   throw new BadRequestError(message, field);
+}
+
+/** Path ids that are not UUIDs name no conversation: 404, not 400. */
+export function conversationId(raw: string): string {
+  if (!ConversationIdSchema.safeParse(raw).success) throw new NotFoundError();
+  return raw;
+}
+
+/** The `Idempotency-Key` header, held to a client event id's rules; undefined when absent. */
+export function idempotencyKeyOf(header: string | undefined): string | undefined {
+  if (header === undefined) return undefined;
+  return parseInput(z.object({ 'Idempotency-Key': ClientEventIdSchema }), {
+    'Idempotency-Key': header,
+  })['Idempotency-Key'];
 }
