@@ -40,7 +40,7 @@ const E2E_SERIAL = [
   // 503 from a gateway within 3 s of Redis or Postgres going away
   'test/e2e/cluster-outages.e2e-spec.ts',
   // a standalone's SIGTERM exit within 4 s with a frozen client
-  'test/e2e/standalone.e2e-spec.ts',
+  'test/e2e/standalone-shutdown.e2e-spec.ts',
   // a stop reaches the agent's tool within 1 s
   'test/e2e/agent-runtime.e2e-spec.ts',
   'test/e2e/agent-runtime-cluster.e2e-spec.ts',
@@ -61,14 +61,19 @@ const E2E_SERIAL = [
   'test/e2e/lost-jobs.e2e-spec.ts',
 ];
 
-/** Run a second time on a Redis Cluster (`TEST_REDIS=cluster`). */
+/**
+ * Run a second time on a Redis Cluster (`TEST_REDIS=cluster`), those of
+ * E2E_SERIAL one at a time after the rest, which run two at a time.
+ */
 const E2E_ON_REDIS_CLUSTER = [
   'test/e2e/cluster.e2e-spec.ts',
+  'test/e2e/cluster-chat.e2e-spec.ts',
   'test/e2e/agent-runtime-cluster.e2e-spec.ts',
   'test/e2e/agents-cluster.e2e-spec.ts',
   'test/e2e/budgets.e2e-spec.ts',
   'test/e2e/rest-wait.e2e-spec.ts',
 ];
+const isSerial = (file: string) => E2E_SERIAL.includes(file);
 
 export default defineConfig({
   plugins,
@@ -160,13 +165,28 @@ export default defineConfig({
       },
       {
         // The cluster suites again, the same test bodies, on a local Redis
-        // Cluster of each file's own (test/support/test-redis.ts); serial for
-        // the same reasons as e2e-serial.
+        // Cluster of each file's own (test/support/test-redis.ts): beside the
+        // other e2e files, and those of E2E_SERIAL after them, one at a time.
         plugins,
         resolve: { alias },
         test: {
           name: 'e2e-redis-cluster',
-          include: E2E_ON_REDIS_CLUSTER,
+          include: E2E_ON_REDIS_CLUSTER.filter((file) => !isSerial(file)),
+          environment: 'node',
+          env: { TEST_REDIS: 'cluster' },
+          globalSetup: needsServices,
+          testTimeout: 120_000,
+          hookTimeout: 120_000,
+          maxWorkers: 2,
+          sequence: { groupOrder: 1 },
+        },
+      },
+      {
+        plugins,
+        resolve: { alias },
+        test: {
+          name: 'e2e-redis-cluster-serial',
+          include: E2E_ON_REDIS_CLUSTER.filter(isSerial),
           environment: 'node',
           env: { TEST_REDIS: 'cluster' },
           globalSetup: needsServices,

@@ -1,7 +1,9 @@
 // Checks once, before any test, that the Postgres and Redis the suite needs are
-// reachable, and says how to provide them when they are not.
+// reachable, and says how to provide them when they are not; then makes the
+// migrated template the end-to-end files' databases are copied from.
 import pg from 'pg';
 import { Redis } from 'ioredis';
+import { ensureMigratedTemplate } from './support/migrated-template.js';
 import { testDatabaseUrl, testRedisUrl } from './support/services.js';
 
 export default async function checkServices(): Promise<void> {
@@ -40,6 +42,7 @@ export default async function checkServices(): Promise<void> {
   if (problems.length > 0) {
     throw new Error(`the test suite needs Postgres and Redis:\n${problems.join('\n')}`);
   }
+  await ensureMigratedTemplate(testDatabaseUrl());
 }
 
 function redact(url: string): string {

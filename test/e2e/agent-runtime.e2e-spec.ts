@@ -37,7 +37,7 @@ describe('agent runtime (standalone)', () => {
   const tenant = uniqueName('runtime');
 
   beforeAll(async () => {
-    db = await createScratchDatabase('cs_runtime');
+    db = await createScratchDatabase('cs_runtime', { migrated: true });
     dir = mkdtempSync(join(tmpdir(), 'cs-runtime-'));
     toolLog = join(dir, 'tools.log');
     writeFileSync(toolLog, '');
@@ -741,7 +741,7 @@ describe('agent runtime (standalone)', () => {
 
 describe('the budget of a turn across kill -9 and a restart (standalone)', () => {
   it('ends the resumed turn at the budget, counting what its steps cost before the restart', async () => {
-    const db = await createScratchDatabase('cs_budget');
+    const db = await createScratchDatabase('cs_budget', { migrated: true });
     const dir = mkdtempSync(join(tmpdir(), 'cs-budget-'));
     const toolLog = join(dir, 'tools.log');
     writeFileSync(toolLog, '');

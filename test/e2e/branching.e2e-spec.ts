@@ -533,7 +533,7 @@ describe('branching: a standalone app', () => {
 
   beforeAll(async () => {
     writeFileSync(toolLog, '');
-    db = await createScratchDatabase('cs_branching_e2e');
+    db = await createScratchDatabase('cs_branching_e2e', { migrated: true });
     app = await startApp('standalone', {
       DATABASE_URL: db.url,
       AUTH_JWT_SECRET: SECRET,
@@ -597,7 +597,7 @@ describe('branching: the rate limit', () => {
   let db: ScratchDatabase;
 
   beforeAll(async () => {
-    db = await createScratchDatabase('cs_branching_limit');
+    db = await createScratchDatabase('cs_branching_limit', { migrated: true });
     app = await startApp('standalone', {
       DATABASE_URL: db.url,
       AUTH_JWT_SECRET: SECRET,
@@ -642,7 +642,7 @@ describe('branching with the llm agent on the fake model server', () => {
 
   beforeAll(async () => {
     model = await FakeModelServer.start();
-    db = await createScratchDatabase('cs_branching_llm');
+    db = await createScratchDatabase('cs_branching_llm', { migrated: true });
     app = await startApp('standalone', {
       DATABASE_URL: db.url,
       AUTH_JWT_SECRET: SECRET,

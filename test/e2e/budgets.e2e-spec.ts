@@ -179,7 +179,7 @@ describe('budgets on the standalone app', () => {
 
   beforeAll(async () => {
     model = await fakeModel();
-    db = await createScratchDatabase('cs_budgets');
+    db = await createScratchDatabase('cs_budgets', { migrated: true });
     app = await startApp('standalone', {
       ...BUDGET_ENV,
       LLM_BASE_URL: `${model.url}/v1`,

@@ -133,7 +133,7 @@ describe('conversation settings: a standalone app', () => {
   const tenant = uniqueName('settings');
 
   beforeAll(async () => {
-    db = await createScratchDatabase('cs_settings');
+    db = await createScratchDatabase('cs_settings', { migrated: true });
     app = await startApp('standalone', {
       DATABASE_URL: db.url,
       AUTH_JWT_SECRET: SECRET,

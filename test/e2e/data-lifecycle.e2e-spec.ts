@@ -36,7 +36,7 @@ const backends: Backend[] = [
   {
     name: 'Postgres',
     async env() {
-      const db: ScratchDatabase = await createScratchDatabase('cs_lifecycle');
+      const db: ScratchDatabase = await createScratchDatabase('cs_lifecycle', { migrated: true });
       const dir = mkdtempSync(join(tmpdir(), 'cs-lifecycle-'));
       return {
         env: { DATABASE_URL: db.url, DATA_DIR: dir },

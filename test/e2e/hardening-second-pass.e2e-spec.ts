@@ -105,7 +105,7 @@ describe('hardening, second pass: a standalone app with development tokens on', 
   const tenant = uniqueName('second-pass');
 
   beforeAll(async () => {
-    db = await createScratchDatabase('cs_second_pass');
+    db = await createScratchDatabase('cs_second_pass', { migrated: true });
     app = await startApp('standalone', {
       DATABASE_URL: db.url,
       AUTH_JWT_SECRET: SECRET,
@@ -308,7 +308,7 @@ describe('hardening, second pass: a standalone app with development tokens off',
   let db: ScratchDatabase;
 
   beforeAll(async () => {
-    db = await createScratchDatabase('cs_second_pass_off');
+    db = await createScratchDatabase('cs_second_pass_off', { migrated: true });
     app = await startApp('standalone', { DATABASE_URL: db.url, AUTH_JWT_SECRET: SECRET });
   });
 

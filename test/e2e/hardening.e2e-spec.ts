@@ -146,7 +146,7 @@ describe('hardening: the standalone app', () => {
   const tenant = uniqueName('hardening');
 
   beforeAll(async () => {
-    db = await createScratchDatabase('cs_hardening');
+    db = await createScratchDatabase('cs_hardening', { migrated: true });
     app = await startApp('standalone', {
       DATABASE_URL: db.url,
       AUTH_JWT_SECRET: SECRET,

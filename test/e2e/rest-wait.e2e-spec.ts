@@ -216,7 +216,7 @@ describe('REST wait: a standalone app', () => {
   const tenant = uniqueName('wait');
 
   beforeAll(async () => {
-    db = await createScratchDatabase('cs_wait');
+    db = await createScratchDatabase('cs_wait', { migrated: true });
     app = await startApp('standalone', {
       DATABASE_URL: db.url,
       AUTH_JWT_SECRET: SECRET,

@@ -39,7 +39,7 @@ const backends: Backend[] = [
   {
     name: 'Postgres',
     async env() {
-      const db = await createScratchDatabase('cs_webhooks_e2e');
+      const db = await createScratchDatabase('cs_webhooks_e2e', { migrated: true });
       const dir = mkdtempSync(join(tmpdir(), 'cs-webhooks-'));
       return {
         env: { DATABASE_URL: db.url, DATA_DIR: dir },

@@ -58,7 +58,7 @@ export interface WorkerHealth {
 export async function startCluster(options: ClusterOptions = {}): Promise<TestCluster> {
   const prefix = uniqueName('cse2e');
   const tenant = uniqueName('tenant');
-  const db = await createScratchDatabase('cs_cluster');
+  const db = await createScratchDatabase('cs_cluster', { migrated: true });
   const env: Record<string, string> = {
     DATABASE_URL: options.databaseUrl ? options.databaseUrl(db.url) : db.url,
     ...(options.redisUrl

@@ -5,6 +5,7 @@ import { refOf, type ConversationRef, type ConversationStore } from '@cs/core';
 import calculateSlot from 'cluster-key-slot';
 import type { Redis } from 'ioredis';
 import pg from 'pg';
+import { migratedTemplateExists, migratedTemplateName } from './migrated-template.js';
 
 export function testDatabaseUrl(): string {
   return process.env.DATABASE_URL ?? 'postgres://postgres@127.0.0.1:5432/postgres';
@@ -25,14 +26,25 @@ export interface ScratchDatabase {
   drop(): Promise<void>;
 }
 
-/** Creates an empty database for one test file; `drop()` removes it. */
-export async function createScratchDatabase(prefix = 'cs_test'): Promise<ScratchDatabase> {
+/**
+ * Creates a database for one test file; `drop()` removes it. Empty, or with
+ * `migrated` a copy of the migrated template when the global setup made it
+ * (test/support/migrated-template.ts; else empty, for the processes to migrate).
+ */
+export async function createScratchDatabase(
+  prefix = 'cs_test',
+  options: { migrated?: boolean } = {},
+): Promise<ScratchDatabase> {
   const admin = testDatabaseUrl();
   const name = uniqueName(prefix).toLowerCase();
   const client = new pg.Client({ connectionString: admin });
   await client.connect();
   try {
-    await client.query(`CREATE DATABASE "${name}"`);
+    const template =
+      options.migrated && (await migratedTemplateExists(client))
+        ? ` TEMPLATE "${migratedTemplateName()}"`
+        : '';
+    await client.query(`CREATE DATABASE "${name}"${template}`);
   } finally {
     await client.end();
   }

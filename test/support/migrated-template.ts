@@ -1,0 +1,69 @@
+// A database holding every migration, made once per set of migration files
+// (named by their hash) and copied by CREATE DATABASE … TEMPLATE for the
+// end-to-end files' scratch databases: their processes then start on a
+// migrated schema instead of each running every migration again. Made by the
+// global setup (test/global-setup.ts); without it a scratch database is
+// created empty and the processes migrate it, as in production.
+import { createHash } from 'node:crypto';
+import { readdirSync, readFileSync } from 'node:fs';
+import { fileURLToPath } from 'node:url';
+import pg from 'pg';
+import { migrate, openPostgres } from '@cs/store';
+
+const MIGRATIONS = fileURLToPath(new URL('../../libs/store/src/migrations/', import.meta.url));
+const PREFIX = 'cs_template_';
+
+/** The template's name: a hash of the migration files, so a changed migration makes a new one. */
+export function migratedTemplateName(): string {
+  if (templateName) return templateName;
+  const hash = createHash('sha256');
+  for (const file of readdirSync(MIGRATIONS)
+    .filter((f) => f.endsWith('.sql'))
+    .sort()) {
+    hash.update(file).update(readFileSync(MIGRATIONS + file));
+  }
+  templateName = PREFIX + hash.digest('hex').slice(0, 16);
+  return templateName;
+}
+let templateName: string | undefined;
+
+/** Whether the template of today's migrations exists on the server `client` is connected to. */
+export async function migratedTemplateExists(client: pg.Client): Promise<boolean> {
+  const { rows } = await client.query('SELECT 1 FROM pg_database WHERE datname = $1', [
+    migratedTemplateName(),
+  ]);
+  return rows.length > 0;
+}
+
+/**
+ * Makes the template of today's migrations unless it exists: migrated under
+ * a name of its own, then renamed (atomic, so two setups at once both end
+ * with one whole template). Templates of other migrations are left alone: a
+ * run on another checkout may be copying one.
+ */
+export async function ensureMigratedTemplate(adminUrl: string): Promise<void> {
+  const name = migratedTemplateName();
+  const admin = new pg.Client({ connectionString: adminUrl });
+  await admin.connect();
+  try {
+    if (await migratedTemplateExists(admin)) return;
+    const building = `${name}_${process.pid}_${Date.now().toString(36)}`;
+    await admin.query(`CREATE DATABASE "${building}"`);
+    const url = new URL(adminUrl);
+    url.pathname = `/${building}`;
+    const database = openPostgres(url.toString(), { poolSize: 1 });
+    try {
+      await migrate(database);
+    } finally {
+      await database.close();
+    }
+    try {
+      await admin.query(`ALTER DATABASE "${building}" RENAME TO "${name}"`);
+    } catch {
+      // Another setup made it meanwhile.
+      await admin.query(`DROP DATABASE IF EXISTS "${building}" WITH (FORCE)`);
+    }
+  } finally {
+    await admin.end();
+  }
+}
