@@ -5,7 +5,7 @@
 // erasure leaves it to the other, which completes it.
 import { Cluster, type Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { ConversationClient, api } from '../support/clients.js';
+import { ConversationClient, api, devToken, openSse } from '../support/clients.js';
 import { AGENT_MODULE } from '../support/agent-runtime.js';
 import { startCluster, until, workerHealth, type TestCluster } from '../support/cluster.js';
 import { uniqueName } from '../support/services.js';
@@ -206,6 +206,70 @@ describe('the erasure of a user on a cluster', () => {
     ).toBe(200);
     onFirst.close();
     onSecond.close();
+  });
+
+  it("closes an erased admin's sockets and streams on other users' conversations, on both gateways", async () => {
+    const owner = uniqueName('olga');
+    const ownerToken = await cluster.token(owner);
+    const admin = uniqueName('root');
+    const adminToken = await devToken(gateway(first), {
+      user_id: admin,
+      tenant_id: cluster.tenant,
+      roles: ['admin'],
+    });
+    const created = await api(gateway(first), 'POST', '/api/conversations', {
+      token: ownerToken,
+      body: { initial_user_msg: 'watched' },
+    });
+    expect(created.status).toBe(201);
+    const theirs = created.body.conversation_id as string;
+    // The admin follows it on both gateways, by socket and by stream; so does its owner.
+    const sockets = await Promise.all(
+      [first, second].map((index) =>
+        ConversationClient.connect(gateway(index), adminToken, {
+          conversation_id: theirs,
+          start: 'false',
+        }),
+      ),
+    );
+    const streams = await Promise.all(
+      [first, second].map((index) => openSse(gateway(index), adminToken, theirs)),
+    );
+    const ownerStream = await openSse(gateway(first), ownerToken, theirs);
+    const ended = new Set<string>();
+    streams.forEach((stream, index) => void stream.ended.then(() => ended.add(`admin ${index}`)));
+    void ownerStream.ended.then(() => ended.add('owner'));
+    await until(
+      () => [...streams, ownerStream].every((stream) => stream.text().includes('"id":0')),
+      'the replays',
+    );
+    for (const socket of sockets) {
+      await socket.waitFor((events) => events.some((event) => 'id' in event && event.id === 0));
+    }
+
+    // Asked of the second gateway, which runs it: the first hears of it through Redis.
+    const erased = await api(gateway(second), 'DELETE', '/api/users/me', { token: adminToken });
+    expect(erased.status).toBe(202);
+    expect(await erasureDone(gateway(second), adminToken, erased.body.erasure_id)).toEqual({
+      status: 'done',
+      conversations_deleted: 0,
+    });
+    await until(
+      () => ended.has('admin 0') && ended.has('admin 1'),
+      () => `the admin's streams ended (ended: ${[...ended].join(', ')})`,
+    );
+    for (const stream of streams) expect(stream.text()).toContain('STATUS$CONVERSATION_DELETED');
+    for (const socket of sockets) {
+      await until(() => socket.socket.disconnected, "the admin's socket closed");
+    }
+    // The owner's stream and conversation stay.
+    expect(ended.has('owner')).toBe(false);
+    expect(
+      (await api(gateway(second), 'GET', `/api/conversations/${theirs}`, { token: ownerToken }))
+        .status,
+    ).toBe(200);
+    ownerStream.abort();
+    for (const socket of sockets) socket.close();
   });
 
   it('completes an erasure whose gateway was killed (-9) while it ran', async () => {

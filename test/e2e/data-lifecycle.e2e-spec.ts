@@ -10,7 +10,7 @@ import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createClient, type ConversationExportLine } from '@cs/client';
 import type { StoredEvent } from '@cs/protocol';
-import { ConversationClient, api, devToken } from '../support/clients.js';
+import { ConversationClient, api, devToken, openSse } from '../support/clients.js';
 import { readAllEvents, until } from '../support/cluster.js';
 import { metricTotals } from '../support/metrics.js';
 import { AGENT_MODULE } from '../support/agent-runtime.js';
@@ -428,6 +428,43 @@ describe.each(backends)('data lifecycle on the standalone app ($name)', (backend
     expect((await api(app.url, 'GET', `/api/conversations/${kept}`, { token: grace })).status).toBe(
       200,
     );
+  });
+
+  it("closes every socket and stream of an erased admin, those on other users' conversations too", async () => {
+    const quinn = await token('quinn');
+    const theirs = await conversationWith(quinn, ['watched']);
+    const root = await token('root', ['admin']);
+    const socket = await ConversationClient.connect(app.url, root, {
+      conversation_id: theirs,
+      start: 'false',
+    });
+    const stream = await openSse(app.url, root, theirs);
+    const ownerStream = await openSse(app.url, quinn, theirs);
+    const ended = new Set<string>();
+    void stream.ended.then(() => ended.add('admin'));
+    void ownerStream.ended.then(() => ended.add('owner'));
+    await until(
+      () => stream.text().includes('"id":0') && ownerStream.text().includes('"id":0'),
+      'the replays',
+    );
+    await socket.waitFor((events) => events.some((event) => 'id' in event && event.id === 0));
+
+    const erased = await api(app.url, 'DELETE', '/api/users/me', { token: root });
+    expect(erased.status).toBe(202);
+    expect(await erasureDone(root, erased.body.erasure_id)).toEqual({
+      status: 'done',
+      conversations_deleted: 0,
+    });
+    await until(() => ended.has('admin'), "the admin's stream ended");
+    expect(stream.text()).toContain('STATUS$CONVERSATION_DELETED');
+    await until(() => socket.socket.disconnected, "the admin's socket closed");
+    // The owner's stream and conversation stay.
+    expect(ended.has('owner')).toBe(false);
+    expect(
+      (await api(app.url, 'GET', `/api/conversations/${theirs}`, { token: quinn })).status,
+    ).toBe(200);
+    ownerStream.abort();
+    socket.close();
   });
 
   it('answers 404 for an erasure or export of another user by a non-admin, and 202 with 0 for an unknown user', async () => {
