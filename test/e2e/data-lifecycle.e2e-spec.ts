@@ -10,7 +10,7 @@ import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createClient, type ConversationExportLine } from '@cs/client';
 import type { StoredEvent } from '@cs/protocol';
-import { ConversationClient, api, devToken } from '../support/clients.js';
+import { ConversationClient, api, devToken, openSse } from '../support/clients.js';
 import { readAllEvents, until } from '../support/cluster.js';
 import { metricTotals } from '../support/metrics.js';
 import { AGENT_MODULE } from '../support/agent-runtime.js';
@@ -152,6 +152,118 @@ describe.each(backends)('data lifecycle on the standalone app ($name)', (backend
     const copy = await readAllEvents(app.url, alice, replayed.body.conversation_id);
     expect(history(copy)).toEqual(history(events));
     expect(history(copy).length).toBeGreaterThanOrEqual(6);
+  });
+
+  it('replays the export of a rewound, edited and regenerated conversation exactly: ids, causes, undone marks, state, what its agent sees', async () => {
+    const fiona = await token('fiona');
+    const created = await api<{ conversation_id: string }>(app.url, 'POST', '/api/conversations', {
+      token: fiona,
+      body: { agent: 'history_teller' },
+    });
+    expect(created.status).toBe(201);
+    const id = created.body.conversation_id;
+    /** Waits until the turn of user message `cause` of `conversation` settled; gives its answer. */
+    const settled = async (conversation: string, cause: number) => {
+      let answer: StoredEvent | undefined;
+      await until(async () => {
+        const events = (await readAllEvents(app.url, fiona, conversation)).filter(
+          (event) => event.undone_by === undefined && event.cause === cause,
+        );
+        answer = events.find((event) => 'action' in event && event.action === 'message');
+        return events.some(
+          (event) =>
+            'observation' in event &&
+            event.observation === 'agent_state_changed' &&
+            event.extras['agent_state'] === 'awaiting_user_input',
+        );
+      }, `the settled turn of ${cause}`);
+      return answer as StoredEvent & { args: { content: string } };
+    };
+    const say = async (conversation: string, content: string) => {
+      const sent = await api<{ event_id: number }>(
+        app.url,
+        'POST',
+        `/api/conversations/${conversation}/events`,
+        { token: fiona, body: { action: 'message', args: { content } } },
+      );
+      expect(sent.status).toBe(201);
+      return settled(conversation, sent.body.event_id);
+    };
+    const a = await say(id, 'set color=red');
+    await say(id, 'set size=big');
+    const c = await say(id, 'hello');
+    const edit = await api<{ event_id: number }>(
+      app.url,
+      'POST',
+      `/api/conversations/${id}/events/${c.cause}/edit`,
+      { token: fiona, body: { content: 'set mood=ok' } },
+    );
+    expect(edit.status).toBe(201);
+    await settled(id, edit.body.event_id);
+    const regenerate = await api(app.url, 'POST', `/api/conversations/${id}/regenerate`, {
+      token: fiona,
+      body: {},
+    });
+    expect(regenerate.status).toBe(201);
+    await settled(id, edit.body.event_id);
+    const rewind = await api(app.url, 'POST', `/api/conversations/${id}/rewind`, {
+      token: fiona,
+      body: { to_event_id: a.id },
+    });
+    expect(rewind.status).toBe(200);
+    await say(id, 'set shape=round');
+
+    const response = await fetch(`${app.url}/api/conversations/${id}/export`, {
+      headers: { authorization: `Bearer ${fiona}` },
+    });
+    const lines = ndjson(await response.text());
+    const exported = lines.slice(1, -1) as StoredEvent[];
+    expect(exported.filter((event) => event.undone_by !== undefined).length).toBeGreaterThan(6);
+    /** A new conversation of the history teller with `replay` as replay_json. */
+    const replay = async (replayed: unknown[]) => {
+      const answer = await api<{ conversation_id: string }>(app.url, 'POST', '/api/conversations', {
+        token: fiona,
+        body: { agent: 'history_teller', replay_json: JSON.stringify(replayed) },
+      });
+      expect(answer.status, JSON.stringify(answer.body)).toBe(201);
+      return answer.body.conversation_id;
+    };
+    /** An event as a history keeps it: all but when it was stored and its idempotency key. */
+    const kept = (events: readonly StoredEvent[]) =>
+      events.map((event) => {
+        const {
+          timestamp: _t,
+          client_event_id: _k,
+          ...rest
+        } = event as StoredEvent & {
+          client_event_id?: string;
+        };
+        return rest;
+      });
+    // The events alone, then with the `{ state }` line that ends the export.
+    const eventsOnly = await replay(exported);
+    expect(kept(await readAllEvents(app.url, fiona, eventsOnly))).toEqual(kept(exported));
+    const copyId = await replay(lines.slice(1));
+    expect(kept(await readAllEvents(app.url, fiona, copyId))).toEqual(kept(exported));
+    const stateOf = async (conversation: string) =>
+      (await api(app.url, 'GET', `/api/conversations/${conversation}/state`, { token: fiona }))
+        .body as { state: Record<string, unknown>; agent_state: string };
+    const [sourceState, copyState] = [await stateOf(id), await stateOf(copyId)];
+    expect(copyState.state).toEqual({ color: 'red', shape: 'round' });
+    expect(copyState.state).toEqual(sourceState.state);
+    expect(copyState.agent_state).toBe('awaiting_user_input');
+    // A turn a rewind undid is undone in the copy too.
+    const undoneTurn = await api(app.url, 'GET', `/api/conversations/${copyId}/turns/${c.cause}`, {
+      token: fiona,
+    });
+    expect(undoneTurn.body).toMatchObject({ status: 'undone' });
+
+    // Both agents see the same history (no undone event) and the same state.
+    const told = [await say(id, 'tell'), await say(copyId, 'tell')];
+    expect(told.map((answer) => answer.args.content)).toEqual([
+      'seen: set color=red | set shape=round | tell; state: {"color":"red","shape":"round"}',
+      'seen: set color=red | set shape=round | tell; state: {"color":"red","shape":"round"}',
+    ]);
   });
 
   it('exports through the SDK, line by line, and the same as REST', async () => {
@@ -316,6 +428,43 @@ describe.each(backends)('data lifecycle on the standalone app ($name)', (backend
     expect((await api(app.url, 'GET', `/api/conversations/${kept}`, { token: grace })).status).toBe(
       200,
     );
+  });
+
+  it("closes every socket and stream of an erased admin, those on other users' conversations too", async () => {
+    const quinn = await token('quinn');
+    const theirs = await conversationWith(quinn, ['watched']);
+    const root = await token('root', ['admin']);
+    const socket = await ConversationClient.connect(app.url, root, {
+      conversation_id: theirs,
+      start: 'false',
+    });
+    const stream = await openSse(app.url, root, theirs);
+    const ownerStream = await openSse(app.url, quinn, theirs);
+    const ended = new Set<string>();
+    void stream.ended.then(() => ended.add('admin'));
+    void ownerStream.ended.then(() => ended.add('owner'));
+    await until(
+      () => stream.text().includes('"id":0') && ownerStream.text().includes('"id":0'),
+      'the replays',
+    );
+    await socket.waitFor((events) => events.some((event) => 'id' in event && event.id === 0));
+
+    const erased = await api(app.url, 'DELETE', '/api/users/me', { token: root });
+    expect(erased.status).toBe(202);
+    expect(await erasureDone(root, erased.body.erasure_id)).toEqual({
+      status: 'done',
+      conversations_deleted: 0,
+    });
+    await until(() => ended.has('admin'), "the admin's stream ended");
+    expect(stream.text()).toContain('STATUS$CONVERSATION_DELETED');
+    await until(() => socket.socket.disconnected, "the admin's socket closed");
+    // The owner's stream and conversation stay.
+    expect(ended.has('owner')).toBe(false);
+    expect(
+      (await api(app.url, 'GET', `/api/conversations/${theirs}`, { token: quinn })).status,
+    ).toBe(200);
+    ownerStream.abort();
+    socket.close();
   });
 
   it('answers 404 for an erasure or export of another user by a non-admin, and 202 with 0 for an unknown user', async () => {

@@ -8,7 +8,7 @@ import { SignJWT } from 'jose';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import WebSocket from 'ws';
 import type { ServerEvent } from '@cs/protocol';
-import { ConversationClient, api, devToken } from '../support/clients.js';
+import { ConversationClient, api, devToken, openSse } from '../support/clients.js';
 import { CLUSTER_SECRET, startCluster, until, type TestCluster } from '../support/cluster.js';
 import { startApp, type AppProcess } from '../support/processes.js';
 import { createScratchDatabase, uniqueName, type ScratchDatabase } from '../support/services.js';
@@ -42,30 +42,6 @@ async function gauge(app: AppProcess, name: string): Promise<number> {
 
 function isStatus(event: ServerEvent, id: string): boolean {
   return 'status_update' in event && event.id === id;
-}
-
-/** An SSE stream read as text: what arrived, and whether the server ended it. */
-async function openSse(
-  url: string,
-  token: string,
-  id: string,
-): Promise<{ text: () => string; ended: Promise<void>; abort: () => void }> {
-  const controller = new AbortController();
-  const response = await fetch(`${url}/api/conversations/${id}/stream`, {
-    headers: { authorization: `Bearer ${token}` },
-    signal: controller.signal,
-  });
-  expect(response.status).toBe(200);
-  let text = '';
-  const decoder = new TextDecoder();
-  const ended = (async () => {
-    try {
-      for await (const chunk of response.body!) text += decoder.decode(chunk as Uint8Array);
-    } catch {
-      // aborted, or cut by the server
-    }
-  })();
-  return { text: () => text, ended, abort: () => controller.abort() };
 }
 
 /** An HTTP request on a raw TCP socket that never reads what comes back. */

@@ -54,6 +54,7 @@ import {
   type RewindRequest,
   forkAgentState,
   rewindDraft,
+  undoneMarksOf,
   stateDeltaBetween,
   unfinishedCallResult,
 } from '@cs/core';
@@ -182,7 +183,23 @@ export class InMemoryConversationStore implements ConversationStore {
     });
     if (drafts.length > 0) {
       try {
-        await this.append(input.tenantId, input.id, drafts);
+        const appended = await this.append(input.tenantId, input.id, drafts);
+        // A replayed history's rewinds keep their meaning.
+        const rewinds = appended.flatMap(({ event }) => {
+          const toEventId = rewindTarget(event);
+          return toEventId === null ? [] : [{ id: event.id, toEventId }];
+        });
+        const { marks, invalid } = undoneMarksOf(rewinds);
+        if (invalid !== null) {
+          throw new BadRequestError(
+            `the rewind ${invalid} goes back to no live event before it`,
+            'to_event_id',
+          );
+        }
+        for (const row of this.conversations.get(input.id)?.events ?? []) {
+          const by = marks.get(row.event.id);
+          if (by !== undefined) row.event.undone_by = by;
+        }
       } catch (error) {
         this.conversations.delete(input.id); // all of it or none
         throw error;

@@ -400,6 +400,48 @@ describe.each(backends)('fork and rewind on $name', (backend) => {
       });
     });
 
+    it('keeps the meaning of rewinds among the first events of a new conversation (a replayed history)', async () => {
+      const input = newConversation();
+      const rewind = (toEventId: number): EventDraft => ({
+        source: 'user',
+        body: { action: 'rewind', args: { to_event_id: toEventId }, message: '' },
+      });
+      await store.createConversation(input, [
+        message('first'),
+        answer('one', 0),
+        message('second'),
+        answer('two', 2),
+        rewind(1),
+        message('third'),
+        answer('three', 5),
+        rewind(0),
+      ]);
+      const events = await allEvents(store, input.tenantId, input.id);
+      expect(events.map((event) => event.undone_by ?? null)).toEqual([
+        null,
+        7,
+        4,
+        4,
+        7,
+        7,
+        7,
+        null,
+      ]);
+      const refused = newConversation();
+      await expect(
+        store.createConversation(refused, [
+          message('first'),
+          answer('one', 0),
+          message('x'),
+          rewind(1),
+          // 2 is undone by then.
+          rewind(2),
+        ]),
+      ).rejects.toMatchObject({ field: 'to_event_id' });
+      // All of it or none.
+      expect(await store.getConversation(refused.tenantId, refused.id)).toBeNull();
+    });
+
     it('rewinds twice: a later rewind to before the first undoes the first', async () => {
       const source = await conversationWithState();
       const first = await store.rewind(source.tenantId, source.id, { toEventId: 3 });

@@ -174,3 +174,27 @@ export function ids(events: ServerEvent[]): number[] {
     typeof (e as { id?: unknown }).id === 'number' ? [(e as StoredEvent).id] : [],
   );
 }
+
+/** An SSE stream read as text: what arrived, and whether the server ended it. */
+export async function openSse(
+  url: string,
+  token: string,
+  id: string,
+): Promise<{ text: () => string; ended: Promise<void>; abort: () => void }> {
+  const controller = new AbortController();
+  const response = await fetch(`${url}/api/conversations/${id}/stream`, {
+    headers: { authorization: `Bearer ${token}` },
+    signal: controller.signal,
+  });
+  if (response.status !== 200) throw new Error(`the stream answered ${response.status}`);
+  let text = '';
+  const decoder = new TextDecoder();
+  const ended = (async () => {
+    try {
+      for await (const chunk of response.body!) text += decoder.decode(chunk as Uint8Array);
+    } catch {
+      // aborted, or cut by the server
+    }
+  })();
+  return { text: () => text, ended, abort: () => controller.abort() };
+}

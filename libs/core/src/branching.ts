@@ -76,3 +76,43 @@ const UNSETTLED = new Set([
 export function forkAgentState(copied: string | null): string | null {
   return copied !== null && UNSETTLED.has(copied) ? 'stopped' : copied;
 }
+
+/** A stored rewind: its own id and the point it went back to. */
+export interface RewindPoint {
+  id: number;
+  toEventId: number;
+}
+
+/** The undone marks of a gap-free log's rewinds, and the first rewind that could not have been stored. */
+export interface UndoneMarks {
+  /** Event id → id of the rewind that undid it. */
+  marks: Map<number, number>;
+  /** The id of the first rewind whose point is not a live event before it; null when none. */
+  invalid: number | null;
+}
+
+/**
+ * The undone marks that a log's rewinds made (a replayed history: its events
+ * are stored together, the marks after them): each rewind, in id order,
+ * undoes the events after its point and before itself that no earlier rewind
+ * undid, as `rewind` did when it was stored. A point must be -1 or a live
+ * event before the rewind, as `rewind` requires.
+ */
+export function undoneMarksOf(rewinds: readonly RewindPoint[]): UndoneMarks {
+  const marks = new Map<number, number>();
+  for (const rewind of [...rewinds].sort((a, b) => a.id - b.id)) {
+    const { id, toEventId } = rewind;
+    if (
+      !Number.isSafeInteger(toEventId) ||
+      toEventId < -1 ||
+      toEventId >= id ||
+      marks.has(toEventId)
+    ) {
+      return { marks, invalid: id };
+    }
+    for (let undone = toEventId + 1; undone < id; undone += 1) {
+      if (!marks.has(undone)) marks.set(undone, id);
+    }
+  }
+  return { marks, invalid: null };
+}

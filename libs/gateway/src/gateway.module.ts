@@ -12,6 +12,7 @@ import { HealthController } from './observability/health.controller.js';
 import { LifecycleService } from './observability/lifecycle.service.js';
 import { ConversationRoomHub } from './realtime/conversation-room-hub.js';
 import { ConversationSockets } from './realtime/conversation-sockets.js';
+import { UserStreamRegistry } from './realtime/user-stream.registry.js';
 import { ConversationGateway } from './realtime/conversation.gateway.js';
 import { EventStreamService } from './realtime/event-stream.service.js';
 import { ConnectionLimiter } from './realtime/connection-limiter.js';
@@ -57,6 +58,7 @@ export class GatewayModule {
         ConversationBranchingService,
         ConversationRoomHub,
         ConversationSockets,
+        UserStreamRegistry,
         ConversationGateway,
         EventStreamService,
         LifecycleService,

@@ -42,7 +42,7 @@ import {
   plainAppend,
   type Writer,
 } from './locked-append.js';
-import { forkLocked, rewindLocked } from './branching.store.js';
+import { forkLocked, markReplayedRewinds, rewindLocked } from './branching.store.js';
 import { guardData } from './refused-text.js';
 import { WriteClock } from './write-clock.js';
 import { ConversationRepository } from './repositories/conversation.repository.js';
@@ -125,7 +125,10 @@ export class PostgresConversationStore implements ConversationStore {
     throw new ConflictError('conversation_id is already taken');
   }
 
-  /** The row and its first events in one transaction: all of it is stored, or none. */
+  /**
+   * The row and its first events in one transaction: all of it is stored, or
+   * none. A rewind among them undoes what it undid (a replayed history).
+   */
   private insertWithEvents(
     input: NewConversation,
     prepared: readonly PreparedDraft[],
@@ -134,7 +137,20 @@ export class PostgresConversationStore implements ConversationStore {
       const conversations = new ConversationRepository(tx);
       const inserted = await conversations.insertIfAbsent(input, this.clock.now());
       if (!inserted) return null;
-      await appendLocked(tx, input.tenantId, input.id, prepared, ANY_WRITER, this.clock);
+      const appended = await appendLocked(
+        tx,
+        input.tenantId,
+        input.id,
+        prepared,
+        ANY_WRITER,
+        this.clock,
+      );
+      await markReplayedRewinds(
+        tx,
+        input.tenantId,
+        input.id,
+        appended.map((outcome) => outcome.event),
+      );
       return conversations.find(input.tenantId, input.id);
     });
   }

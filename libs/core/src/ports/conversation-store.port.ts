@@ -128,7 +128,10 @@ export interface ConversationStore {
    * Creates a conversation with its first events (`drafts`), in one
    * transaction: all of it is stored or none. Repeating an id the same tenant
    * and user already own returns the stored one with `created: false` and
-   * stores nothing; an id owned by anyone else throws `ConflictError`.
+   * stores nothing; an id owned by anyone else throws `ConflictError`. A
+   * rewind among the drafts (a replayed history's) keeps its meaning: the
+   * events it undid are marked undone by it, as `rewind` marked them
+   * (`BadRequestError` when its point is not a live event before it).
    */
   createConversation(
     input: NewConversation,

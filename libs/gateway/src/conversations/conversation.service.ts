@@ -57,7 +57,7 @@ import { ConversationRoomHub } from '../realtime/conversation-room-hub.js';
 import { ConversationSockets } from '../realtime/conversation-sockets.js';
 import { ConversationExporter } from '../lifecycle/conversation-exporter.js';
 import type { NdjsonSink } from '../lifecycle/ndjson-response.js';
-import { parseReplay, withReplayedMarkers } from './conversation-replay.js';
+import { NO_REPLAY, parseReplay, replayDrafts } from './conversation-replay.js';
 import { settingsOf } from './conversation-settings.js';
 import { checkConfirmationAnswer, findRepeat } from './user-action-admission.js';
 
@@ -119,8 +119,8 @@ export class ConversationService {
     const settings = settingsOf(body, this.config.limits);
     const agentConfig = body.agent_config ?? {};
     this.agents.validateConfig?.(agentName, agentConfig);
-    const replay = body.replay_json === undefined ? [] : parseReplay(body.replay_json);
-    const drafts = withReplayedMarkers(replay);
+    const replay = body.replay_json === undefined ? NO_REPLAY : parseReplay(body.replay_json);
+    const drafts = replayDrafts(replay);
     if (body.initial_user_msg !== undefined) {
       drafts.push(
         userActionDraft(
@@ -134,7 +134,7 @@ export class ConversationService {
     }
     const id = body.conversation_id ?? randomUUID();
     // The create, its initial message and each replayed event are user actions.
-    const actions = 1 + replay.length + (body.initial_user_msg === undefined ? 0 : 1);
+    const actions = 1 + replay.events.length + (body.initial_user_msg === undefined ? 0 : 1);
     const reservation = await this.rateLimiter.reserve(
       principal.tenantId,
       principal.userId,

@@ -4,7 +4,8 @@
  * order, then `{ state }`, read page by page. The info and the state are
  * read together first, and the events up to the `last_event_id` they had:
  * the three agree even while the conversation goes on. A new conversation
- * created with the events as `replay_json` holds the same history.
+ * created with the events as `replay_json` holds the same history: their
+ * ids, causes and undone marks (see conversation-replay.ts).
  */
 import { NotFoundError, toConversationInfo, type ConversationStore } from '@cs/core';
 import type { MultitaskStrategy } from '@cs/protocol';

@@ -2,10 +2,13 @@ import { afterEach, describe, expect, it, vi } from 'vitest';
 import { UnavailableError } from '@cs/core';
 import { StatusId, type StatusUpdate } from '@cs/protocol';
 import {
+  CLOSE_USER_STREAMS,
   CROSS_GATEWAY_TIMEOUT_MS,
   ConversationSockets,
+  userRoomKey,
   type SocketRoomsServer,
 } from './conversation-sockets.js';
+import { UserStreamRegistry } from './user-stream.registry.js';
 
 /** A Socket.IO server whose rooms answer `fetchSockets` as the test says, and record the rest. */
 function fakeServer(
@@ -13,12 +16,21 @@ function fakeServer(
 ): SocketRoomsServer & {
   calls: string[];
   timeouts: number[];
+  /** What another gateway's `serverSideEmit` would deliver here. */
+  hear: (...args: unknown[]) => void;
 } {
   const calls: string[] = [];
   const timeouts: number[] = [];
+  let listener: ((...args: unknown[]) => void) | null = null;
   return {
     calls,
     timeouts,
+    hear: (...args) => listener?.(...args),
+    serverSideEmit: (event, tenantId, userId, status) =>
+      calls.push(`others ${event} ${tenantId} ${userId} ${status.id}`),
+    on: (_event, heard) => {
+      listener = heard;
+    },
     in: (room) => ({
       timeout: (ms) => {
         timeouts.push(ms);
@@ -93,5 +105,52 @@ describe(ConversationSockets.name, () => {
       'c.1 emit oh_event STATUS$CONVERSATION_DELETED',
       'c.1 disconnect true',
     ]);
+  });
+
+  it("closes a user's sockets and streams on every gateway: the room, the streams here, the other gateways told", () => {
+    const server = fakeServer(async () => []);
+    const streams = new UserStreamRegistry();
+    const heard: string[] = [];
+    const forget = streams.add('t', 'root', (status) => heard.push(`root ${status.id}`));
+    streams.add('t', 'quinn', (status) => heard.push(`quinn ${status.id}`));
+    streams.add('other', 'root', (status) => heard.push(`other root ${status.id}`));
+    const sockets = new ConversationSockets(() => undefined, streams);
+    sockets.serve(server);
+    sockets.closeUser('t', 'root', deleted);
+    const room = userRoomKey('t', 'root');
+    expect(server.calls).toEqual([
+      `${room} emit oh_event STATUS$CONVERSATION_DELETED`,
+      `${room} disconnect true`,
+      `others ${CLOSE_USER_STREAMS} t root STATUS$CONVERSATION_DELETED`,
+    ]);
+    expect(heard).toEqual(['root STATUS$CONVERSATION_DELETED']);
+    forget(); // the stream's own close, after: nothing more
+    expect(streams.closeUser('t', 'root', deleted)).toBe(0);
+  });
+
+  it('closes the streams here when another gateway tells it to, and ignores what is not such a message', () => {
+    const server = fakeServer(async () => []);
+    const streams = new UserStreamRegistry();
+    const heard: string[] = [];
+    streams.add('t', 'root', (status) => heard.push(status.id));
+    const sockets = new ConversationSockets(() => undefined, streams);
+    sockets.serve(server);
+    server.hear('t', 'root', { nonsense: true });
+    server.hear('t', 7, deleted);
+    expect(heard).toEqual([]);
+    server.hear('t', 'root', deleted);
+    expect(heard).toEqual(['STATUS$CONVERSATION_DELETED']);
+  });
+
+  it('tells no other gateway in the standalone process (its adapter reaches only itself)', () => {
+    const server = fakeServer(async () => []);
+    const streams = new UserStreamRegistry();
+    const heard: string[] = [];
+    streams.add('t', 'root', (status) => heard.push(status.id));
+    const sockets = new ConversationSockets(null, streams);
+    sockets.serve(server);
+    sockets.closeUser('t', 'root', deleted);
+    expect(server.calls.some((call) => call.startsWith('others'))).toBe(false);
+    expect(heard).toEqual(['STATUS$CONVERSATION_DELETED']);
   });
 });

@@ -4,12 +4,15 @@
  * named as the service names the conversation's room (`roomKey`: its id and
  * incarnation, so that an id reused after a delete is another room). A
  * cluster gateway's adapter is the sharded Redis adapter (every gateway
- * answers); the standalone process's is Socket.IO's in-memory one.
+ * answers); the standalone process's is Socket.IO's in-memory one. The
+ * adapter also carries what one gateway tells the others of a user's SSE
+ * streams (an erasure closes them all).
  */
 import { Inject, Injectable, Optional } from '@nestjs/common';
 import { UnavailableError } from '@cs/core';
-import type { StatusUpdate } from '@cs/protocol';
+import { StatusUpdateSchema, type StatusUpdate } from '@cs/protocol';
 import { SOCKET_ADAPTER_CHECK } from '../tokens.js';
+import { UserStreamRegistry } from './user-stream.registry.js';
 
 /**
  * The longest a question to every gateway waits for the answers. A gateway
@@ -19,13 +22,27 @@ import { SOCKET_ADAPTER_CHECK } from '../tokens.js';
  */
 export const CROSS_GATEWAY_TIMEOUT_MS = 2_000;
 
-/** The part of the Socket.IO server that rooms are reached through. */
+/** The message by which a gateway tells the others to close a user's SSE streams. */
+export const CLOSE_USER_STREAMS = 'cs:close_user_streams';
+
+/** The part of the Socket.IO server that rooms, and the other gateways, are reached through. */
 export interface SocketRoomsServer {
   in(room: string): {
     timeout(ms: number): { fetchSockets(): Promise<readonly unknown[]> };
     emit(event: 'oh_event', message: StatusUpdate): unknown;
     disconnectSockets(close: boolean): void;
   };
+  /** To every other gateway (`on` there): a cluster's adapter carries it. */
+  serverSideEmit(
+    event: typeof CLOSE_USER_STREAMS,
+    tenantId: string,
+    userId: string,
+    status: StatusUpdate,
+  ): unknown;
+  on(
+    event: typeof CLOSE_USER_STREAMS,
+    listener: (tenantId: unknown, userId: unknown, status: unknown) => void,
+  ): unknown;
 }
 
 @Injectable()
@@ -36,11 +53,25 @@ export class ConversationSockets {
     @Optional()
     @Inject(SOCKET_ADAPTER_CHECK)
     private readonly assertReachable: (() => void) | null = null,
+    private readonly streams: UserStreamRegistry = new UserStreamRegistry(),
   ) {}
+
+  /**
+   * Whether other gateways share the adapter: a cluster's, whose reach is
+   * checked. The standalone process's in-memory adapter reaches only itself.
+   */
+  private get spansGateways(): boolean {
+    return this.assertReachable !== null;
+  }
 
   /** Called by the Socket.IO gateway once its server is up. */
   serve(server: SocketRoomsServer): void {
     this.server = server;
+    server.on(CLOSE_USER_STREAMS, (tenantId, userId, status) => {
+      const parsed = StatusUpdateSchema.safeParse(status);
+      if (typeof tenantId !== 'string' || typeof userId !== 'string' || !parsed.success) return;
+      this.streams.closeUser(tenantId, userId, parsed.data);
+    });
   }
 
   /**
@@ -83,9 +114,18 @@ export class ConversationSockets {
     this.server?.in(room).disconnectSockets(true);
   }
 
-  /** Every socket of the user (`userRoomKey`), on every gateway, gets `status` and is closed. */
+  /**
+   * Every socket of the user (`userRoomKey`) and every SSE stream
+   * authenticated as the user, whatever conversation each follows, on every
+   * gateway, gets `status` and is closed. The other gateways hear of the
+   * streams on the adapter's channel, after the sockets' emit and close.
+   */
   closeUser(tenantId: string, userId: string, status: StatusUpdate): void {
     this.closeDeleted(userRoomKey(tenantId, userId), status);
+    this.streams.closeUser(tenantId, userId, status);
+    if (this.spansGateways) {
+      this.server?.serverSideEmit(CLOSE_USER_STREAMS, tenantId, userId, status);
+    }
   }
 }
 

@@ -7,6 +7,7 @@ import type { Principal } from '../auth/principal.js';
 import { ConversationService } from '../conversations/conversation.service.js';
 import { ConnectionLimiter } from './connection-limiter.js';
 import { ConversationRoomHub } from './conversation-room-hub.js';
+import { UserStreamRegistry } from './user-stream.registry.js';
 import { LiveConnection, REPLAY_LOW_WATER_BYTES, firstOf, logFieldsOf } from './live-connection.js';
 
 const HEARTBEAT_MS = 15_000;
@@ -26,6 +27,7 @@ export class EventStreamService {
     private readonly hub: ConversationRoomHub,
     private readonly limiter: ConnectionLimiter,
     @Inject(ServiceMetrics) private readonly metrics: ServiceMetrics,
+    private readonly userStreams: UserStreamRegistry,
   ) {}
 
   /** Number of open streams. */
@@ -79,11 +81,16 @@ export class EventStreamService {
     heartbeat.unref();
     this.open.add(response);
     this.metrics.eventStreamsOpen.inc();
+    // An erasure of the user closes it, whatever conversation it follows.
+    const forget = this.userStreams.add(principal.tenantId, principal.userId, (status) =>
+      connection.sendStatus(status),
+    );
     response.on('close', () => {
       this.metrics.eventStreamsOpen.dec();
       clearInterval(heartbeat);
       connection.dispose();
       release();
+      forget();
       this.open.delete(response);
     });
     try {

@@ -212,6 +212,16 @@ export class BranchRepository {
     );
   }
 
+  /** Sets the undone marks given (event id → rewind id): a replayed history's, in one statement. */
+  async setUndone(tenantId: string, id: string, marks: ReadonlyMap<number, number>): Promise<void> {
+    await this.db.query(
+      `UPDATE events AS e SET undone_by = m.undone_by
+         FROM unnest($3::bigint[], $4::bigint[]) AS m(id, undone_by)
+        WHERE e.tenant_id = $1 AND e.conversation_id = $2 AND e.id = m.id`,
+      [tenantId, id, [...marks.keys()], [...marks.values()]],
+    );
+  }
+
   /** Marks the events after `toId` and before `rewindId` undone by it (those not undone already). */
   async markUndone(tenantId: string, id: string, toId: number, rewindId: number): Promise<void> {
     await this.db.query(
