@@ -670,7 +670,8 @@ describe('web app', () => {
     it('shows a shorter message of emphasis markers Markdown takes seconds on as its text, and stays live', async () => {
       const opened = await openEcho();
       const { errors } = opened;
-      // Short enough to be parsed; marked would take seconds on it: cut off by the time budget.
+      // Short enough to be parsed, but two thirds delimiters: shown as text before marked reads it
+      // (marked would take seconds; the time budget is the net for what no count foresees).
       const markers = '_*a'.repeat(5_000);
       const answer = await sendThenStillLive(opened, markers, 'after the markers');
       await expect(answer.locator('.message-body').textContent()).resolves.toBe(`echo: ${markers}`);
