@@ -444,6 +444,17 @@ function newScenarioRows(s) {
           `${ms(web.hostile.worst.painted)} (${web.hostile.worst.chars} characters of ${web.hostile.worst.name}); worst render ${ms(web.hostile.worstRender.render)} (${web.hostile.worstRender.chars} characters of ${web.hostile.worstRender.name})`,
         ]),
       );
+      const expanded = web.hostile.worstExpanded;
+      if (expanded) {
+        lines.push(
+          row([
+            'Web client',
+            `headless Chromium: worst of ${expanded.collapsed} hostile messages shown collapsed, its button "Show the whole message" pressed → painted whole (for information)`,
+            ...blank,
+            `${ms(expanded.expanded)} (${expanded.chars} characters of ${expanded.name})`,
+          ]),
+        );
+      }
     }
   }
   return lines;

@@ -7,7 +7,9 @@
 // characters of deep nesting, emphasis markers, backticks, brackets, links,
 // lines, prose; and as long as Markdown is parsed, 16,384) takes from reaching
 // the page to being painted, and to render (the page's `cs:render-message`
-// User Timing measure).
+// User Timing measure). A message that long is shown collapsed to its start
+// (web/src/plain-text.ts): how long it takes to show it whole, from its button
+// being pressed to being painted, is measured too, for information.
 /* global window, document, location, innerHeight, requestAnimationFrame, MutationObserver, addEventListener -- pageProbe, openAndWait, answerPainted and the evaluated callbacks run in the page */
 import { spawn } from 'node:child_process';
 import { existsSync } from 'node:fs';
@@ -235,6 +237,23 @@ function answerPainted({ count, timeoutMs }) {
   });
 }
 
+/**
+ * In the page: presses the button that shows the answer whole, if it is
+ * collapsed, and resolves with how long it took to be painted (null if it was
+ * not collapsed).
+ */
+function expandPainted() {
+  return new Promise((resolve) => {
+    const button = document.querySelector(
+      '.log article.message.agent button[aria-expanded="false"]',
+    );
+    if (!button) return resolve(null);
+    const started = performance.now();
+    button.click();
+    requestAnimationFrame(() => setTimeout(() => resolve(performance.now() - started), 0));
+  });
+}
+
 /** Each hostile message at MESSAGE_CHARS and at MARKDOWN_MAX_CHARS, into an open echo conversation. */
 /** A quick run sends these alone. */
 const QUICK_HOSTILE = ['nested block quotes', '_*a', '> a lines', 'Markdown document'];
@@ -259,22 +278,34 @@ async function measureHostile(page, gateway, token, ids, log, quick) {
       await page.getByText('Live', { exact: true }).waitFor({ timeout: OPEN_TIMEOUT_MS });
       const painted = page.evaluate(answerPainted, { count: 1, timeoutMs: OPEN_TIMEOUT_MS });
       await postMessage(gateway.url, token, id, sized(make, chars));
-      results.push({ name, chars, ...(await painted) });
+      const shown = await painted;
+      results.push({ name, chars, ...shown, expanded: await page.evaluate(expandPainted) });
       await stopConversation(gateway.url, token, id).catch(() => undefined);
     }
   }
   const worst = results.reduce((a, b) => (b.painted > a.painted ? b : a));
   const worstRender = results.reduce((a, b) => ((b.render ?? 0) > (a.render ?? 0) ? b : a));
+  const collapsed = results.filter((result) => result.expanded !== null);
+  const worstExpanded = collapsed.reduce((a, b) => (b.expanded > a.expanded ? b : a), collapsed[0]);
   for (const result of results) {
     log(
       `    ${String(result.chars).padStart(7)} chars of ${result.name}: render ${result.render?.toFixed(1)} ms` +
-        ` (${result.plain ? `plain text: ${result.plain}` : 'Markdown'}), reached the page → painted ${result.painted.toFixed(1)} ms`,
+        ` (${result.plain ? `plain text: ${result.plain}` : 'Markdown'}), reached the page → painted ${result.painted.toFixed(1)} ms` +
+        (result.expanded === null
+          ? ''
+          : `; shown whole → painted ${result.expanded.toFixed(1)} ms`),
     );
   }
   log(
     `  worst hostile message: ${worst.chars} chars of ${worst.name}, reached the page → painted ${worst.painted.toFixed(1)} ms;` +
       ` worst render ${worstRender.render?.toFixed(1)} ms (${worstRender.chars} chars of ${worstRender.name})`,
   );
+  if (worstExpanded) {
+    log(
+      `  worst collapsed message shown whole (its button pressed → painted): ${worstExpanded.expanded.toFixed(1)} ms` +
+        ` (${worstExpanded.chars} chars of ${worstExpanded.name}; ${collapsed.length} collapsed)`,
+    );
+  }
   return {
     messages: results.length,
     worst: { name: worst.name, chars: worst.chars, painted: round(worst.painted) },
@@ -283,10 +314,19 @@ async function measureHostile(page, gateway, token, ids, log, quick) {
       chars: worstRender.chars,
       render: round(worstRender.render ?? 0),
     },
+    worstExpanded: worstExpanded
+      ? {
+          name: worstExpanded.name,
+          chars: worstExpanded.chars,
+          expanded: round(worstExpanded.expanded),
+          collapsed: collapsed.length,
+        }
+      : null,
     results: results.map((result) => ({
       ...result,
       painted: round(result.painted),
       render: result.render === null ? null : round(result.render),
+      expanded: result.expanded === null ? null : round(result.expanded),
     })),
   };
 }

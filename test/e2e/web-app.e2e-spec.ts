@@ -174,6 +174,48 @@ describe('web app', () => {
       expect(errors).toEqual([]);
     });
 
+    it('collapses a streamed text once it is long, without drawing it again on every delta, and keeps it shown whole once stored', async () => {
+      // 24,000 characters in 40 deltas: longer than plain-text.ts COLLAPSE_CHARS (16,384) after 28.
+      const line = 'a streamed line\n';
+      const text = line.repeat(1_500);
+      const { page, errors } = await openAgentConversation({
+        agent: 'streamer',
+        agent_config: { text: line, repeat: 1_500, chunks: 40, delay_ms: 200 },
+      });
+      await send(page, 'tell me something longer');
+      const streaming = page.locator('[data-streaming="true"]');
+      await streaming
+        .getByRole('button', { name: /^Show the whole message \(/ })
+        .waitFor({ timeout: TIMEOUT });
+      const toggle = streaming.locator('button[aria-expanded]');
+      const head = streaming.locator('.message-text > p');
+      await expect(head.textContent()).resolves.toBe(line.repeat(40));
+      await expect(toggle.getAttribute('aria-expanded')).resolves.toBe('false');
+
+      // The next deltas change the count on the button, not the text shown: its paragraph stays.
+      const paragraph = await head.elementHandle();
+      const label = await toggle.textContent();
+      await page.waitForFunction(
+        ([button, before]) => button?.textContent !== before,
+        [await toggle.elementHandle(), label] as const,
+        { timeout: TIMEOUT },
+      );
+      await expect(paragraph?.evaluate((element) => element.isConnected)).resolves.toBe(true);
+      await expect(head.textContent()).resolves.toBe(line.repeat(40));
+
+      // Shown whole while it streams, it goes on growing, and stays whole once stored.
+      await toggle.click();
+      await expect(toggle.getAttribute('aria-expanded')).resolves.toBe('true');
+      const answer = page.getByRole('article', { name: /^Agent / });
+      await answer.waitFor({ timeout: TIMEOUT });
+      await expect(streaming.count()).resolves.toBe(0);
+      await expect(
+        answer.getByRole('button', { name: 'Show less' }).getAttribute('aria-expanded'),
+      ).resolves.toBe('true');
+      await expect(answer.locator('.message-body').textContent()).resolves.toBe(text);
+      expect(errors).toEqual([]);
+    });
+
     it('approves and rejects a tool call from its buttons', async () => {
       const { page, errors } = await openAgentConversation({
         agent: 'tool_user',
@@ -555,24 +597,81 @@ describe('web app', () => {
     it('shows a message of tens of thousands of emphasis markers as its text at once, and stays live', async () => {
       const opened = await openEcho();
       const { page, errors } = opened;
-      // The longest message there may be, echoed whole.
+      // The longest message there may be, echoed whole (shown whole on request: it is long).
       const longest = '*a'.repeat(131_072);
       const answer = await sendThenStillLive(opened, longest, 'after the longest');
+      await answer.getByRole('button', { name: /^Show the whole message/ }).click();
       const shown = await answer.locator('.message-body').textContent();
       expect(shown).toBe(`echo: ${longest}`);
       await expect(answer.locator('em, strong').count()).resolves.toBe(0);
+      const question = article(page, /^\*a\*a/);
+      await question.getByRole('button', { name: /^Show the whole message/ }).click();
+      await expect(question.locator('.message-body').textContent()).resolves.toBe(longest);
+      expect(errors).toEqual([]);
+    });
+
+    it('shows a message of 262,144 characters collapsed to its start, whole from the keyboard, and stays live', async () => {
+      const opened = await openEcho();
+      const { page, errors } = opened;
+      // The longest message of the shortest lines: 131,072 of them.
+      const lines = 'a\n'.repeat(131_072);
+      const answer = await sendThenStillLive(opened, lines, 'after the lines');
+      const whole = `echo: ${lines}`;
+      const body = answer.locator('.message-body');
+      // (Its button, found by its label, then followed as its label changes.)
+      const toggle = answer.locator('button[aria-expanded]');
+      // Collapsed: its first 40 lines (plain-text.ts HEAD_ROWS), then the button.
+      await expect(body.textContent()).resolves.toBe(whole.slice(0, 'a\n'.length * 40 + 6));
       await expect(
-        article(page, /^\*a\*a/)
-          .locator('.message-body')
-          .textContent(),
-      ).resolves.toBe(longest);
+        answer
+          .getByRole('button', { name: 'Show the whole message (262,150 characters)' })
+          .getAttribute('aria-expanded'),
+      ).resolves.toBe('false');
+      await expect(toggle.getAttribute('aria-controls')).resolves.toBe(
+        await body.getAttribute('id'),
+      );
+      // The user's message before it is collapsed too.
+      const question = page.getByRole('article', { name: /^You / }).first();
+      await expect(
+        question
+          .getByRole('button', { name: 'Show the whole message (262,144 characters)' })
+          .getAttribute('aria-expanded'),
+      ).resolves.toBe('false');
+
+      // From the user's message's last button, Tab reaches it, Enter shows the whole text in place.
+      const focused = (locator: typeof toggle) =>
+        locator.evaluate((element) => element === element.ownerDocument.activeElement);
+      await question.getByRole('button', { name: 'Fork from here' }).focus();
+      await page.keyboard.press('Tab');
+      await expect(focused(toggle)).resolves.toBe(true);
+      await page.keyboard.press('Enter');
+      await expect(toggle.getAttribute('aria-expanded')).resolves.toBe('true');
+      await expect(toggle.textContent()).resolves.toBe('Show less');
+      await expect(body.textContent()).resolves.toBe(whole);
+      await expect(focused(toggle)).resolves.toBe(true);
+      // The page goes on: a message sent now is shown, its answer too.
+      await send(page, 'after the whole text');
+      await article(page, 'echo: after the whole text').waitFor({ timeout: LIVE_MS });
+      // Enter again collapses it.
+      await toggle.focus();
+      await page.keyboard.press('Enter');
+      await expect(toggle.getAttribute('aria-expanded')).resolves.toBe('false');
+      await expect(body.textContent()).resolves.toBe(whole.slice(0, 'a\n'.length * 40 + 6));
+
+      // Editing the collapsed message starts from its whole text.
+      await question.getByRole('button', { name: 'Edit' }).click();
+      const box = page.getByRole('textbox', { name: 'Edit message' });
+      await expect(box.inputValue()).resolves.toBe(lines);
+      await page.keyboard.press('Escape');
+      await box.waitFor({ state: 'detached', timeout: TIMEOUT });
       expect(errors).toEqual([]);
     });
 
     it('shows a shorter message of emphasis markers Markdown takes seconds on as its text, and stays live', async () => {
       const opened = await openEcho();
       const { errors } = opened;
-      // Short enough to be parsed; marked would take seconds on it: cut off by the time budget.
+      // Short enough to be parsed, but two thirds delimiters: shown as text before marked reads it
+      // (marked would take seconds; the time budget is the net for what no count foresees).
       const markers = '_*a'.repeat(5_000);
       const answer = await sendThenStillLive(opened, markers, 'after the markers');
       await expect(answer.locator('.message-body').textContent()).resolves.toBe(`echo: ${markers}`);

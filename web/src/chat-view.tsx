@@ -11,7 +11,7 @@ import {
 } from '@cs/client';
 import { renderMessageOnce } from './markdown.js';
 import { MessageBoundary } from './message-boundary.js';
-import { PlainText } from './plain-text.js';
+import { MessageText } from './plain-text.js';
 import {
   agentStateLabel,
   buildTimeline,
@@ -57,6 +57,33 @@ export function ChatView(props: {
   // Runs of earlier versions the reader unfolded, by key.
   const [unfolded, setUnfolded] = useState<ReadonlySet<string>>(new Set());
   const [editing, setEditing] = useState<{ eventId: number; text: string } | null>(null);
+  // Long texts the reader showed whole (MessageText), by key (see textOf).
+  const [expanded, setExpanded] = useState<ReadonlySet<string>>(new Set());
+  /** A long text's state and button, known by `keys`: expanded if any is, toggled as one. */
+  const textOf = (...keys: string[]): TextToggle => {
+    const open = keys.some((key) => expanded.has(key));
+    return {
+      expanded: open,
+      onToggle: () => {
+        // Shown whole in place: the log stays where it is, not at the text's end.
+        if (!open) stick.current = false;
+        setExpanded((current) => {
+          const next = new Set(current);
+          if (open) for (const key of keys) next.delete(key);
+          else next.add(keys[0]!);
+          return next;
+        });
+      },
+    };
+  };
+  /**
+   * A stored message's: by its id; an agent's also by the turn its text was
+   * streamed in (`cause`), so that a streamed text shown whole stays so once stored.
+   */
+  const storedText = (event: StoredEvent): TextToggle =>
+    event.source === 'agent' && event.cause !== undefined
+      ? textOf(`e${event.id}`, `s${event.cause}`)
+      : textOf(`e${event.id}`);
   const { onOpen } = props;
   const branch: BranchControls = {
     ready: view.info !== undefined,
@@ -216,8 +243,16 @@ export function ChatView(props: {
         {runs.map((run) => {
           const entries = (controls: BranchControls | undefined) =>
             run.items.map((item) => (
-              <MessageBoundary key={item.key} fallback={() => <EntryAsText item={item} />}>
-                <TimelineEntry item={item} awaitingApproval={awaitingApproval} branch={controls} />
+              <MessageBoundary
+                key={item.key}
+                fallback={() => <EntryAsText item={item} texts={storedText} />}
+              >
+                <TimelineEntry
+                  item={item}
+                  awaitingApproval={awaitingApproval}
+                  branch={controls}
+                  texts={storedText}
+                />
               </MessageBoundary>
             ));
           if (!run.undone) return <Fragment key={run.key}>{entries(branch)}</Fragment>;
@@ -249,17 +284,23 @@ export function ChatView(props: {
         })}
         {streaming.map(([cause, text]) => (
           <div key={`s${cause}`} class="message agent streaming" data-streaming="true">
-            <div class="message-text" dir="auto">
-              <PlainText text={text} />
-            </div>
+            <MessageText
+              text={text}
+              id={`text-s${cause}`}
+              class="message-text"
+              {...textOf(`s${cause}`)}
+            />
             <span class="visually-hidden">The agent is writing</span>
           </div>
         ))}
         {view.pending.map((message) => (
           <div key={message.clientEventId} class="message user pending">
-            <div class="message-text" dir="auto">
-              <PlainText text={message.text} />
-            </div>
+            <MessageText
+              text={message.text}
+              id={`text-p${message.clientEventId}`}
+              class="message-text"
+              {...textOf(`p${message.clientEventId}`)}
+            />
             <span class="sending">Sending…</span>
           </div>
         ))}
@@ -312,6 +353,12 @@ export function ChatView(props: {
       </form>
     </section>
   );
+}
+
+/** Whether a long text is shown whole, and its button's action (MessageText). */
+interface TextToggle {
+  expanded: boolean;
+  onToggle: () => void;
 }
 
 /** What the messages still in force offer (PROTOCOL.md "Branching"). */
@@ -410,11 +457,14 @@ function TimelineEntry({
   item,
   awaitingApproval,
   branch,
+  texts,
 }: {
   item: TimelineItem;
   awaitingApproval: boolean;
   /** Absent for earlier versions (undone): they offer nothing. */
   branch: BranchControls | undefined;
+  /** Whether a message's long text is shown whole. */
+  texts: (event: StoredEvent) => TextToggle;
 }) {
   switch (item.kind) {
     case 'user': {
@@ -425,9 +475,12 @@ function TimelineEntry({
             <EditForm eventId={item.event.id} branch={branch} />
           ) : (
             <>
-              <div class="message-body message-text" dir="auto">
-                <PlainText text={item.text} />
-              </div>
+              <MessageText
+                text={item.text}
+                id={`text-${item.event.id}`}
+                class="message-body message-text"
+                {...texts(item.event)}
+              />
               {branch && <MessageActions item={item} branch={branch} />}
             </>
           )}
@@ -446,9 +499,13 @@ function TimelineEntry({
                 dangerouslySetInnerHTML={{ __html: rendered.html }}
               />
             ) : (
-              <div class="message-body message-text" dir="auto" data-plain-text={rendered.plain}>
-                <PlainText text={item.text} />
-              </div>
+              <MessageText
+                text={item.text}
+                id={`text-${item.event.id}`}
+                class="message-body message-text"
+                plain={rendered.plain}
+                {...texts(item.event)}
+              />
             )}
             {branch && <MessageActions item={item} branch={branch} />}
           </Message>
@@ -506,15 +563,24 @@ function TimelineEntry({
  * An entry whose drawing threw: a message as its text alone (no time, no
  * Markdown), anything else as a line saying so.
  */
-function EntryAsText({ item }: { item: TimelineItem }) {
+function EntryAsText({
+  item,
+  texts,
+}: {
+  item: TimelineItem;
+  texts: (event: StoredEvent) => TextToggle;
+}) {
   if (item.kind !== 'user' && item.kind !== 'agent') {
     return <p class="note note-error">This entry could not be shown.</p>;
   }
   return (
     <article class={`message ${item.kind}`} aria-label={SPEAKER_LABELS[item.kind]}>
-      <div class="message-body message-text" dir="auto">
-        <PlainText text={item.text} />
-      </div>
+      <MessageText
+        text={item.text}
+        id={`text-${item.event.id}`}
+        class="message-body message-text"
+        {...texts(item.event)}
+      />
     </article>
   );
 }

@@ -1,11 +1,12 @@
 // @vitest-environment jsdom
-import { describe, expect, it } from 'vitest';
+import { describe, expect, it, vi } from 'vitest';
 import {
   MARKDOWN_MAX_CHARS,
   MARKDOWN_MAX_DEPTH,
   MARKDOWN_MAX_ELEMENTS,
   MARKDOWN_UNTIMED_CHARS,
   markdownDepth,
+  markdownShape,
   renderMessage,
   sanitizeHtml,
 } from './markdown.js';
@@ -211,8 +212,48 @@ describe('renderMessage bounds', () => {
     expect(renderMessage(table, 0)).toEqual({ plain: 'size' });
   });
 
+  it('tells lines of text too many before marked reads them, fenced code and blank lines aside', () => {
+    for (const line of ['a', '> a', '- a', '# a']) {
+      const lines = `${line}\n`.repeat(MARKDOWN_MAX_ELEMENTS + 1);
+      expect(renderMessage(lines, 0)).toEqual({ plain: 'size' });
+    }
+    const code = `\`\`\`\n${'x = 1\n'.repeat(MARKDOWN_MAX_ELEMENTS + 1)}\`\`\`\n`;
+    const paragraphs = 'A paragraph.\n\n'.repeat(MARKDOWN_MAX_ELEMENTS / 2);
+    for (const text of [code, paragraphs]) {
+      const rendered = renderMessage(text, Infinity);
+      expect('html' in rendered).toBe(true);
+    }
+  });
+
+  it('tells emphasis, strikethrough and code delimiters too many before marked reads them', () => {
+    for (const delimiter of ['*', '_', '~', '`']) {
+      const markers = `${delimiter}a`.repeat(MARKDOWN_MAX_ELEMENTS * 2 + 1);
+      // With no time at all, only a check made before parsing can answer `size`.
+      expect(renderMessage(markers, 0)).toEqual({ plain: 'size' });
+    }
+    // As many as MARKDOWN_MAX_ELEMENTS elements take is Markdown.
+    const bold = '**bold** '.repeat(MARKDOWN_MAX_ELEMENTS / 2);
+    const rendered = renderMessage(bold, Infinity);
+    expect('html' in rendered && rendered.html.match(/<strong>/g)).toHaveLength(
+      MARKDOWN_MAX_ELEMENTS / 2,
+    );
+  });
+
+  it("reads the clock once every few of marked's steps, not at each of them", () => {
+    // Tens of thousands of checks: read at each, the clock took longer than marked did.
+    const lines = '[a](b) '.repeat(MARKDOWN_MAX_ELEMENTS);
+    const clock = vi.spyOn(performance, 'now');
+    try {
+      renderMessage(lines, Infinity);
+      expect(clock.mock.calls.length).toBeGreaterThan(0);
+      expect(clock.mock.calls.length).toBeLessThan(lines.length / 2);
+    } finally {
+      clock.mockRestore();
+    }
+  });
+
   it('shows a message as plain text once its time budget is spent', () => {
-    const markers = '_a'.repeat(MARKDOWN_MAX_CHARS / 2);
+    const markers = '_a'.repeat(MARKDOWN_UNTIMED_CHARS);
     expect(renderMessage(markers, 0)).toEqual({ plain: 'time' });
     // A short message is always rendered: nothing that short can take long.
     const short = `**bold** ${'_a'.repeat(MARKDOWN_UNTIMED_CHARS / 2 - 5)}`;
@@ -264,6 +305,11 @@ describe(markdownDepth.name, () => {
     // A paragraph ends at a blank line; what it left open is closed.
     expect(markdownDepth('*a *b\n\n*c *d')).toBe(2);
     expect(markdownDepth('*a *b\n*c *d')).toBe(4);
+  });
+
+  it('counts the lines holding text, outside fenced code', () => {
+    expect(markdownShape('a\n\nb\n> \n> c\n- d\n```\ne\nf\n```\ng').lines).toBe(5);
+    expect(markdownShape('').lines).toBe(0);
   });
 
   it('skips fenced code at the top level, up to its closing fence', () => {

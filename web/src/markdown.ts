@@ -20,9 +20,11 @@
 // stack) and is quadratic on some inputs (tens of thousands of `*a` took
 // seconds). So a message is shown as plain text (plain-text.ts: line breaks
 // kept, never parsed) when it is longer than MARKDOWN_MAX_CHARS, when a linear
-// scan finds it nested deeper than MARKDOWN_MAX_DEPTH, when marked has not
-// finished within MARKDOWN_BUDGET_MS (checked before each token and block), or
-// when rendering throws.
+// scan finds it nested deeper than MARKDOWN_MAX_DEPTH, when counting what
+// makes elements (table cells, emphasis delimiters) finds more than
+// MARKDOWN_MAX_ELEMENTS, when marked has not finished within
+// MARKDOWN_BUDGET_MS (checked every few tokens and blocks), or when rendering
+// throws.
 import DOMPurify from 'dompurify';
 import { Marked, type Tokens } from 'marked';
 
@@ -104,12 +106,31 @@ export type RenderedMessage = { html: string } | { plain: PlainTextReason };
 
 class BudgetExceeded extends Error {}
 
-/** When marked must give up: checked before every token it reads and every block it writes. */
+/** When marked must give up: checked before the tokens it reads and the blocks it writes. */
 let deadline = Infinity;
 
+/**
+ * The clock is read at one check in this many. Reading it costs more than
+ * most of marked's steps: on 16,378 characters of short lines (147,000
+ * checks) marked took 30 to 50 ms with a read at each, 4 to 8 ms without (in
+ * Chromium, on a busy machine), and a budget spent on reading the clock turns
+ * ordinary Markdown into plain text. Between two reads marked makes this many
+ * steps, a few microseconds each.
+ */
+const CHECKS_PER_CLOCK_READ = 32;
+let checksUntilClockRead = 0;
+
 function withinBudget(): false {
-  if (performance.now() > deadline) throw new BudgetExceeded('Markdown render budget exceeded');
+  checksUntilClockRead -= 1;
+  if (checksUntilClockRead <= 0) {
+    checksUntilClockRead = CHECKS_PER_CLOCK_READ;
+    checkDeadline();
+  }
   return false; // marked then runs its own tokenizer or renderer
+}
+
+function checkDeadline(): void {
+  if (performance.now() > deadline) throw new BudgetExceeded('Markdown render budget exceeded');
 }
 
 const BLOCK_TOKENIZERS = [
@@ -166,16 +187,27 @@ markdown.use({
  */
 export function renderMessage(text: string, budgetMs = MARKDOWN_BUDGET_MS): RenderedMessage {
   if (text.length > MARKDOWN_MAX_CHARS) return { plain: 'size' };
-  if (markdownDepth(text) > MARKDOWN_MAX_DEPTH) return { plain: 'depth' };
+  const shape = markdownShape(text);
+  if (shape.depth > MARKDOWN_MAX_DEPTH) return { plain: 'depth' };
+  // A line of text makes about one element (a paragraph, a line break, a list
+  // item, a heading), and marked spent 5 to 20 ms on 8,000 short lines only for
+  // its HTML to be too big: count them first.
+  if (shape.lines > MARKDOWN_MAX_ELEMENTS) return { plain: 'size' };
   // A table makes about one element a `|`, and marked reads a whole table in
   // one step no budget can cut (50 ms for 2,700 rows): count them first.
   if (countOf(text, '|') > MARKDOWN_MAX_ELEMENTS) return { plain: 'size' };
+  // Emphasis, strikethrough and code spans take two delimiters an element, and
+  // marked is quadratic on runs of them that do not pair (8,189 `*a` took 50
+  // ms and more, which only the budget cut short): count them first too. No
+  // ordinary message is a quarter delimiters.
+  if (countDelimiters(text) > MARKDOWN_MAX_ELEMENTS * 2) return { plain: 'size' };
   let html: string;
   deadline = text.length > MARKDOWN_UNTIMED_CHARS ? performance.now() + budgetMs : Infinity;
+  checksUntilClockRead = 0; // (read at the first check)
   try {
     html = markdown.parse(text, { async: false });
     // A last step may have run long: sanitizing and laying out its HTML would too.
-    withinBudget();
+    checkDeadline();
   } catch (error) {
     // Also a stack overflow (RangeError) that the depth scan did not foresee.
     return { plain: error instanceof BudgetExceeded ? 'time' : 'error' };
@@ -200,6 +232,16 @@ function countOf(text: string, character: string): number {
   return count;
 }
 
+/** How many `*`, `_`, `~` and backticks the text holds. */
+function countDelimiters(text: string): number {
+  let count = 0;
+  for (let i = 0; i < text.length; i += 1) {
+    const code = text.charCodeAt(i);
+    if (code === 0x2a || code === 0x5f || code === 0x7e || code === 0x60) count += 1;
+  }
+  return count;
+}
+
 const SPACE = 0x20;
 const TAB = 0x09;
 const NEWLINE = 0x0a;
@@ -212,17 +254,25 @@ function isDigit(code: number): boolean {
   return code >= 0x30 && code <= 0x39;
 }
 
-/**
- * An upper bound of how deeply marked would nest the message, in one pass
- * over it. For each line (outside fenced code at the top level): the block
- * quote markers and list markers it starts with, plus one level for every two
- * columns of indentation among them (a nested list needs at least two), the
- * space after each marker not counted. For
- * each paragraph: the most emphasis and strikethrough delimiters (`*`, `_`,
- * `~`) and brackets open at once, a run that can close taken as closing.
- */
+/** An upper bound of how deeply marked would nest the message: see markdownShape. */
 export function markdownDepth(text: string): number {
+  return markdownShape(text).depth;
+}
+
+/**
+ * In one pass over the message: `lines`, how many of its lines outside fenced
+ * code at the top level hold text (more than container markers); `depth`, an
+ * upper bound of how deeply marked would nest it. For each line (outside
+ * fenced code at the top level): the block quote markers and list markers it
+ * starts with, plus one level for every two columns of indentation among them
+ * (a nested list needs at least two), the space after each marker not
+ * counted. For each paragraph: the most emphasis and strikethrough delimiters
+ * (`*`, `_`, `~`) and brackets open at once, a run that can close taken as
+ * closing.
+ */
+export function markdownShape(text: string): { depth: number; lines: number } {
   let deepest = 0;
+  let lines = 0;
   let fence: { char: number; length: number } | undefined;
   let inlineOpen = 0;
   let start = 0;
@@ -239,6 +289,7 @@ export function markdownDepth(text: string): number {
       deepest = Math.max(deepest, line.depth); // (a line of markers alone nests as deep)
       inlineOpen = 0; // emphasis and links end with their paragraph
     } else {
+      lines += 1;
       deepest = Math.max(deepest, line.depth);
       for (let i = line.textStart; i < end; i += 1) {
         const code = text.charCodeAt(i);
@@ -268,7 +319,7 @@ export function markdownDepth(text: string): number {
     }
     start = end + 1;
   }
-  return deepest;
+  return { depth: deepest, lines };
 }
 
 /** How a line begins: its container depth, where its text starts, whether it opens a fence or is blank. */
