@@ -1,9 +1,9 @@
 // Checks once, before any test, that the Postgres and Redis the suite needs are
 // reachable, and says how to provide them when they are not; then makes the
-// migrated template the end-to-end files' databases are copied from.
+// migrated templates the end-to-end files' databases are copied from.
 import pg from 'pg';
 import { Redis } from 'ioredis';
-import { ensureMigratedTemplate } from './support/migrated-template.js';
+import { ensureMigratedTemplate, ensurePgliteTemplate } from './support/migrated-template.js';
 import { testDatabaseUrl, testRedisUrl } from './support/services.js';
 
 export default async function checkServices(): Promise<void> {
@@ -43,6 +43,7 @@ export default async function checkServices(): Promise<void> {
     throw new Error(`the test suite needs Postgres and Redis:\n${problems.join('\n')}`);
   }
   await ensureMigratedTemplate(testDatabaseUrl());
+  await ensurePgliteTemplate();
 }
 
 function redact(url: string): string {

@@ -3,9 +3,7 @@
 // Messages server (real HTTP, real SSE events, each split across TCP writes)
 // and a real MCP server, both started by the test; a Socket.IO client and
 // REST as a client sees them.
-import { mkdtempSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
+import { rmSync } from 'node:fs';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { StoredEvent } from '@cs/protocol';
 import {
@@ -27,6 +25,7 @@ import {
 import { devToken, isAgentReply } from '../support/clients.js';
 import { startApp, type AppProcess } from '../support/processes.js';
 import { uniqueName } from '../support/services.js';
+import { standaloneDataDir } from '../support/migrated-template.js';
 
 const API_KEY = 'sk-ant-e2e-THE-ANTHROPIC-KEY-0123456789';
 const MODEL = 'fake-claude';
@@ -69,7 +68,7 @@ beforeAll(async () => {
     text: 'Claude picked this title',
     usage: { input_tokens: 30, output_tokens: 5 },
   });
-  dataDir = mkdtempSync(join(tmpdir(), 'cs-e2e-anthropic-'));
+  dataDir = standaloneDataDir('cs-e2e-anthropic-');
   app = await startApp('standalone', {
     DATA_DIR: dataDir,
     AUTH_DEV_TOKENS: 'true',

@@ -3,8 +3,7 @@
 // Python example agent, all started by the test; a Socket.IO client and REST
 // as a client sees them.
 import { spawn, type ChildProcess } from 'node:child_process';
-import { mkdtempSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { rmSync } from 'node:fs';
 import { join } from 'node:path';
 import { createInterface } from 'node:readline';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -27,6 +26,7 @@ import {
 } from '../support/agent-e2e.js';
 import { ROOT, startApp, type AppProcess } from '../support/processes.js';
 import { uniqueName } from '../support/services.js';
+import { standaloneDataDir } from '../support/migrated-template.js';
 
 const API_KEY = 'sk-e2e-THE-MODEL-KEY-0123456789';
 const HMAC_SECRET = 'e2e-hmac-secret-0123456789abcdef';
@@ -68,7 +68,7 @@ beforeAll(async () => {
     body: openAiCompletion('A title from the model', { prompt_tokens: 20, completion_tokens: 4 }),
   });
   const pythonUrl = await startPython();
-  dataDir = mkdtempSync(join(tmpdir(), 'cs-e2e-agents-'));
+  dataDir = standaloneDataDir('cs-e2e-agents-');
   app = await startApp('standalone', {
     DATA_DIR: dataDir,
     AUTH_DEV_TOKENS: 'true',

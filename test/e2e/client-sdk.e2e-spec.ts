@@ -2,10 +2,8 @@
 // two-gateway, two-worker cluster (real processes, a TCP proxy standing in for
 // the network and the load balancer), and against a socket.io server of the
 // test's own that sends scripted traffic (streamed deltas, token expiry).
-import { mkdtempSync, rmSync } from 'node:fs';
+import { rmSync } from 'node:fs';
 import { createServer as createHttpServer } from 'node:http';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
 import { randomUUID } from 'node:crypto';
 import { SignJWT } from 'jose';
 import { Server as SocketIoServer, type Socket as ServerSocket } from 'socket.io';
@@ -29,6 +27,7 @@ import {
 import { startApp } from '../support/processes.js';
 import { uniqueName } from '../support/services.js';
 import { TcpProxy } from '../support/tcp-proxy.js';
+import { standaloneDataDir } from '../support/migrated-template.js';
 
 const STANDALONE_SECRET = 'client-sdk-e2e-secret-0123456789abcdef';
 
@@ -54,7 +53,7 @@ interface Backend {
 }
 
 async function standaloneBackend(): Promise<Backend> {
-  const dir = mkdtempSync(join(tmpdir(), 'cs-sdk-'));
+  const dir = standaloneDataDir('cs-sdk-');
   const app = await startApp('standalone', {
     DATA_DIR: dir,
     AUTH_JWT_SECRET: STANDALONE_SECRET,

@@ -16,6 +16,7 @@ import { metricTotals } from '../support/metrics.js';
 import { AGENT_MODULE } from '../support/agent-runtime.js';
 import { ROOT, startApp, type AppProcess } from '../support/processes.js';
 import { createScratchDatabase, uniqueName, type ScratchDatabase } from '../support/services.js';
+import { standaloneDataDir } from '../support/migrated-template.js';
 
 interface Backend {
   name: string;
@@ -26,7 +27,7 @@ const backends: Backend[] = [
   {
     name: 'PGlite',
     async env() {
-      const dir = mkdtempSync(join(tmpdir(), 'cs-lifecycle-'));
+      const dir = standaloneDataDir('cs-lifecycle-');
       return {
         env: { DATA_DIR: dir },
         cleanup: async () => rmSync(dir, { recursive: true, force: true }),

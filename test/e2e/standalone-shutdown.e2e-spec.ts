@@ -1,22 +1,21 @@
 // A standalone's SIGTERM with a socket client that stopped reading: it exits
 // within 4 s, saying goodbye to the live clients. Measures time: one file at
 // a time (vitest.config.ts: E2E_SERIAL).
-import { mkdtempSync, rmSync } from 'node:fs';
+import { rmSync } from 'node:fs';
 import type { Socket } from 'node:net';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { describe, expect, it } from 'vitest';
 import { ConversationClient, api, devToken } from '../support/clients.js';
 import { openFrozenSocket } from '../support/frozen-socket.js';
 import { startApp } from '../support/processes.js';
 import { uniqueName } from '../support/services.js';
+import { standaloneDataDir } from '../support/migrated-template.js';
 
 const SECRET = 'e2e-secret-0123456789abcdef-0123456789';
 
 describe('standalone service shutdown', () => {
   it('exits promptly on SIGTERM although a socket client stopped answering; a live one is disconnected cleanly', async () => {
-    const dir = mkdtempSync(join(tmpdir(), 'cs-e2e-'));
+    const dir = standaloneDataDir('cs-e2e-');
     const app = await startApp('standalone', {
       DATA_DIR: dir,
       AUTH_JWT_SECRET: SECRET,

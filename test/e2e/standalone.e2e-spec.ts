@@ -11,6 +11,7 @@ import { REFUSAL_ENV, refusalStoresNothing } from '../support/concurrency-refusa
 import { metricGrowth, metricTotals } from '../support/metrics.js';
 import { startApp, type AppProcess } from '../support/processes.js';
 import { createScratchDatabase, uniqueName, type ScratchDatabase } from '../support/services.js';
+import { standaloneDataDir } from '../support/migrated-template.js';
 
 const SECRET = 'e2e-secret-0123456789abcdef-0123456789';
 
@@ -23,7 +24,7 @@ const backends: Backend[] = [
   {
     name: 'PGlite',
     async env() {
-      const dir = mkdtempSync(join(tmpdir(), 'cs-e2e-'));
+      const dir = standaloneDataDir('cs-e2e-');
       return {
         env: { DATA_DIR: dir },
         cleanup: async () => rmSync(dir, { recursive: true, force: true }),
@@ -837,7 +838,7 @@ describe.each(backends)('standalone service on $name', (backend) => {
 
 describe('standalone service lifecycle', () => {
   it('keeps a conversation across a restart on the same DATA_DIR, and refuses a second process', async () => {
-    const dir = mkdtempSync(join(tmpdir(), 'cs-e2e-'));
+    const dir = standaloneDataDir('cs-e2e-');
     const env = { DATA_DIR: dir, AUTH_JWT_SECRET: SECRET, AUTH_DEV_TOKENS: 'true' };
     try {
       let app = await startApp('standalone', env);
@@ -892,7 +893,7 @@ describe('standalone service lifecycle', () => {
   });
 
   it('answers every acknowledged message exactly once after kill -9 and a restart, with no client', async () => {
-    const dir = mkdtempSync(join(tmpdir(), 'cs-e2e-'));
+    const dir = standaloneDataDir('cs-e2e-');
     const env = {
       DATA_DIR: dir,
       AUTH_JWT_SECRET: SECRET,
@@ -943,7 +944,7 @@ describe('standalone service lifecycle', () => {
   });
 
   it('answers RATE_LIMITED beyond RATE_LIMIT_PER_MINUTE and refuses starts under the reject policy', async () => {
-    const dir = mkdtempSync(join(tmpdir(), 'cs-e2e-'));
+    const dir = standaloneDataDir('cs-e2e-');
     const app = await startApp('standalone', {
       DATA_DIR: dir,
       AUTH_JWT_SECRET: SECRET,
@@ -1001,7 +1002,7 @@ describe('standalone service lifecycle', () => {
   });
 
   it('stores nothing it refuses with CONCURRENCY_LIMIT_REACHED, counts none of it, and stores it once a slot frees', async () => {
-    const dir = mkdtempSync(join(tmpdir(), 'cs-e2e-'));
+    const dir = standaloneDataDir('cs-e2e-');
     const app = await startApp('standalone', {
       DATA_DIR: dir,
       AUTH_JWT_SECRET: SECRET,

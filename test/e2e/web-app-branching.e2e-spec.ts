@@ -3,14 +3,14 @@
 // "Branching", issue 27): "Edit" with its "Edit message" box and "Save and
 // send", "Regenerate" on the last answer, "Fork from here" opening the fork,
 // undone messages folded under "Show earlier version"; reached by keyboard.
-import { mkdirSync, mkdtempSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { mkdirSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
 import type { Browser, BrowserContext, Locator, Page } from 'playwright-core';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { launchChromium } from '../support/browser.js';
 import { freePort, ROOT, startApp, type AppProcess } from '../support/processes.js';
 import { uniqueName } from '../support/services.js';
+import { standaloneDataDir } from '../support/migrated-template.js';
 
 /** Whether `target` has the keyboard focus (run in the page; this file has no DOM lib). */
 const isFocused = (target: Locator) =>
@@ -29,7 +29,7 @@ describe('web app: branching', () => {
   const contexts: BrowserContext[] = [];
 
   beforeAll(async () => {
-    dataDir = mkdtempSync(join(tmpdir(), 'cs-web-branching-'));
+    dataDir = standaloneDataDir('cs-web-branching-');
     const env = { DATA_DIR: dataDir, PORT: String(await freePort()), RATE_LIMIT_PER_MINUTE: '0' };
     [browser, app] = await Promise.all([launchChromium(), startApp('standalone', env)]);
     mkdirSync(SCREENSHOTS, { recursive: true });

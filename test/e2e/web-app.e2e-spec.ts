@@ -17,6 +17,7 @@ import { api, devToken } from '../support/clients.js';
 import { launchChromium } from '../support/browser.js';
 import { freePort, ROOT, startApp, type AppProcess } from '../support/processes.js';
 import { uniqueName } from '../support/services.js';
+import { standaloneDataDir } from '../support/migrated-template.js';
 
 // What the functions run in the page (page.evaluate) see; this file is compiled without the DOM lib.
 declare const window: { __pwned?: unknown };
@@ -42,7 +43,7 @@ describe('web app', () => {
   };
 
   beforeAll(async () => {
-    dataDir = mkdtempSync(join(tmpdir(), 'cs-web-'));
+    dataDir = standaloneDataDir('cs-web-');
     env = { DATA_DIR: dataDir, PORT: String(await freePort()), RATE_LIMIT_PER_MINUTE: '0' };
     [browser] = await Promise.all([launchChromium(), startService()]);
     mkdirSync(ARTIFACTS, { recursive: true });
@@ -113,7 +114,7 @@ describe('web app', () => {
     let agentDataDir: string;
 
     beforeAll(async () => {
-      agentDataDir = mkdtempSync(join(tmpdir(), 'cs-web-agents-'));
+      agentDataDir = standaloneDataDir('cs-web-agents-');
       agentApp = await startApp('standalone', {
         DATA_DIR: agentDataDir,
         PORT: String(await freePort()),

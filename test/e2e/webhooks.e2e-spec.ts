@@ -17,6 +17,7 @@ import {
   type ReceivedWebhook,
   type WebhookReceiver,
 } from '../support/webhook-receiver.js';
+import { standaloneDataDir } from '../support/migrated-template.js';
 
 const SECRET = 'e2e-webhooks-secret-0123456789abcdef';
 
@@ -29,7 +30,7 @@ const backends: Backend[] = [
   {
     name: 'PGlite',
     async env() {
-      const dir = mkdtempSync(join(tmpdir(), 'cs-webhooks-'));
+      const dir = standaloneDataDir('cs-webhooks-');
       return {
         env: { DATA_DIR: dir },
         cleanup: async () => rmSync(dir, { recursive: true, force: true }),

@@ -1,14 +1,25 @@
-// A database holding every migration, made once per set of migration files
-// (named by their hash) and copied by CREATE DATABASE … TEMPLATE for the
-// end-to-end files' scratch databases: their processes then start on a
-// migrated schema instead of each running every migration again. Made by the
-// global setup (test/global-setup.ts); without it a scratch database is
-// created empty and the processes migrate it, as in production.
+// A Postgres database and a PGlite folder holding every migration, made once
+// per set of migration files (named by their hash) by the global setup
+// (test/global-setup.ts), and copied for the end-to-end files' databases (by
+// CREATE DATABASE … TEMPLATE) and standalone DATA_DIRs: their processes then
+// start on a migrated schema instead of each running every migration again
+// (and PGlite's initdb). Without them a database or folder starts empty and
+// the processes migrate it, as in production.
 import { createHash } from 'node:crypto';
-import { readdirSync, readFileSync } from 'node:fs';
+import {
+  cpSync,
+  existsSync,
+  mkdtempSync,
+  readdirSync,
+  readFileSync,
+  renameSync,
+  rmSync,
+} from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import pg from 'pg';
-import { migrate, openPostgres } from '@cs/store';
+import { migrate, openPglite, openPostgres } from '@cs/store';
 
 const MIGRATIONS = fileURLToPath(new URL('../../libs/store/src/migrations/', import.meta.url));
 const PREFIX = 'cs_template_';
@@ -66,4 +77,45 @@ export async function ensureMigratedTemplate(adminUrl: string): Promise<void> {
   } finally {
     await admin.end();
   }
+}
+
+/** Where the migrated PGlite folder of today's migrations is kept (beside the temporary folders). */
+function pgliteTemplateDir(): string {
+  return join(tmpdir(), `cs-pglite-template-${migratedTemplateName().slice(PREFIX.length)}`);
+}
+
+/**
+ * Makes the migrated PGlite folder unless it exists (a new PGlite folder
+ * costs seconds of initdb, a copy milliseconds): built under a name of its
+ * own, then renamed.
+ */
+export async function ensurePgliteTemplate(): Promise<void> {
+  const target = pgliteTemplateDir();
+  if (existsSync(target)) return;
+  const building = `${target}-${process.pid}-${Date.now().toString(36)}`;
+  const database = await openPglite(join(building, 'pgdata'));
+  try {
+    await migrate(database);
+  } finally {
+    await database.close();
+  }
+  try {
+    renameSync(building, target);
+  } catch {
+    // Another setup made it meanwhile.
+    rmSync(building, { recursive: true, force: true });
+  }
+}
+
+/**
+ * A new DATA_DIR for a standalone process on PGlite: its `pgdata` a copy of
+ * the migrated PGlite folder when the global setup made it (else empty, for
+ * the process to create and migrate). The caller removes it.
+ */
+export function standaloneDataDir(prefix = 'cs-e2e-'): string {
+  const dir = mkdtempSync(join(tmpdir(), prefix));
+  const template = pgliteTemplateDir();
+  if (existsSync(template))
+    cpSync(join(template, 'pgdata'), join(dir, 'pgdata'), { recursive: true });
+  return dir;
 }
