@@ -5,11 +5,11 @@
  */
 import { Mutex } from 'async-mutex';
 import type { ConcurrencyPolicy } from '@cs/protocol';
-import type { ConversationRef } from './conversation.js';
-import { HELD_SLOT, type SlotClaim, type SlotOwner } from './conversation-limits.js';
-import { ConcurrencyLimitError } from './errors.js';
+import type { ConversationRef } from '../conversation.js';
+import { HELD_SLOT, type SlotClaim, type SlotOwner } from '../conversation-limits.js';
+import { ConcurrencyLimitError } from '../errors.js';
 import type { LiveConversation } from './live-conversation.js';
-import type { ClusterMetrics } from './ports/cluster-metrics.port.js';
+import type { ClusterMetrics } from '../ports/cluster-metrics.port.js';
 import { SlotReservations } from './slot-reservations.js';
 
 export interface UserSlotLimits {

@@ -2,9 +2,9 @@
 // the standalone manager's UserSlots: a claim adds a starting entry, as the
 // manager's start does; the manager stops an evicted entry, so the adapter
 // drops it at once (its stop is done).
-import { userSlotsContract } from '../../../test/integration/user-slots.contract.js';
-import type { AgentSession } from './agent-session.js';
-import { ConcurrencyLimitError } from './errors.js';
+import { userSlotsContract } from '../../../../test/integration/user-slots.contract.js';
+import type { AgentSession } from '../agent-session.js';
+import { ConcurrencyLimitError } from '../errors.js';
 import { newLiveConversation, type LiveConversation } from './live-conversation.js';
 import { UserSlots, userKeyOf } from './user-slots.js';
 

@@ -3,8 +3,8 @@
  * running: its session, and the promises that settle when its start does and
  * once it is gone.
  */
-import type { AgentSession } from './agent-session.js';
-import type { ConversationRef } from './conversation.js';
+import type { AgentSession } from '../agent-session.js';
+import type { ConversationRef } from '../conversation.js';
 
 export interface LiveConversation {
   ref: ConversationRef;

@@ -14,15 +14,15 @@
  * limit until the start turns it into the live entry, or it is released.
  */
 import type { ConcurrencyPolicy, ConversationStatus, StatusUpdate, UserAction } from '@cs/protocol';
-import type { AgentFactory } from './agent.js';
+import type { AgentFactory } from '../agent.js';
 import {
   AgentSession,
   SessionClosedError,
   type SessionEndReason,
   type SessionRuntime,
-} from './agent-session.js';
+} from '../agent-session.js';
 import { ConnectionCounts } from './connection-counts.js';
-import { roomKey, type ConversationRef } from './conversation.js';
+import { roomKey, type ConversationRef } from '../conversation.js';
 import {
   TOO_MANY_CONVERSATIONS,
   TOO_MANY_CONVERSATIONS_NOTICE,
@@ -30,18 +30,18 @@ import {
   isIdleSince,
   type SlotClaim,
   type SlotOwner,
-} from './conversation-limits.js';
-import type { Attachment, ConversationManager, SendOptions } from './conversation-manager.js';
-import { NotFoundError, UnavailableError } from './errors.js';
+} from '../conversation-limits.js';
+import type { Attachment, ConversationManager, SendOptions } from '../conversation-manager.js';
+import { NotFoundError, UnavailableError } from '../errors.js';
 import { newLiveConversation, type LiveConversation } from './live-conversation.js';
-import type { ConversationBroadcaster } from './ports/broadcaster.port.js';
-import { NO_CLUSTER_METRICS, type ClusterMetrics } from './ports/cluster-metrics.port.js';
+import type { ConversationBroadcaster } from '../ports/broadcaster.port.js';
+import { NO_CLUSTER_METRICS, type ClusterMetrics } from '../ports/cluster-metrics.port.js';
 import { StatusWrites } from './status-writes.js';
-import { storeUserAction } from './user-action.js';
+import { storeUserAction } from '../user-action.js';
 import { UserSlots, userKeyOf } from './user-slots.js';
-import { systemClock, type Clock } from './ports/clock.port.js';
-import type { AppendedEvent, ConversationStore } from './ports/conversation-store.port.js';
-import type { ScopedStateChange } from './state.js';
+import { systemClock, type Clock } from '../ports/clock.port.js';
+import type { AppendedEvent, ConversationStore } from '../ports/conversation-store.port.js';
+import type { ScopedStateChange } from '../state.js';
 
 export interface StandaloneConversationManagerOptions {
   /** Running (or starting) conversations per user (per tenant). */
