@@ -314,7 +314,7 @@ export function ChatView(props: {
   );
 }
 
-/** What the messages still in force offer (PROTOCOL.md "Branching"). */
+/** What the messages still in force offer (docs/protocol.md "Branching"). */
 interface BranchControls {
   /** The conversation is open: the controls may act. */
   ready: boolean;

@@ -55,7 +55,7 @@ export interface AppConfig {
     /** A token whose `exp` lies further ahead than this many seconds is refused. */
     maxTokenTtlS: number;
   };
-  /** PROTOCOL.md "Data lifecycle". */
+  /** docs/protocol.md "Data lifecycle". */
   lifecycle: {
     /** Conversations idle this many days are deleted; 0 keeps everything. */
     retentionDays: number;
@@ -88,7 +88,7 @@ export interface AppConfig {
   log: { level: LogLevel; format: 'json' | 'pretty' };
   /** OTLP/HTTP endpoint of the trace collector; traces are off when unset. */
   otlpEndpoint: string | undefined;
-  /** The `llm` agent's model server (PROTOCOL.md "Configuration", `LLM_*`). */
+  /** The `llm` agent's model server (docs/protocol.md "Configuration", `LLM_*`). */
   llm: {
     provider: 'openai' | 'anthropic';
     /** Unset: the provider's own. */
@@ -113,7 +113,7 @@ export interface AppConfig {
   tools: { timeoutMs: number };
   /** The remote agent of the `http` agent; `secret` is set whenever `url` is. */
   agentHttp: { url: string | undefined; secret: string | undefined; timeoutMs: number };
-  /** PROTOCOL.md "Webhooks": the endpoints (secrets inside), one attempt's time, attempts. */
+  /** docs/protocol.md "Webhooks": the endpoints (secrets inside), one attempt's time, attempts. */
   webhooks: { endpoints: WebhookEndpointConfig[]; timeoutMs: number; maxAttempts: number };
 }
 

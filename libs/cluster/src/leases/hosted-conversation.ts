@@ -51,7 +51,7 @@ export function deliverToHosted(hosted: HostedConversation, message: SessionMess
   }
 }
 
-/** The ids of PROTOCOL.md "Operations" on every log line about a conversation. */
+/** The ids of docs/protocol.md "Operations" on every log line about a conversation. */
 export function idsOf(hosted: HostedConversation): Record<string, unknown> {
   return {
     conversation_id: hosted.ref.conversationId,

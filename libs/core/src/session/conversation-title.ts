@@ -1,5 +1,5 @@
 /**
- * The title of a conversation created without one (PROTOCOL.md "Titles"):
+ * The title of a conversation created without one (docs/protocol.md "Titles"):
  * after its first answer, the agent's `title()` if it has one, else the
  * fallback rule on the first user message; stored, then announced with
  * `STATUS$TITLE_UPDATED`. A failure leaves the conversation untitled. The

@@ -118,7 +118,7 @@ export class TurnDriver {
    * Ends the turn awaiting a confirmation, each call answered that it never
    * ran because of `why` (the opening of a sentence); `final` for a stop's
    * last writes while the session closes, `rejected` when the user's new
-   * message rejects the calls (PROTOCOL.md "Human approval").
+   * message rejects the calls (docs/protocol.md "Human approval").
    */
   async endSuspended(why: string, { final = false, rejected = false } = {}): Promise<void> {
     const suspended = this.suspended;

@@ -76,7 +76,7 @@ export interface StandaloneConversationManagerDeps {
   reportError?: (message: string, error: unknown, fields?: ConversationLogFields) => void;
 }
 
-/** The log fields of a conversation (PROTOCOL.md "Operations"). */
+/** The log fields of a conversation (docs/protocol.md "Operations"). */
 export interface ConversationLogFields {
   conversation_id: string;
   tenant_id: string;

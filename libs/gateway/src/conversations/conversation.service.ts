@@ -38,7 +38,7 @@ import { ConversationSockets } from '../realtime/conversation-sockets.js';
 import { ConversationExporter } from '../lifecycle/conversation-exporter.js';
 import type { NdjsonSink } from '../lifecycle/ndjson-response.js';
 
-/** PROTOCOL.md: a page of events is at most 4 MiB (then `has_more`). */
+/** docs/protocol.md: a page of events is at most 4 MiB (then `has_more`). */
 const MAX_EVENT_PAGE_BYTES = 4 * 1024 * 1024;
 /** A replay holds at most this much of a client's history in memory at once. */
 const REPLAY_PAGE_BYTES = 1024 * 1024;

@@ -30,7 +30,7 @@ import { checkConfirmationAnswer, findRepeat } from './user-action-admission.js'
 
 /**
  * Counts the user actions a request stored (`cs_user_actions_total`) as
- * `RATE_LIMIT_PER_MINUTE` counts them (PROTOCOL.md): an action sent over
+ * `RATE_LIMIT_PER_MINUTE` counts them (docs/protocol.md): an action sent over
  * the socket or REST; a create, its `initial_user_msg` and each replayed
  * event. An idempotent repeat or a refused action is none. Called once the
  * request that stored them is answered with success.

@@ -53,7 +53,7 @@ const LastEventIdSchema = z
   .transform(Number)
   .pipe(z.number().int().min(-1));
 
-/** The REST API of PROTOCOL.md under `/api/conversations`. */
+/** The REST API of docs/protocol.md under `/api/conversations`. */
 @ApiTags('conversations')
 @ApiBearerAuth()
 @UseGuards(HttpAuthGuard)

@@ -1,5 +1,5 @@
 /**
- * What a caller may do with a user's data as a whole (PROTOCOL.md "Data
+ * What a caller may do with a user's data as a whole (docs/protocol.md "Data
  * lifecycle"): erase it, export it, read the erasures and the tenant's audit
  * trail. A user acts on itself (`me` or its own id), an `admin` on any user
  * of its tenant; anyone else finds nothing (404, never 403), and nothing
