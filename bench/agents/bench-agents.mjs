@@ -1,5 +1,5 @@
 // Agents of the benchmark, loaded by every gateway and worker of the bench's
-// cluster through AGENT_MODULES (PROTOCOL.md "Agent modules"), as a product
+// cluster through AGENT_MODULES (docs/protocol.md "Agent modules"), as a product
 // team's module would be.
 //
 // `bench_pacer` streams deltas at a given pace; each delta's text is the time

@@ -1,4 +1,4 @@
-// The data lifecycle (PROTOCOL.md "Data lifecycle").
+// The data lifecycle (docs/protocol.md "Data lifecycle").
 // - user-export: a user with 100 conversations of 1,000 events each (written
 //   straight into the run's database, bench/lib/history.mjs), exported by
 //   `GET /api/users/:id/export` from one gateway: events per second through

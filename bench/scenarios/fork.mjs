@@ -1,4 +1,4 @@
-// Forks of a long conversation (PROTOCOL.md "Branching"): one conversation
+// Forks of a long conversation (docs/protocol.md "Branching"): one conversation
 // of 10,000 events (`--history-events`) written straight into the run's
 // database through the service's own store, then forked again and again
 // over REST, at its last event and half-way, one fork at a time: the time of

@@ -3,7 +3,7 @@
 // of an offered rate; the echo agent answers; the receiver measures, for
 // each turn.completed, the time from the answer being stored (the body's
 // timestamp) to the request arriving. Paced levels, e.g. 100, 250 and 500
-// turns/s over 1,000 conversations (PROTOCOL.md "Webhooks"; the issue's
+// turns/s over 1,000 conversations (docs/protocol.md "Webhooks"; the issue's
 // target: p50 ≤ 20 ms and p99 ≤ 200 ms at 500 turns/s).
 import { devToken, mapLimit, postMessage, createConversation } from '../lib/client.mjs';
 import { formatCpu, startCpuMeter } from '../lib/proc.mjs';

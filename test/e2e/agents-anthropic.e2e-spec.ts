@@ -224,7 +224,7 @@ describe('the llm agent on an Anthropic Messages server (standalone)', () => {
       expect(title).toBe('Claude picked this title');
       const titleRequests = model.requests.filter((r) => !streaming(r.body));
       expect(titleRequests.some((r) => tagged(r.body, 'tag-title'))).toBe(true);
-      // PROTOCOL.md "Titles": the title request's usage counts in the metrics.
+      // docs/protocol.md "Titles": the title request's usage counts in the metrics.
       expect(await metricsOf(app.url, token, id)).toMatchObject({
         prompt_tokens: 40,
         completion_tokens: 7,

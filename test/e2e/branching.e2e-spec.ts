@@ -1,4 +1,4 @@
-// Branching over REST, Socket.IO and SSE (PROTOCOL.md "Branching: fork,
+// Branching over REST, Socket.IO and SSE (docs/protocol.md "Branching: fork,
 // rewind, edit, regenerate", issue 27): the same scenarios on a standalone
 // app and on a cluster of two gateways (requests alternate between them)
 // with a worker; then a worker killed right after a rewind is stored.

@@ -1,4 +1,4 @@
-// Budgets (PROTOCOL.md "Usage and budgets"): each model request's worst case
+// Budgets (docs/protocol.md "Usage and budgets"): each model request's worst case
 // is held before it is sent, across every worker at once. Against the fake
 // model server, with prices that make each request cost its worst case (1
 // USD: 100 output tokens at 10,000 USD per million, input free), 20

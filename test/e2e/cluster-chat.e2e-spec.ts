@@ -204,7 +204,7 @@ describe('cluster of gateways and workers', () => {
         },
       );
     try {
-      // The create counts too (PROTOCOL.md), once the gateway counts it: what is left is the rest.
+      // The create counts too (docs/protocol.md), once the gateway counts it: what is left is the rest.
       const used = await inWindow();
       expect(used).toBeLessThanOrEqual(1);
 
@@ -392,7 +392,7 @@ describe('cluster of gateways and workers', () => {
       expect(await running()).toEqual(settled);
 
       if (policy === 'evict_oldest') {
-        // Each evicted conversation says why it stopped (PROTOCOL.md).
+        // Each evicted conversation says why it stopped (docs/protocol.md).
         const evicted = conversations.filter((id) => !settled.running.includes(id));
         for (const id of evicted) {
           const events = await readAllEvents(gateways[0]!.url, token, id);

@@ -1,5 +1,5 @@
 // A cluster gateway while Redis or Postgres is unreachable, as a client sees
-// it (PROTOCOL.md "REST", errors): a request that needs the missing one is
+// it (docs/protocol.md "REST", errors): a request that needs the missing one is
 // answered 503 UNAVAILABLE at once, never held until it is back, and what was
 // refused is not carried out later, when a client may have sent it again.
 import { Redis } from 'ioredis';

@@ -1,4 +1,4 @@
-// PROTOCOL.md "Data lifecycle" and the export of "Branching", end to end on
+// docs/protocol.md "Data lifecycle" and the export of "Branching", end to end on
 // the built standalone app, on PGlite and on Postgres: a conversation's
 // export (REST and SDK) read back through replay_json, the erasure of a user,
 // retention with a short RETENTION_DAYS, the export of a user and the audit

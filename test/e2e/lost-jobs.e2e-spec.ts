@@ -2,7 +2,7 @@
 // the write, a Redis restarted without persistence): Postgres says the
 // conversation is live, no queue has its job, and only the workers'
 // reconciler (`LostJobReconciler`) starts it again. Every acknowledged
-// message is still answered, once (PROTOCOL.md "Scale-out", Redis failures).
+// message is still answered, once (docs/design.md "Leases, routing and limits": lost jobs).
 import { Queue } from 'bullmq';
 import { afterEach, describe, expect, it, onTestFailed } from 'vitest';
 import { CONVERSATION_QUEUE, conversationJobId } from '@cs/cluster';

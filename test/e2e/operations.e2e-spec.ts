@@ -1,4 +1,4 @@
-// Operations as an operator sees them (PROTOCOL.md "Operations"): the metrics
+// Operations as an operator sees them (docs/protocol.md "Operations"): the metrics
 // of a gateway and a worker move while a conversation runs, every log line is
 // one JSON object carrying the conversation's ids and no secret, /readyz says
 // 503 while Redis is away and 200 once it is back, and with an OTLP endpoint

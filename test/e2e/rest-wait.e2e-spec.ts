@@ -1,4 +1,4 @@
-// Waiting for an answer over REST (PROTOCOL.md): `Prefer: wait=<s>` on POST
+// Waiting for an answer over REST (docs/protocol.md): `Prefer: wait=<s>` on POST
 // …/events answers with the turn once it ended (or awaits confirmation), and
 // `GET …/turns/:event_id` reads a turn, on a standalone app and across the
 // gateways and workers of a cluster (the waiting gateway is not the one that

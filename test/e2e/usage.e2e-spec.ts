@@ -1,4 +1,4 @@
-// Usage (PROTOCOL.md "Usage and budgets"): every model request of the llm
+// Usage (docs/protocol.md "Usage and budgets"): every model request of the llm
 // agent, against the fake model server with LLM_PRICES, is recorded per
 // tenant, user, model, conversation and day, and `GET /api/usage` shows a
 // user its own, an admin its tenant's, and a stranger nothing, on a cluster

@@ -1,5 +1,5 @@
 // The web app's branching controls in a real browser (Debian's Chromium
-// through playwright-core) against the built standalone app (PROTOCOL.md
+// through playwright-core) against the built standalone app (docs/protocol.md
 // "Branching", issue 27): "Edit" with its "Edit message" box and "Save and
 // send", "Regenerate" on the last answer, "Fork from here" opening the fork,
 // undone messages folded under "Show earlier version"; reached by keyboard.

@@ -1,6 +1,6 @@
 // The web app in a real browser (Debian's Chromium through playwright-core)
 // against the built standalone app started by the test: what a person does,
-// found by the accessible names of PROTOCOL.md "Web app".
+// found by the accessible names of docs/protocol.md "Web app".
 //
 // Streaming and approval run on a second app with the test agent module
 // (AGENT_MODULES, test/fixtures/agents/scripted-agents.mjs).

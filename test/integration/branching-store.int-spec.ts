@@ -1,4 +1,4 @@
-// Fork and rewind in the store (PROTOCOL.md "Branching"): the same cases on
+// Fork and rewind in the store (docs/protocol.md "Branching"): the same cases on
 // real Postgres, PGlite and the in-memory store that unit tests use.
 import { randomUUID } from 'node:crypto';
 import type { ConversationStore, EventDraft, NewConversation } from '@cs/core';

@@ -74,7 +74,7 @@ function rollbacks(toolLog: string, conversationId: string): Map<number, number>
 }
 
 /**
- * PROTOCOL.md, "Agent modules": a turn's signal aborts when the turn is cut
+ * docs/protocol.md, "Agent modules": a turn's signal aborts when the turn is cut
  * (here: an interrupt, within 1 s) and never when it ends with its answer,
  * under each strategy with a message sent during the turn. A third message
  * answered afterwards proves the earlier turns are over (each turn begins

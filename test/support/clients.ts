@@ -1,4 +1,4 @@
-// Socket.IO and HTTP clients for end-to-end tests, speaking PROTOCOL.md.
+// Socket.IO and HTTP clients for end-to-end tests, speaking docs/protocol.md.
 import { io, type Socket } from 'socket.io-client';
 import type { ServerEvent, StoredEvent, UserActionAck } from '@cs/protocol';
 
@@ -43,7 +43,7 @@ export async function devToken(
   return response.body.token;
 }
 
-/** A conversation socket as PROTOCOL.md asks clients to open one, without reconnection. */
+/** A conversation socket as docs/protocol.md asks clients to open one, without reconnection. */
 function openSocket(
   baseUrl: string,
   token: string | undefined,

@@ -1,7 +1,7 @@
 // One end-to-end scenario, run on the standalone app and on a cluster: under
 // CONCURRENCY_POLICY=reject, what is refused with CONCURRENCY_LIMIT_REACHED
 // leaves nothing stored, publishes nothing, and does not count against
-// RATE_LIMIT_PER_MINUTE (PROTOCOL.md); once a slot frees, the same request
+// RATE_LIMIT_PER_MINUTE (docs/protocol.md); once a slot frees, the same request
 // (the same conversation_id, the same idempotency key) is stored once and
 // answered once. The metrics agree: each refusal is counted once in
 // `cs_limit_rejections_total`, and `cs_user_actions_total` counts what

@@ -1,5 +1,5 @@
 // Where the tests find Postgres and Redis: DATABASE_URL / REDIS_URL, with the
-// defaults of PROTOCOL.md. Each test file makes its own database.
+// defaults of docs/protocol.md. Each test file makes its own database.
 import { randomBytes, randomUUID } from 'node:crypto';
 import { refOf, type ConversationRef, type ConversationStore } from '@cs/core';
 import calculateSlot from 'cluster-key-slot';

@@ -361,7 +361,7 @@ interface TextToggle {
   onToggle: () => void;
 }
 
-/** What the messages still in force offer (PROTOCOL.md "Branching"). */
+/** What the messages still in force offer (docs/protocol.md "Branching"). */
 interface BranchControls {
   /** The conversation is open: the controls may act. */
   ready: boolean;

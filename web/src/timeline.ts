@@ -3,7 +3,7 @@
 // stops. Pure, so that the view only draws it.
 import { agentStateOf, isActionEvent, isObservationEvent, type StoredEvent } from '@cs/client';
 
-/** `undoneBy`: the rewind event that undid the item's event (PROTOCOL.md "Branching"). */
+/** `undoneBy`: the rewind event that undid the item's event (docs/protocol.md "Branching"). */
 export type TimelineItem = (
   | { kind: 'user'; key: string; event: StoredEvent; text: string }
   | { kind: 'agent'; key: string; event: StoredEvent; text: string; interrupted: boolean }

@@ -72,7 +72,7 @@ export interface ConversationActions {
   setAgentState(state: RequestableAgentState): void;
   loadOlder(): Promise<void>;
   dismiss(key: string): void;
-  /** Replaces user message `eventId` with `content` (PROTOCOL.md "Branching"). */
+  /** Replaces user message `eventId` with `content` (docs/protocol.md "Branching"). */
   edit(eventId: number, content: string): Promise<void>;
   /** Answers the last user message again. */
   regenerate(): Promise<void>;

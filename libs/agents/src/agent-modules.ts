@@ -1,5 +1,5 @@
 /**
- * Agent modules (`AGENT_MODULES`, PROTOCOL.md "Agent modules"): ES modules
+ * Agent modules (`AGENT_MODULES`, docs/protocol.md "Agent modules"): ES modules
  * that export `agents` (names → factories) and `tools` (names → tool
  * definitions). Each is imported once at start; one that fails to load, or a
  * name already taken, stops the process with one clear line.

@@ -2,7 +2,7 @@
  * The built-in agents that need configuration: `llm` (when `LLM_MODEL` is
  * set) and `http` (when `AGENT_HTTP_URL` is set), as factories from a
  * conversation's `agent_config`, and the check of that `agent_config` at
- * creation (PROTOCOL.md "Agents": `model` in `LLM_MODELS`, `tools` names,
+ * creation (docs/protocol.md "Agents": `model` in `LLM_MODELS`, `tools` names,
  * `temperature`).
  */
 import { z } from 'zod';

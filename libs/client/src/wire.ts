@@ -1,4 +1,4 @@
-// The wire types of PROTOCOL.md, as the SDK publishes them. They mirror the zod
+// The wire types of docs/protocol.md, as the SDK publishes them. They mirror the zod
 // schemas of libs/protocol without importing zod (the SDK stays small and its
 // declarations self-contained); wire.spec.ts checks, at compile time and at
 // run time, that whatever those schemas accept fits these types and guards.

@@ -1,5 +1,5 @@
 /**
- * When the agent is busy, for the `reject` strategy (PROTOCOL.md "A message
+ * When the agent is busy, for the `reject` strategy (docs/protocol.md "A message
  * sent while a turn runs"): a turn runs, or a user message stored after
  * `answered_through` waits for its turn. A turn whose tool calls await the
  * user's confirmation is not busy: a message then is the user's reply, it

@@ -19,30 +19,28 @@
  *
  * Its parts, under `session/`: the lifecycle (`session-lifecycle`), the
  * start (`session-start`), the writes (`session-writer`), the controls
- * (`session-controls`), the loop's waits (`wake-signal`), what is read and
+ * (`session-controls`), what it knows of its conversation
+ * (`session-conversation`), the loop's waits (`wake-signal`), what is read and
  * still to handle (`user-event-queue`, `event-reader`), the turns
  * (`turn-driver`, one `active-turn` at a time, each a `turn-runner` of
  * `step-runner` steps reading `turn-history`), titles (`conversation-title`).
+ * Every part writes through one small interface, `SessionOutlet` (the
+ * writer): an answer goes from the turn runner through its `ActiveTurn` to
+ * the writer, and nowhere else.
  */
-import type { AgentState, MultitaskStrategy, StatusUpdate, StoredEvent } from '@cs/protocol';
+import type { AgentState, StatusUpdate, StoredEvent } from '@cs/protocol';
 import type { Agent } from './agent.js';
-import {
-  DEFAULT_SETTINGS,
-  effectiveMultitaskStrategy,
-  roomKey,
-  type ConversationRecord,
-  type ConversationRef,
-} from './conversation.js';
+import { roomKey, type ConversationRef } from './conversation.js';
 import { LeaseLostError } from './errors.js';
 import { systemClock, type Clock } from './ports/clock.port.js';
 import type { ConversationStore } from './ports/conversation-store.port.js';
 import { NO_TRACING, type Tracing } from './ports/tracing.port.js';
 import { EventReader } from './session/event-reader.js';
 import { SessionControls } from './session/session-controls.js';
+import { SessionConversation } from './session/session-conversation.js';
 import { SessionLifecycle, type SessionEndReason } from './session/session-lifecycle.js';
 import type { AgentSessionInit, AgentSessionOptions } from './session/session-options.js';
 import { startSession } from './session/session-start.js';
-import { SessionState } from './session/session-state.js';
 import { ClosingSignal, SessionWriter } from './session/session-writer.js';
 import { TurnDriver } from './session/turn-driver.js';
 import { RecentEvents } from './session/turn-history.js';
@@ -89,14 +87,9 @@ export class AgentSession {
   private readonly writer: SessionWriter;
   private readonly turns: TurnDriver;
   private readonly controls: SessionControls;
+  private readonly conversation: SessionConversation;
 
-  private record: ConversationRecord | null = null;
-  /** A PATCH changed the settings since `record` was read (`settingsChanged`). */
-  private settingsStale = false;
-  private readonly state = new SessionState();
   private activityAt: number;
-  /** Id of this session's `loading` event: what was stored before it, a new holder resumes. */
-  private loadingEventId = -1;
   private error: unknown = null;
   private retryWanted = false;
   private failures = 0;
@@ -116,6 +109,11 @@ export class AgentSession {
     this.tracing = init.options.tracing ?? NO_TRACING;
     this.catchUpMs = init.options.catchUpIntervalMs ?? DEFAULT_CATCH_UP_MS;
     this.reportError = init.options.reportError ?? (() => undefined);
+    this.conversation = new SessionConversation(
+      this.store,
+      this.options.multitaskStrategy,
+      this.reportError,
+    );
     this.activityAt = this.clock.now();
     this.queue = new UserEventQueue(this.cache, () => {
       this.activityAt = this.clock.now();
@@ -130,7 +128,7 @@ export class AgentSession {
       this.ref,
       this.queue,
       init.options.readPageSize ?? DEFAULT_PAGE_SIZE,
-      () => this.lifecycle.isFinished,
+      this.lifecycle,
     );
     this.closed = this.lifecycle.closed;
     const onEnd = init.options.onEnd;
@@ -143,11 +141,10 @@ export class AgentSession {
       options: this.options,
       room: this.room,
       lifecycle: this.lifecycle,
-      state: this.state,
+      conversation: this.conversation,
       cache: this.cache,
       queue: this.queue,
       reader: this.reader,
-      record: () => this.record,
       touch: () => {
         this.activityAt = this.clock.now();
       },
@@ -162,29 +159,13 @@ export class AgentSession {
       cache: this.cache,
       queue: this.queue,
       reader: this.reader,
-      write: (drafts, final) => this.writer.write(drafts, final),
-      publishStatus: (status) => this.writer.publishStatus(status),
-      publishStream: (delta) => this.writer.publishStream(delta),
+      writer: this.writer,
+      conversation: this.conversation,
+      lifecycle: this.lifecycle,
+      wake: this.wakeSignal,
       reportError: this.reportError,
-      record: () => this.record,
-      state: () => this.state.current,
-      refreshState: () => this.refreshSharedState(),
-      refreshSettings: () => this.refreshSettings(),
-      agentState: () => this.writer.agentState,
-      strategy: () => this.strategy,
-      loadingEventId: () => this.loadingEventId,
-      wakeRaised: () => this.wakeSignal.isRaised,
-      isClosing: () => this.lifecycle.isClosing,
     });
     this.controls = new SessionControls(this.turns, this.queue, this.lifecycle, this.writer);
-  }
-
-  /** What a message sent while a turn runs does (the conversation's, else the deployment's). */
-  private get strategy(): MultitaskStrategy {
-    return effectiveMultitaskStrategy(
-      this.record?.settings ?? DEFAULT_SETTINGS,
-      this.options.multitaskStrategy,
-    );
   }
 
   get conversationId(): string {
@@ -213,7 +194,7 @@ export class AgentSession {
   }
 
   get sessionState(): Readonly<Record<string, unknown>> {
-    return this.state.current;
+    return this.conversation.state.current;
   }
 
   /** True while the loop waits to try again after a store failure (its holder may wake it). */
@@ -256,7 +237,7 @@ export class AgentSession {
    * uses them (a turn, a newer message, a step). Cheap; safe at any time.
    */
   settingsChanged(): void {
-    this.settingsStale = true;
+    this.conversation.settingsChanged();
   }
 
   /**
@@ -265,9 +246,9 @@ export class AgentSession {
    */
   scopedStateChanged(change: ScopedStateChange): void {
     const { tenantId, userId, conversationId } = this.ref;
-    const appName = this.record?.appName ?? null;
+    const appName = this.conversation.record?.appName ?? null;
     if (outdatesScopes(change, { id: conversationId, tenantId, userId, appName }))
-      this.state.markStale();
+      this.conversation.state.markStale();
   }
 
   /**
@@ -288,7 +269,11 @@ export class AgentSession {
     lifecycle.beginClosing();
     if (notice) this.writer.publishStatus(notice);
     await this.quiesce();
-    if (lifecycle.isWritable && this.loadingEventId >= 0 && this.writer.agentState !== 'stopped') {
+    if (
+      lifecycle.isWritable &&
+      this.conversation.loadingEventId >= 0 &&
+      this.writer.agentState !== 'stopped'
+    ) {
       try {
         await this.controls.storeStopped(reason === undefined ? {} : { reason }, true);
       } catch (error) {
@@ -323,15 +308,8 @@ export class AgentSession {
       lifecycle: this.lifecycle,
       queue: this.queue,
       reader: this.reader,
-      write: (drafts) => this.writer.write(drafts),
-      restored: ({ conversation, state }) => {
-        this.record = conversation;
-        this.state.load(state);
-        if (conversation.title === '') this.turns.untitled();
-      },
-      loaded: (loadingEventId) => {
-        this.loadingEventId = loadingEventId;
-      },
+      outlet: this.writer,
+      conversation: this.conversation,
     });
     if (!this.lifecycle.isClosing && this.catchUpMs > 0) {
       this.poll = this.clock.setInterval(() => this.wake(), this.catchUpMs);
@@ -360,7 +338,7 @@ export class AgentSession {
         const work = this.queue.nextWork({
           paused: this.writer.agentState === 'paused',
           suspendedTrigger: this.turns.suspendedTrigger,
-          loadingEventId: this.loadingEventId,
+          loadingEventId: this.conversation.loadingEventId,
         });
         if (work?.kind === 'control') await this.controls.apply(work.event, work.target);
         else if (work?.kind === 'message') await this.turns.run(work.event);
@@ -389,45 +367,6 @@ export class AgentSession {
   private async quiesce(): Promise<void> {
     await this.startPromise?.catch(() => undefined);
     await this.loopPromise;
-  }
-
-  // ---------------------------------------------------------------- shared state
-
-  /**
-   * After `settingsChanged`: the settings as stored now. A failed read leaves
-   * them as they were, to be read again at the next decision.
-   */
-  private async refreshSettings(): Promise<void> {
-    const { record } = this;
-    if (!record || !this.settingsStale) return;
-    this.settingsStale = false;
-    try {
-      const fresh = await this.store.getConversation(record.tenantId, record.id);
-      if (fresh && fresh.incarnation === record.incarnation && this.record === record) {
-        this.record = { ...record, settings: fresh.settings };
-      }
-    } catch (error) {
-      this.settingsStale = true;
-      this.reportError("could not read the conversation's settings again", error);
-    }
-  }
-
-  /**
-   * Before a step: reads the `app:` and `user:` keys again if another
-   * conversation changed them. A failed read leaves the state as it was, to
-   * be read at the next step; the turn goes on.
-   */
-  private async refreshSharedState(): Promise<void> {
-    await this.refreshSettings();
-    const { record } = this;
-    if (!record || !this.state.isStale) return;
-    try {
-      await this.state.refresh(() =>
-        this.store.getScopedState(record.tenantId, record.appName, record.userId),
-      );
-    } catch (error) {
-      this.reportError('could not read the user: and app: state again', error);
-    }
   }
 }
 

@@ -1,5 +1,5 @@
 /**
- * The agent contract (PROTOCOL.md "Agents", "Agent modules"): an agent is
+ * The agent contract (docs/protocol.md "Agents", "Agent modules"): an agent is
  * `{ step(context) }`, yielding agent outputs for one step of a turn; the
  * runtime (`AgentSession`) stores them, runs the tool calls and starts the
  * next step. Agents hold nothing between steps: what they need is in the
@@ -100,7 +100,7 @@ export interface ToolRunContext {
   conversation_id: string;
 }
 
-/** A tool of an agent module (PROTOCOL.md "Agent modules"). */
+/** A tool of an agent module (docs/protocol.md "Agent modules"). */
 export interface ToolDefinition {
   description: string;
   /** A JSON Schema of the arguments. */

@@ -1,5 +1,5 @@
 /**
- * What both stores write for branching (PROTOCOL.md "Branching"), built in
+ * What both stores write for branching (docs/protocol.md "Branching"), built in
  * one place: the rewind event, the `tool_result` a fork or rewind gives a
  * call left without one, and the state delta that takes a state back.
  */

@@ -4,7 +4,7 @@
  * conversation nobody asked to stop, `IDLE_TIMEOUT_MS` (no client attached,
  * its agent not running, no activity for that long) and
  * `MAX_CONCURRENT_CONVERSATIONS` under `evict_oldest`; and when, under
- * `reject`, a user's slot is taken before anything is stored (PROTOCOL.md).
+ * `reject`, a user's slot is taken before anything is stored (docs/protocol.md).
  */
 import { StatusId, type ConcurrencyPolicy, type StatusUpdate } from '@cs/protocol';
 
@@ -56,7 +56,7 @@ export const HELD_SLOT: SlotClaim = Object.freeze({
 /**
  * Whether a write that will start a conversation (a message to one not known
  * to run, a create with `initial_user_msg`) takes its user's slot before it is
- * stored. Under `reject` it must: a refusal stores nothing (PROTOCOL.md), so
+ * stored. Under `reject` it must: a refusal stores nothing (docs/protocol.md), so
  * the refusal comes first. Under `evict_oldest` nothing is refused: the start
  * follows the store, so that nobody is evicted for a write that then fails.
  */

@@ -86,7 +86,10 @@ export interface AgentSpec {
   config: Record<string, unknown>;
 }
 
-/** How a conversation's agent runs (PROTOCOL.md "Agents"): chosen at creation, some patchable. */
+/**
+ * How a conversation's agent runs (docs/protocol.md "Agents"): chosen at
+ * creation, some patchable.
+ */
 export interface ConversationSettings {
   confirmationMode: boolean;
   /** Null: the deployment's `MULTITASK_STRATEGY`. */
@@ -207,7 +210,7 @@ export const EMPTY_METRICS: ConversationMetrics = {
   cost_usd: 0,
 };
 
-/** The REST view of a conversation (PROTOCOL.md `ConversationInfo`). */
+/** The REST view of a conversation (docs/protocol.md `ConversationInfo`). */
 export function toConversationInfo(
   record: ConversationRecord,
   defaultStrategy: MultitaskStrategy,

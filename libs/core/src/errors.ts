@@ -1,7 +1,7 @@
 import type { ErrorCode } from '@cs/protocol';
 
 /**
- * The typed errors of the domain. Each carries a PROTOCOL.md error code; the
+ * The typed errors of the domain. Each carries a docs/protocol.md error code; the
  * gateway maps them to HTTP statuses and socket acknowledgements in one place.
  */
 export class DomainError extends Error {

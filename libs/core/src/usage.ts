@@ -1,5 +1,5 @@
 /**
- * Model usage as billed (PROTOCOL.md "Usage and budgets"): every model
+ * Model usage as billed (docs/protocol.md "Usage and budgets"): every model
  * request's tokens and cost, kept per tenant, user, UTC day, model and
  * conversation. A step's usage rides on its first stored event (`EventDraft.usage`)
  * and is written in the same transaction as that event; reports sum it.

@@ -1,7 +1,9 @@
 import { Module, type DynamicModule, type Provider } from '@nestjs/common';
 import { HttpAuthGuard } from './auth/http-auth.guard.js';
 import { TokenService } from './auth/token.service.js';
+import { ConversationCreation } from './conversations/conversation-creation.service.js';
 import { ConversationService } from './conversations/conversation.service.js';
+import { UserActionDelivery } from './conversations/user-action-delivery.service.js';
 import { ConversationsController } from './http/conversations.controller.js';
 import { BranchingController } from './http/branching.controller.js';
 import { ConversationBranchingService } from './conversations/conversation-branching.service.js';
@@ -55,6 +57,8 @@ export class GatewayModule {
         TokenService,
         HttpAuthGuard,
         ConversationService,
+        ConversationCreation,
+        UserActionDelivery,
         ConversationBranchingService,
         ConversationRoomHub,
         ConversationSockets,

@@ -54,7 +54,7 @@ export class ServiceMetrics {
   readonly runningConversations: Gauge;
   readonly appendSeconds: Histogram;
   readonly userActions: Counter;
-  /** Conversations deleted by retention (PROTOCOL.md "Data lifecycle"). */
+  /** Conversations deleted by retention (docs/protocol.md "Data lifecycle"). */
   readonly retentionDeleted: Counter;
   readonly leaseAcquisitions: Counter;
   readonly failovers: Counter;

@@ -1,5 +1,5 @@
 /**
- * The one start-up and shutdown path of every process (PROTOCOL.md
+ * The one start-up and shutdown path of every process (docs/protocol.md
  * "Commands"): the configuration read once, the logger made from it, then the
  * app started; the first SIGTERM or SIGINT drains it, repeats are ignored.
  * Exit codes: 0 after a drain that finished, 1 when the start failed, the

@@ -1,5 +1,5 @@
 /**
- * What an agent yields in a step (PROTOCOL.md "Agent outputs"): the same JSON
+ * What an agent yields in a step (docs/protocol.md "Agent outputs"): the same JSON
  * objects for built-in agents, agent modules and the HTTP agent's response
  * lines. One schema, checked by the runtime for every agent kind: an agent's
  * output is untrusted.
@@ -57,7 +57,7 @@ const AgentOutputShapeSchema = z.discriminatedUnion('type', [
 ]);
 
 /**
- * An output within the bounds of what a client may send (PROTOCOL.md
+ * An output within the bounds of what a client may send (docs/protocol.md
  * "Limits"): nested at most `MAX_JSON_DEPTH` deep, at most
  * `MAX_PAYLOAD_BYTES` as JSON, with no text Postgres cannot store (NUL, an
  * unpaired surrogate). Such an output would otherwise fail when stored (too

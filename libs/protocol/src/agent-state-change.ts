@@ -1,7 +1,7 @@
 /**
  * The agent states, and how an `agent_state_changed` observation is read:
  * `{ observation: "agent_state_changed", extras: { agent_state, reason? } }`
- * (PROTOCOL.md). Every reader of that observation (the domain, both stores,
+ * (docs/protocol.md). Every reader of that observation (the domain, both stores,
  * the streams, the client SDK) goes through `readAgentState` here, so that
  * they all agree on what a state change is and which states settle a turn.
  *

@@ -1,5 +1,5 @@
 /**
- * Branching (PROTOCOL.md "Branching: fork, rewind, edit, regenerate"): the
+ * Branching (docs/protocol.md "Branching: fork, rewind, edit, regenerate"): the
  * bodies of its routes and the stored rewind event. A rewind appends
  * `{ source: "user", action: "rewind", args: { to_event_id } }`; every event
  * after `to_event_id` and before it is then read with `undone_by: <its id>`.

@@ -1,7 +1,7 @@
 import { z } from 'zod';
 import { DEFAULT_PAGE_LIMIT, MAX_PAGE_LIMIT } from './limits.js';
 
-/** PROTOCOL.md "Data lifecycle": erasure, export and audit on the wire. */
+/** docs/protocol.md "Data lifecycle": erasure, export and audit on the wire. */
 
 /** The user id that stands for an erased user in what is kept (usage rows, audit records). */
 export const ERASED_USER = 'erased';

@@ -1,7 +1,7 @@
 /**
  * Idempotent sends: an event sent again with a `client_event_id` already
  * stored is a repeat, answered with the stored event, when it carries the same
- * event; with anything else it is a conflict (PROTOCOL.md, `409`). "The same"
+ * event; with anything else it is a conflict (docs/protocol.md, `409`). "The same"
  * is what the Postgres store can tell from its row: the same source and the
  * same payload as jsonb keeps it (the envelope's keys live in columns of their
  * own, the body is JSON round-tripped, jsonb reorders keys). The stores and the

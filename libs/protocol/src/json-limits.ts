@@ -1,5 +1,5 @@
 /**
- * How deep and how large untrusted JSON may be (PROTOCOL.md, "Limits").
+ * How deep and how large untrusted JSON may be (docs/protocol.md, "Limits").
  * Everything that recurses over a value (JSON.stringify, deep equality,
  * Postgres' jsonb input) fails with a RangeError or a stack-depth error a few
  * thousand levels down, so deeper values are refused before anything touches

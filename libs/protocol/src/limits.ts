@@ -1,5 +1,5 @@
 /**
- * Size limits of the wire contract (PROTOCOL.md). Plain TypeScript that
+ * Size limits of the wire contract (docs/protocol.md). Plain TypeScript that
  * imports nothing, on purpose: the client SDK, and through it the web app,
  * compiles this very file (libs/client/src/protocol/limits.ts is a symlink to
  * it), so that the runtime, the store and the web app share one definition.
@@ -18,7 +18,7 @@ export const MAX_CLIENT_EVENT_ID_CHARS = 128;
 export const MAX_PAYLOAD_BYTES = 1024 * 1024;
 /** Socket.IO closes a connection whose message exceeds this (maxHttpBufferSize). */
 export const MAX_TRANSPORT_BYTES = 2 * 1024 * 1024;
-// Titles (PROTOCOL.md "Titles"), longest first.
+// Titles (docs/protocol.md "Titles"), longest first.
 /** A title given through REST (`title` of a create or a PATCH). */
 export const MAX_TITLE_CHARS = 512;
 /** A title from an agent's `title()`: a longer one is cut. */

@@ -24,7 +24,7 @@ export const RoomMessageSchema = z.discriminatedUnion('type', [
 export type RoomMessage = z.infer<typeof RoomMessageSchema>;
 
 /**
- * The W3C `traceparent` of the span that stored a user message (PROTOCOL.md
+ * The W3C `traceparent` of the span that stored a user message (docs/protocol.md
  * "Operations", traces): the holder continues that trace. A malformed one is
  * dropped, never the message that carries it.
  */

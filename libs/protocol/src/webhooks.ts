@@ -1,9 +1,9 @@
-/** What webhooks tell product backends (PROTOCOL.md "Webhooks"). */
+/** What webhooks tell product backends (docs/protocol.md "Webhooks"). */
 import { z } from 'zod';
 import { DEFAULT_PAGE_LIMIT, MAX_PAGE_LIMIT } from './limits.js';
 import { queryInt } from './rest.js';
 
-/** The types of webhook messages, in the order PROTOCOL.md lists them. */
+/** The types of webhook messages, in the order docs/protocol.md lists them. */
 export const WEBHOOK_EVENT_TYPES = [
   'conversation.created',
   'conversation.deleted',

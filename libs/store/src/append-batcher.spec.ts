@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { AppendBatcher, type WriteBatch } from './append-batcher.js';
-import type { AppendedHead, PlainAppend } from './repositories/event.repository.js';
+import type { AppendedHead, PlainAppend } from './repositories/event-append.repository.js';
 
 function plain(conversationId: string): PlainAppend {
   return {

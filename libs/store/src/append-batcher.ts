@@ -5,7 +5,7 @@
  * append goes at once: batching costs no latency, it only takes up what
  * queues under load.
  */
-import type { AppendedHead, PlainAppend } from './repositories/event.repository.js';
+import type { AppendedHead, PlainAppend } from './repositories/event-append.repository.js';
 
 export interface AppendBatcherLimits {
   /** Statements in flight at once (each holds a database connection). */

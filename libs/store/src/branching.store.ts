@@ -1,5 +1,5 @@
 /**
- * Fork and rewind on Postgres / PGlite (PROTOCOL.md "Branching"), each one
+ * Fork and rewind on Postgres / PGlite (docs/protocol.md "Branching"), each one
  * transaction: what they decide is here, the SQL in `BranchRepository`.
  */
 import type { AppendedEvent, ConversationRecord, ForkRequest, RewindRequest } from '@cs/core';

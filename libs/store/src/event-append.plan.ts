@@ -24,11 +24,8 @@ import {
   MAX_AGENT_MESSAGE_CHARS,
   readAgentState,
 } from '@cs/protocol';
-import type {
-  NewEventRow,
-  StoredEventRow,
-  TurnCostWrite,
-} from './repositories/event.repository.js';
+import type { NewEventRow, TurnCostWrite } from './repositories/event-append.repository.js';
+import type { StoredEventRow } from './repositories/event.repository.js';
 
 /** A validated draft in the shape it is stored. */
 export interface PreparedDraft {

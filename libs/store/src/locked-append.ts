@@ -2,7 +2,7 @@
  * The append that takes a transaction (an idempotency key seen before,
  * `user:` / `app:` keys, model usage to record, a refusal when busy, or a
  * plain append left undone), and what every append is written as: the plain append of
- * `EventRepository.appendToLog(s)`.
+ * `EventAppendRepository.appendToLog(s)`.
  */
 import type { AppendedEvent } from '@cs/core';
 import {
@@ -17,7 +17,8 @@ import type { SqlQueryable } from './database/sql-database.js';
 import type { AppendPlan, FoldedDeltas, PreparedDraft } from './event-append.plan.js';
 import { eventRowsJson, foldDeltas, planAppend } from './event-append.plan.js';
 import { ConversationRepository } from './repositories/conversation.repository.js';
-import type { PlainAppend, StoredEventRow } from './repositories/event.repository.js';
+import { EventAppendRepository, type PlainAppend } from './repositories/event-append.repository.js';
+import type { StoredEventRow } from './repositories/event.repository.js';
 import { EventRepository, toStoredEvent } from './repositories/event.repository.js';
 import { ScopedStateRepository } from './repositories/scoped-state.repository.js';
 import { UsageRepository } from './repositories/usage.repository.js';
@@ -118,7 +119,7 @@ export async function appendLocked(
   const folded = foldDeltas(plan.fresh.map((row) => row.prepared));
   const at = clock.now();
   // Decided: the statement must not leave it undone again for the strategy.
-  const appended = await events.appendToLog(
+  const appended = await new EventAppendRepository(tx).appendToLog(
     plainAppend(tenantId, conversationId, plan.fresh, folded, {
       ...writer,
       defaultMultitaskStrategy: null,

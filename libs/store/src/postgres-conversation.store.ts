@@ -46,7 +46,11 @@ import { forkLocked, markReplayedRewinds, rewindLocked } from './branching.store
 import { guardData } from './refused-text.js';
 import { WriteClock } from './write-clock.js';
 import { ConversationRepository } from './repositories/conversation.repository.js';
-import type { AppendedHead, PlainAppend } from './repositories/event.repository.js';
+import {
+  EventAppendRepository,
+  type AppendedHead,
+  type PlainAppend,
+} from './repositories/event-append.repository.js';
 import { EventRepository, toStoredEvent } from './repositories/event.repository.js';
 import { ScopedStateRepository } from './repositories/scoped-state.repository.js';
 import { UsageRepository } from './repositories/usage.repository.js';
@@ -82,17 +86,18 @@ export class PostgresConversationStore implements ConversationStore {
   ) {
     this.conversations = new ConversationRepository(database);
     this.events = new EventRepository(database);
+    const appends = new EventAppendRepository(database);
     this.usage = new UsageRepository(database);
     this.scopedStates = new ScopedStateRepository(database);
     this.clock = options.clock ?? new WriteClock();
     if (options.crossConversationBatches === false) {
-      this.writeAppend = (append) => this.events.appendToLog(append, this.clock.now());
+      this.writeAppend = (append) => appends.appendToLog(append, this.clock.now());
     } else {
-      const batcher = new AppendBatcher(async (appends) => {
-        const [only] = appends;
+      const batcher = new AppendBatcher(async (batch) => {
+        const [only] = batch;
         const at = this.clock.now();
-        if (appends.length > 1 || !only) return this.events.appendToLogs(appends, at);
-        const head = await this.events.appendToLog(only, at);
+        if (batch.length > 1 || !only) return appends.appendToLogs(batch, at);
+        const head = await appends.appendToLog(only, at);
         return new Map(head ? [[only.conversationId, head]] : []);
       }, options.batching ?? DEFAULT_BATCHING);
       this.writeAppend = (append) => batcher.append(append);
@@ -308,7 +313,7 @@ export class PostgresConversationStore implements ConversationStore {
   /**
    * A plain append (no idempotency key seen before, no `user:` / `app:` keys)
    * is one statement, shared with the other appends of this process that
-   * queue meanwhile (see `AppendBatcher` and `EventRepository.appendToLogs`),
+   * queue meanwhile (see `AppendBatcher` and `EventAppendRepository.appendToLogs`),
    * or its own with `crossConversationBatches: false`.
    * Anything else, or a key that turns out to be stored, takes
    * `appendInTransaction`.

@@ -32,7 +32,7 @@ export interface StoreOptions {
 
 export interface OpenedStore {
   store: ConversationStore;
-  /** The webhook deliveries the store's writes enqueue (PROTOCOL.md "Webhooks"). */
+  /** The webhook deliveries the store's writes enqueue (docs/protocol.md "Webhooks"). */
   webhooks: WebhookOutbox;
   /** Retention, erasures and the audit trail, on the same database. */
   lifecycle: DataLifecycleStore;

@@ -1,5 +1,5 @@
 /**
- * When to try a delivery again (PROTOCOL.md "Webhooks"): 1 s after the first
+ * When to try a delivery again (docs/protocol.md "Webhooks"): 1 s after the first
  * failed attempt, doubling each time, at most 1 h, each delay jittered
  * between 75 % and 100 % of its value so that deliveries that failed
  * together (an endpoint down) do not all come back at the same instant.

@@ -1,5 +1,5 @@
 /**
- * Sends the outbox's deliveries (PROTOCOL.md "Webhooks"): claims the heads
+ * Sends the outbox's deliveries (docs/protocol.md "Webhooks"): claims the heads
  * of the (conversation, endpoint) queues that are due, posts each once,
  * records the outcome, and goes on. Runs in every worker of a cluster and in
  * the standalone process; several dispatchers share the work through the

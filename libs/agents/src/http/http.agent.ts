@@ -1,5 +1,5 @@
 /**
- * The `http` agent (PROTOCOL.md "HTTP agent"): a remote agent in any
+ * The `http` agent (docs/protocol.md "HTTP agent"): a remote agent in any
  * language. Each step is one signed POST to `AGENT_HTTP_URL` with the
  * conversation's context; the answer is NDJSON, one agent output per line,
  * yielded as each line arrives. A line that is not an agent output becomes
@@ -22,7 +22,7 @@ export const HTTP_AGENT = 'http';
 export const HTTP_AGENT_EVENTS = 100;
 export const HTTP_AGENT_MAX_BYTES = 10 * 1024 * 1024;
 
-/** The media type of an answer (PROTOCOL.md "HTTP agent"). */
+/** The media type of an answer (docs/protocol.md "HTTP agent"). */
 const NDJSON = 'application/x-ndjson';
 
 export interface HttpAgentSettings {

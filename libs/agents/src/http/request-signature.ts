@@ -1,5 +1,5 @@
 /**
- * The signature of a request to a remote agent (PROTOCOL.md "HTTP agent"):
+ * The signature of a request to a remote agent (docs/protocol.md "HTTP agent"):
  * `x-cs-signature: sha256=<hex HMAC-SHA256 of "<timestamp>.<raw body>">`,
  * keyed with `AGENT_HTTP_SECRET`, with the timestamp in `x-cs-timestamp`
  * (unix seconds). `verifyRequestSignature` is what a remote agent written in

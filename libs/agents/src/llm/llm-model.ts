@@ -10,6 +10,16 @@ import { AnthropicMessagesClient } from './anthropic-messages.client.js';
 import type { ModelClient } from './model-client.js';
 import { OpenAiChatClient } from './openai-chat.client.js';
 
+/** What one conversation's `llm` agent runs with. */
+export interface LlmAgentSettings {
+  llm: AppConfig['llm'];
+  /** The model of this conversation (`agent_config.model`, else `LLM_MODEL`). */
+  model: string;
+  temperature: number | undefined;
+  /** The tools it may call (`agent_config.tools`); undefined: all of `context.tools`. */
+  toolNames: readonly string[] | undefined;
+}
+
 const OPENAI_BASE_URL = 'https://api.openai.com/v1';
 const ANTHROPIC_BASE_URL = 'https://api.anthropic.com';
 

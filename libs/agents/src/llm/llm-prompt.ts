@@ -1,5 +1,5 @@
 /**
- * The `llm` agent's prompt (PROTOCOL.md "Context"): the instructions, the
+ * The `llm` agent's prompt (docs/protocol.md "Context"): the instructions, the
  * conversation's first user message, the turn's own message, and as many of
  * the latest events as fit under `LLM_CONTEXT_TOKENS`, with one line saying
  * how many events were left out. The history is read from the newest event

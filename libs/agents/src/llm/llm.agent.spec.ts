@@ -16,7 +16,8 @@ import {
   openAiCompletion,
   openAiStream,
 } from '../../../../test/fakes/fake-model-server.js';
-import { LLM_RETRY_STATUS, LlmAgent, cleanTitle } from './llm.agent.js';
+import { LLM_RETRY_STATUS, LlmAgent } from './llm.agent.js';
+import { cleanTitle } from './llm-title.js';
 import { EMPTY_RESULT, EMPTY_USER_MESSAGE } from './prompt-messages.js';
 
 const API_KEY = 'sk-test-THE-KEY-0123456789';

@@ -78,7 +78,7 @@ export function toEntry(event: StoredEvent): Entry | undefined {
  * call to its message, a tool result to its call). An answer stored after a
  * later message (one queued behind its turn, or one that interrupted it)
  * then comes before that message, and the prompt ends with the trigger and
- * what this turn's own steps stored (PROTOCOL.md "Turns and steps"), never
+ * what this turn's own steps stored (docs/protocol.md "Turns and steps"), never
  * with an earlier turn's answer: a provider would take a last assistant
  * message for the start of the answer to continue (Anthropic's prefill).
  * Without such late events this is the order of the ids.

@@ -1,5 +1,5 @@
 /**
- * Tools of the MCP servers in `MCP_SERVERS` (PROTOCOL.md "Tools"), through
+ * Tools of the MCP servers in `MCP_SERVERS` (docs/protocol.md "Tools"), through
  * `@modelcontextprotocol/sdk`'s client over the Streamable HTTP transport.
  * `loadMcpTools` lists every server's tools once (at process start: the
  * runtime's tool registry is the process's), each named `<server>__<tool>`,

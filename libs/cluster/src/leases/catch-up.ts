@@ -1,7 +1,7 @@
 import type { ConversationStore } from '@cs/core';
 import {
   describeError,
-  liveConversations,
+  hostedSessions,
   type HostLog,
   type HostedConversation,
 } from './hosted-conversation.js';
@@ -35,7 +35,7 @@ export class LostWakeUpCatchUp {
   }
 
   async catchUp(): Promise<void> {
-    const live = liveConversations(this.hosted());
+    const live = hostedSessions(this.hosted());
     if (live.length === 0) return;
     try {
       const latest = await this.store.lastEventIds(live.map((hosted) => hosted.ref));

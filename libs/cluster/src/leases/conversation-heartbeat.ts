@@ -5,10 +5,10 @@ import {
   deliverToHosted,
   describeError,
   idsOf,
-  liveConversations,
+  hostedSessions,
   type HostLog,
   type HostedConversation,
-  type LiveConversation,
+  type HostedSession,
 } from './hosted-conversation.js';
 
 export interface ConversationHeartbeatDeps {
@@ -42,7 +42,7 @@ export class ConversationHeartbeat {
 
   async beat(): Promise<void> {
     const { limiter, hosted, log } = this.deps;
-    const live = liveConversations(hosted.values());
+    const live = hostedSessions(hosted.values());
     try {
       const lost = await limiter.renew(
         live.map((h) => ({ ...h.ref, lastActivity: h.session.lastActivity })),
@@ -82,7 +82,7 @@ export class ConversationHeartbeat {
     deliverToHosted(hosted, { type: 'evict' });
   }
 
-  private async isIdle({ ref, session }: LiveConversation): Promise<boolean> {
+  private async isIdle({ ref, session }: HostedSession): Promise<boolean> {
     if (session.isMidTurn) return false;
     if (!isIdleSince(session.lastActivity, Date.now(), this.deps.idleTimeoutMs)) return false;
     return (await this.deps.connections.count(ref.conversationId)) === 0;

@@ -7,11 +7,7 @@ import type { ConversationJobData } from './conversation-jobs.js';
 import { conversationQueueNames } from './conversation-queues.js';
 import { ConversationRun, type ConversationRunContext } from './conversation-run.js';
 import { FailoverBreaker } from './failover-breaker.js';
-import {
-  describeError,
-  liveConversations,
-  type HostedConversation,
-} from './hosted-conversation.js';
+import { describeError, hostedSessions, type HostedConversation } from './hosted-conversation.js';
 import { JobLeases, conversationWorker, handBack, type ConversationJob } from './job-lease.js';
 
 export { TOO_MANY_FAILOVERS } from './failover-breaker.js';
@@ -112,7 +108,7 @@ export class ConversationHost {
     this.catchUp.start();
     this.deps.scopedState
       .listen((change) => {
-        for (const { session } of liveConversations(this.hosted.values()))
+        for (const { session } of hostedSessions(this.hosted.values()))
           session.scopedStateChanged(change);
       })
       .catch((error: unknown) =>

@@ -15,13 +15,11 @@ export interface HostedConversation {
 }
 
 /** A hosted conversation whose session is open. */
-export type LiveConversation = HostedConversation & { session: AgentSession };
+export type HostedSession = HostedConversation & { session: AgentSession };
 
 /** The conversations held here whose session is open. */
-export function liveConversations(hosted: Iterable<HostedConversation>): LiveConversation[] {
-  return [...hosted].filter(
-    (h): h is LiveConversation => h.session !== null && !h.session.isClosed,
-  );
+export function hostedSessions(hosted: Iterable<HostedConversation>): HostedSession[] {
+  return [...hosted].filter((h): h is HostedSession => h.session !== null && !h.session.isClosed);
 }
 
 /** The inbox's messages for the session (a catch-up request is the broadcaster's). */
@@ -53,7 +51,7 @@ export function deliverToHosted(hosted: HostedConversation, message: SessionMess
   }
 }
 
-/** The ids of PROTOCOL.md "Operations" on every log line about a conversation. */
+/** The ids of docs/protocol.md "Operations" on every log line about a conversation. */
 export function idsOf(hosted: HostedConversation): Record<string, unknown> {
   return {
     conversation_id: hosted.ref.conversationId,

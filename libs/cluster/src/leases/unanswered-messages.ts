@@ -24,7 +24,7 @@ export async function unansweredMessages(
     limit: 100,
   });
   return after.flatMap((event) =>
-    // An undone message is answered by no one (PROTOCOL.md "Branching").
+    // An undone message is answered by no one (docs/protocol.md "Branching").
     event.source === 'user' &&
     isAction(event) &&
     event.action === 'message' &&

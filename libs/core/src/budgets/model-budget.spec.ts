@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import type { UsageScope } from '../usage.js';
-import { LocalBudgetLedger } from './local-budget-ledger.js';
+import { LocalBudgetLedger } from '../standalone/local-budget-ledger.js';
 import {
   BudgetExhaustedError,
   budgetPeriods,

@@ -1,5 +1,5 @@
 /**
- * Budgets of model spending (PROTOCOL.md "Usage and budgets"): with
+ * Budgets of model spending (docs/protocol.md "Usage and budgets"): with
  * `USER_BUDGET_USD_PER_DAY` or `TENANT_BUDGET_USD_PER_MONTH`, each model
  * request's worst case is held against every budget of its user and tenant
  * before it is sent, and the hold is settled with what the request cost

@@ -1,6 +1,6 @@
 /**
  * What the conversation managers and the worker host report for metrics
- * (PROTOCOL.md "Operations"), implemented on Prometheus in
+ * (docs/protocol.md "Operations"), implemented on Prometheus in
  * `libs/observability` (`ServiceMetrics.cluster()`). Every method must never
  * throw; `NO_CLUSTER_METRICS` does nothing.
  */

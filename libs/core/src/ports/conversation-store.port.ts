@@ -91,7 +91,7 @@ export interface ConversationSnapshot {
   state: Record<string, unknown>;
 }
 
-/** A fork (PROTOCOL.md "Branching"): the new conversation's id and owner, and what it copies. */
+/** A fork (docs/protocol.md "Branching"): the new conversation's id, its owner, what it copies. */
 export interface ForkRequest {
   conversationId: string;
   /** The new conversation's owner: the caller. */
@@ -103,7 +103,7 @@ export interface ForkRequest {
   metadata?: Record<string, unknown>;
 }
 
-/** A rewind (PROTOCOL.md "Branching"). */
+/** A rewind (docs/protocol.md "Branching"). */
 export interface RewindRequest {
   /** Every event after this one is undone. */
   toEventId: number;

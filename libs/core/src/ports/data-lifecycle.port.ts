@@ -1,5 +1,5 @@
 /**
- * What the data lifecycle (PROTOCOL.md "Data lifecycle") stores beside the
+ * What the data lifecycle (docs/protocol.md "Data lifecycle") stores beside the
  * conversations: the idle search of retention, the erasure jobs, the audit
  * trail, and deletions that write their erasure count or audit record in the
  * same transaction. Implemented on Postgres (and PGlite) in `libs/store`.

@@ -1,5 +1,5 @@
 /**
- * What the agent runtime reports for metrics (PROTOCOL.md "Operations"),
+ * What the agent runtime reports for metrics (docs/protocol.md "Operations"),
  * implemented on Prometheus in `libs/observability`. Every method is optional
  * to call and must never throw.
  */

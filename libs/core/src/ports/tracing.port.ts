@@ -1,5 +1,5 @@
 /**
- * How the agent runtime takes part in a user message's trace (PROTOCOL.md
+ * How the agent runtime takes part in a user message's trace (docs/protocol.md
  * "Operations"): the trace is read where the message's wake-up arrives, and
  * its turn, steps and tool calls are spans of it. Implemented on
  * OpenTelemetry in `libs/observability` (`traceContext`); a pass-through by

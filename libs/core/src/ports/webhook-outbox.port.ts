@@ -65,7 +65,7 @@ export interface WebhookDeliveryPageRequest {
 }
 
 /**
- * The transactional outbox of webhook deliveries (PROTOCOL.md "Webhooks").
+ * The transactional outbox of webhook deliveries (docs/protocol.md "Webhooks").
  * Deliveries are written by the store itself, in the transaction of what
  * causes them; this port hands them out in order per (conversation,
  * endpoint), records outcomes and serves the admin routes.

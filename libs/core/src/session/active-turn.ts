@@ -8,7 +8,8 @@
 import type { StoredEvent } from '@cs/protocol';
 import type { EventDraft } from '../conversation.js';
 import { agentStateChangeDraft } from './agent-state-change.js';
-import type { TurnRunner } from './turn-runner.js';
+import type { SessionOutlet } from './session-outlet.js';
+import type { TurnRunner, TurnWrites } from './turn-runner.js';
 
 const RUNNING_DEFER_MS = 20;
 /** What a turn's signal gives as its reason: made once, not at each cut. */
@@ -22,7 +23,7 @@ const TURN_CUT = new DOMException('The turn was cut.', 'AbortError');
  */
 export type Cut = 'pause' | 'stop_request' | 'interrupt' | 'stop' | 'close';
 
-export class ActiveTurn {
+export class ActiveTurn implements TurnWrites {
   /**
    * The agent's and its tools' signal: aborted when the turn is cut (stop,
    * pause, interrupt, lease loss, shutdown) and never when it ends otherwise,
@@ -39,8 +40,8 @@ export class ActiveTurn {
 
   constructor(
     readonly runner: TurnRunner,
-    /** The session's append; `final` lets a stop's last write through while closing. */
-    private readonly write: (drafts: EventDraft[], final: boolean) => Promise<StoredEvent[]>,
+    /** The session's way out: its appends, where this turn's go once in order. */
+    private readonly outlet: SessionOutlet,
   ) {}
 
   get cut(): Cut | null {
@@ -81,7 +82,7 @@ export class ActiveTurn {
         ? drafts
         : [agentStateChangeDraft('running', { cause: this.runner.trigger.id }), ...drafts];
       this.runningStored = true;
-      return batch.length > 0 ? this.write(batch, this.why === 'stop') : [];
+      return batch.length > 0 ? this.outlet.write(batch, this.why === 'stop') : [];
     });
     this.writes = write;
     return write;

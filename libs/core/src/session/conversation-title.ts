@@ -1,16 +1,18 @@
 /**
- * The title of a conversation created without one (PROTOCOL.md "Titles"):
+ * The title of a conversation created without one (docs/protocol.md "Titles"):
  * after its first answer, the agent's `title()` if it has one, else the
  * fallback rule on the first user message; stored, then announced with
  * `STATUS$TITLE_UPDATED`. A failure leaves the conversation untitled. The
  * title request's usage counts in the conversation's metrics like a step's.
  */
 import { MAX_AGENT_TITLE_CHARS, StatusId, cutText, isAction, storableText } from '@cs/protocol';
-import type { StatusUpdate, StoredEvent } from '@cs/protocol';
+import type { StoredEvent } from '@cs/protocol';
 import type { Agent } from '../agent.js';
 import type { ConversationRef, MetricsDelta } from '../conversation.js';
 import type { ConversationStore } from '../ports/conversation-store.port.js';
 import type { RuntimeMetrics } from '../ports/runtime-metrics.port.js';
+import type { SessionLifecycle } from './session-lifecycle.js';
+import type { SessionOutlet } from './session-outlet.js';
 import type { StepUsage } from './step-runner.js';
 import type { ModelUsageDelta } from '../usage.js';
 import { fallbackTitle } from './title.js';
@@ -21,10 +23,11 @@ export interface TitleDeps {
   store: ConversationStore;
   ref: ConversationRef;
   agent: Agent;
-  publishStatus: (status: StatusUpdate) => void;
+  /** Where `STATUS$TITLE_UPDATED` goes. */
+  outlet: Pick<SessionOutlet, 'publishStatus'>;
   reportError: (message: string, error: unknown) => void;
-  /** True once the session is closing: a title found then is not stored. */
-  isClosing: () => boolean;
+  /** Closing: a title found then is not stored. */
+  lifecycle: Pick<SessionLifecycle, 'isClosing'>;
   /** The cost of a usage its agent did not price (`LLM_PRICES` of the conversation's model). */
   price: (usage: StepUsage) => number;
   /** The model its usage is recorded under (`TurnSettings.usageModel`). */
@@ -56,7 +59,7 @@ export async function titleConversation(deps: TitleDeps, runner: TurnRunner): Pr
       }
     }
     if (title === '') title = fallbackTitle(await firstUserMessage(deps, runner.trigger));
-    if (deps.isClosing()) return;
+    if (deps.lifecycle.isClosing) return;
     // A title given meanwhile (PATCH) is the user's: it stays.
     const current = await store.getConversation(ref.tenantId, ref.conversationId);
     if (current?.title) title = '';
@@ -66,7 +69,7 @@ export async function titleConversation(deps: TitleDeps, runner: TurnRunner): Pr
       return;
     }
     await store.updateConversation(ref.tenantId, ref.conversationId, { title, ...counted });
-    deps.publishStatus({
+    deps.outlet.publishStatus({
       status_update: true,
       type: 'info',
       id: StatusId.TitleUpdated,

@@ -6,6 +6,7 @@
 import type { StoredEvent } from '@cs/protocol';
 import type { ConversationRef } from '../conversation.js';
 import type { ConversationStore } from '../ports/conversation-store.port.js';
+import type { SessionLifecycle } from './session-lifecycle.js';
 import type { UserEventQueue } from './user-event-queue.js';
 
 export class EventReader {
@@ -19,8 +20,8 @@ export class EventReader {
     private readonly ref: ConversationRef,
     private readonly queue: UserEventQueue,
     private readonly pageSize: number,
-    /** True once the session can write no more: a read asked again then is not made. */
-    private readonly finished: () => boolean,
+    /** Once the session can write no more, a read asked again is not made. */
+    private readonly lifecycle: Pick<SessionLifecycle, 'isFinished'>,
   ) {}
 
   get isUnread(): boolean {
@@ -54,7 +55,7 @@ export class EventReader {
             });
             if (!this.queue.accept(page) || page.length < this.pageSize) break;
           }
-        } while (this.again && !this.finished());
+        } while (this.again && !this.lifecycle.isFinished);
       } finally {
         this.run = null;
       }

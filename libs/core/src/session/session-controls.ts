@@ -6,7 +6,7 @@
 import type { StoredEvent } from '@cs/protocol';
 import { agentStateChangeDraft } from './agent-state-change.js';
 import type { SessionLifecycle } from './session-lifecycle.js';
-import type { SessionWriter } from './session-writer.js';
+import type { SessionOutlet } from './session-outlet.js';
 import { STOPPED_WHY, type TurnDriver } from './turn-driver.js';
 import type { Control, UserEventQueue } from './user-event-queue.js';
 
@@ -15,7 +15,7 @@ export class SessionControls {
     private readonly turns: TurnDriver,
     private readonly queue: UserEventQueue,
     private readonly lifecycle: SessionLifecycle,
-    private readonly writer: Pick<SessionWriter, 'write'>,
+    private readonly outlet: Pick<SessionOutlet, 'write'>,
   ) {}
 
   /** The user's control event `event`, asking for `target`; handled once this resolves. */
@@ -31,9 +31,9 @@ export class SessionControls {
       this.lifecycle.endWith('stopped');
       this.lifecycle.beginClosing();
     } else if (target === 'paused') {
-      await this.writer.write([agentStateChangeDraft('paused', { cause })]);
+      await this.outlet.write([agentStateChangeDraft('paused', { cause })]);
     } else {
-      await this.writer.write([
+      await this.outlet.write([
         agentStateChangeDraft(
           this.turns.suspendedTrigger !== null
             ? 'awaiting_user_confirmation'
@@ -52,6 +52,6 @@ export class SessionControls {
    */
   async storeStopped(extras: { cause?: number; reason?: string }, final = false): Promise<void> {
     await this.turns.endSuspended(STOPPED_WHY, { final });
-    await this.writer.write([agentStateChangeDraft('stopped', extras)], final);
+    await this.outlet.write([agentStateChangeDraft('stopped', extras)], final);
   }
 }

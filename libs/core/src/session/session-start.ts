@@ -4,18 +4,19 @@
  * `answered_through` and stores the settled state it leaves (`paused` stays
  * paused). A start that fails, or is closed first, finishes the session.
  */
-import type { AgentState, StoredEvent } from '@cs/protocol';
-import type { ConversationRecord, EventDraft } from '../conversation.js';
+import type { AgentState } from '@cs/protocol';
+import type { ConversationRecord } from '../conversation.js';
 import { LeaseLostError, NotFoundError } from '../errors.js';
-import type { ConversationSnapshot } from '../ports/conversation-store.port.js';
 import {
   agentStateChangeDraft,
   readAgentStateChange,
   settledStateAfter,
 } from './agent-state-change.js';
 import type { EventReader } from './event-reader.js';
+import type { SessionConversation } from './session-conversation.js';
 import type { SessionLifecycle } from './session-lifecycle.js';
 import type { AgentSessionInit } from './session-options.js';
+import type { SessionOutlet } from './session-outlet.js';
 import { ClosingSignal } from './session-writer.js';
 import type { UserEventQueue } from './user-event-queue.js';
 
@@ -32,11 +33,9 @@ export interface SessionStartDeps extends Pick<AgentSessionInit, 'store' | 'ref'
   lifecycle: SessionLifecycle;
   queue: UserEventQueue;
   reader: EventReader;
-  write: (drafts: EventDraft[]) => Promise<StoredEvent[]>;
-  /** The conversation's row and state as read, before anything is stored. */
-  restored: (snapshot: ConversationSnapshot) => void;
-  /** This session's `loading` event was stored (-1: none came back). */
-  loaded: (loadingEventId: number) => void;
+  outlet: Pick<SessionOutlet, 'write'>;
+  /** Told the row and state as read, before anything is stored, then the `loading` event. */
+  conversation: SessionConversation;
 }
 
 /** Resolves once the settled state is stored; rejects, the session finished, if it cannot be. */
@@ -48,14 +47,14 @@ export async function startSession(deps: SessionStartDeps): Promise<void> {
     const snapshot = await deps.store.getSnapshot(ref.tenantId, ref.conversationId);
     if (!snapshot || snapshot.conversation.incarnation !== ref.incarnation)
       throw new NotFoundError();
-    deps.restored(snapshot);
+    deps.conversation.restore(snapshot);
     const previous = await stateBefore(deps, snapshot.conversation);
     // Everything up to `answered_through` is settled: only what follows is read.
     deps.queue.startAfter(snapshot.conversation.answeredThrough);
-    const [loading] = await deps.write([agentStateChangeDraft('loading')]);
-    deps.loaded(loading?.id ?? -1);
+    const [loading] = await deps.outlet.write([agentStateChangeDraft('loading')]);
+    deps.conversation.loaded(loading?.id ?? -1);
     await deps.reader.sync();
-    await deps.write([agentStateChangeDraft(settledStateAfter(previous))]);
+    await deps.outlet.write([agentStateChangeDraft(settledStateAfter(previous))]);
   } catch (error) {
     if (error instanceof LeaseLostError) lifecycle.loseLease();
     if (!lifecycle.shutdownRequested) {

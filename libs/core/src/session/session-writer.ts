@@ -5,14 +5,15 @@
  * fan-out to the room and to other conversations is best effort.
  */
 import type { AgentState, StatusUpdate, StoredEvent, StreamDelta } from '@cs/protocol';
-import type { ConversationRecord, EventDraft } from '../conversation.js';
+import type { EventDraft } from '../conversation.js';
 import { LeaseLostError } from '../errors.js';
 import { scopedStateChangeOf } from '../state.js';
 import { readAgentStateChange } from './agent-state-change.js';
 import type { EventReader } from './event-reader.js';
 import type { SessionLifecycle } from './session-lifecycle.js';
+import type { SessionConversation } from './session-conversation.js';
 import type { AgentSessionInit } from './session-options.js';
-import type { SessionState } from './session-state.js';
+import type { SessionOutlet } from './session-outlet.js';
 import type { RecentEvents } from './turn-history.js';
 import type { UserEventQueue } from './user-event-queue.js';
 
@@ -26,16 +27,16 @@ export interface SessionWriterDeps extends Pick<
 > {
   room: string;
   lifecycle: SessionLifecycle;
-  state: SessionState;
+  /** Its row and state: a write's state delta applies to the state. */
+  conversation: SessionConversation;
   cache: RecentEvents;
   queue: UserEventQueue;
   reader: EventReader;
-  record: () => ConversationRecord | null;
   /** The session was active just now (it wrote). */
   touch: () => void;
 }
 
-export class SessionWriter {
+export class SessionWriter implements SessionOutlet {
   private currentState: AgentState | null = null;
 
   constructor(private readonly deps: SessionWriterDeps) {}
@@ -61,8 +62,8 @@ export class SessionWriter {
       throw error;
     }
     deps.touch();
-    for (const draft of drafts) if (draft.stateDelta) deps.state.apply(draft.stateDelta);
-    const record = deps.record();
+    const { state, record } = deps.conversation;
+    for (const draft of drafts) if (draft.stateDelta) state.apply(draft.stateDelta);
     const shared = record && scopedStateChangeOf(record, drafts);
     if (shared) this.safely(() => deps.options.onScopedStateChange?.(shared));
     for (const event of events) {

@@ -1,7 +1,7 @@
 /**
  * A step's streamed text as the rooms see it, assembled from its deltas by
  * offset, so that a client joining mid-step gets the text so far in one
- * delta (PROTOCOL.md "Streaming"). Kept by the local room hub and, in a
+ * delta (docs/protocol.md "Streaming"). Kept by the local room hub and, in a
  * cluster, by the holder's broadcaster, which sends it to a gateway that
  * opens the room later and asks for it.
  */

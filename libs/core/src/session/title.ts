@@ -1,6 +1,9 @@
 import { MAX_FALLBACK_TITLE_CHARS, cutText } from '@cs/protocol';
 
-/** The fallback title of PROTOCOL.md "Titles": the first user message, cut at a word boundary. */
+/**
+ * The fallback title of docs/protocol.md "Titles": the first user message,
+ * cut at a word boundary.
+ */
 export function fallbackTitle(firstMessage: string): string {
   const text = firstMessage.replace(/\s+/g, ' ').trim();
   if (text.length <= MAX_FALLBACK_TITLE_CHARS) return text;

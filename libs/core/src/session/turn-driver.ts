@@ -7,16 +7,17 @@
  * not be stored.
  */
 import { StatusId } from '@cs/protocol';
-import type { AgentState, MultitaskStrategy, StatusUpdate, StoredEvent } from '@cs/protocol';
-import type { ConversationRecord, EventDraft } from '../conversation.js';
+import type { StoredEvent } from '@cs/protocol';
 import { DomainError } from '../errors.js';
 import { NO_RUNTIME_METRICS } from '../ports/runtime-metrics.port.js';
-import type { StreamDelta } from '@cs/protocol';
 import { ActiveTurn, type Cut } from './active-turn.js';
 import { AGENT_ERROR_REASON, agentStateChangeDraft } from './agent-state-change.js';
 import { titleConversation } from './conversation-title.js';
 import type { EventReader } from './event-reader.js';
+import type { SessionConversation } from './session-conversation.js';
+import type { SessionLifecycle } from './session-lifecycle.js';
 import type { AgentSessionInit, AgentSessionOptions } from './session-options.js';
+import type { SessionWriter } from './session-writer.js';
 import type { RecentEvents } from './turn-history.js';
 import { emptyProgress, readTurnProgress, type TurnProgress } from './turn-progress.js';
 import { TurnRunner } from './turn-runner.js';
@@ -24,6 +25,7 @@ import { turnSettings } from './turn-settings.js';
 import { isUserMessage, requestedState, type UserEventQueue } from './user-event-queue.js';
 import type { ToolRegistry } from '../tools/tool-registry.js';
 import type { Tracing } from '../ports/tracing.port.js';
+import type { WakeSignal } from './wake-signal.js';
 
 /** Times the agent runs for one message whose turn could not be stored; then it ends in error. */
 const MAX_TURN_ATTEMPTS = 3;
@@ -51,27 +53,15 @@ export interface TurnDriverDeps extends Pick<AgentSessionInit, 'store' | 'ref' |
   cache: RecentEvents;
   queue: UserEventQueue;
   reader: EventReader;
-  /** The session's append; `final` lets a stop's last write through while closing. */
-  write: (drafts: EventDraft[], final?: boolean) => Promise<StoredEvent[]>;
-  publishStatus: (status: StatusUpdate) => void;
-  publishStream: (delta: StreamDelta) => void;
-  reportError: (message: string, error: unknown) => void;
-  record: () => ConversationRecord | null;
-  state: () => Readonly<Record<string, unknown>>;
-  /** Before a step: reads shared state keys again if another conversation changed them. */
-  refreshState: () => Promise<void>;
-  /**
-   * Reads the conversation's settings again if a PATCH changed them since
-   * (`AgentSession.settingsChanged`); never throws.
-   */
-  refreshSettings: () => Promise<void>;
-  agentState: () => AgentState | null;
-  strategy: () => MultitaskStrategy;
-  /** This session's `loading` event (what was stored before it, an earlier holder did). */
-  loadingEventId: () => number;
+  /** The session's way out (a `SessionOutlet`), and the agent state it stored last. */
+  writer: SessionWriter;
+  /** Its row, settings, state and `loading` event, as they are now. */
+  conversation: SessionConversation;
+  /** Closing: a title found then is not stored. */
+  lifecycle: Pick<SessionLifecycle, 'isClosing'>;
   /** A wake-up came that the loop has not looked at (a control may be waiting). */
-  wakeRaised: () => boolean;
-  isClosing: () => boolean;
+  wake: Pick<WakeSignal, 'isRaised'>;
+  reportError: (message: string, error: unknown) => void;
 }
 
 export class TurnDriver {
@@ -81,7 +71,8 @@ export class TurnDriver {
   private readonly attempts = new Map<number, number>();
   /** The trace each pending user message arrived in (by event id), until its turn runs. */
   private readonly traces = new Map<number, string>();
-  private titled = true;
+  /** An untitled conversation gets a title after its first answer, asked for once. */
+  private titleAsked = false;
 
   constructor(private readonly deps: TurnDriverDeps) {}
 
@@ -92,11 +83,6 @@ export class TurnDriver {
   /** The message whose turn awaits a confirmation, if one does. */
   get suspendedTrigger(): number | null {
     return this.suspended?.trigger.id ?? null;
-  }
-
-  /** An untitled conversation gets a title after its first answer. */
-  untitled(): void {
-    this.titled = false;
   }
 
   /** The user messages among `events` continue the trace `traceparent` when their turn runs. */
@@ -120,7 +106,7 @@ export class TurnDriver {
   async confirm(cause: number, answer: 'user_confirmed' | 'user_rejected'): Promise<boolean> {
     const suspended = this.suspended;
     if (!suspended) return false;
-    await this.deps.write([agentStateChangeDraft(answer, { cause })]);
+    await this.deps.writer.write([agentStateChangeDraft(answer, { cause })]);
     this.deps.queue.markDone(cause);
     this.suspended = null;
     suspended.confirm(answer === 'user_confirmed' ? 'confirmed' : 'rejected');
@@ -132,14 +118,13 @@ export class TurnDriver {
    * Ends the turn awaiting a confirmation, each call answered that it never
    * ran because of `why` (the opening of a sentence); `final` for a stop's
    * last writes while the session closes, `rejected` when the user's new
-   * message rejects the calls (PROTOCOL.md "Human approval").
+   * message rejects the calls (docs/protocol.md "Human approval").
    */
   async endSuspended(why: string, { final = false, rejected = false } = {}): Promise<void> {
     const suspended = this.suspended;
     if (!suspended) return;
     this.suspended = null;
-    const write = (drafts: EventDraft[]) => this.deps.write(drafts, final);
-    await suspended.end(why, '', 'superseded', write, rejected);
+    await suspended.end(why, '', 'superseded', { final, rejected });
     this.settled(suspended.trigger.id);
   }
 
@@ -153,7 +138,7 @@ export class TurnDriver {
     }
     this.attempts.set(trigger.id, attempts);
     // A message stored before this run began may have been worked on by an earlier holder.
-    const resumed = trigger.id < this.deps.loadingEventId();
+    const resumed = trigger.id < this.deps.conversation.loadingEventId;
     const trace = this.traces.get(trigger.id);
     this.traces.delete(trigger.id);
     await this.deps.tracing.withRemoteParent(
@@ -162,7 +147,7 @@ export class TurnDriver {
       async () => {
         const progress = resumed ? await this.storedProgress(trigger, attempts) : emptyProgress();
         // The strategy and the limits of this turn, as the conversation has them now.
-        await this.deps.refreshSettings();
+        await this.deps.conversation.refreshSettings();
         await this.drive(this.newRunner(trigger, progress));
       },
       { 'cs.conversation_id': this.deps.ref.conversationId, 'cs.event_id': trigger.id },
@@ -175,11 +160,11 @@ export class TurnDriver {
    * an earlier attempt of this session stored steps of the turn: read again.
    */
   private async storedProgress(trigger: StoredEvent, attempt: number): Promise<TurnProgress> {
-    const { store, ref, reader, record } = this.deps;
+    const { store, ref, reader, conversation } = this.deps;
     const [after, counted] = await Promise.all([
       reader.readAfter(trigger.id),
       attempt === 1
-        ? (record()?.turnCost ?? null)
+        ? (conversation.record?.turnCost ?? null)
         : store
             .getConversation(ref.tenantId, ref.conversationId)
             .then((fresh) => fresh?.turnCost ?? null),
@@ -198,13 +183,14 @@ export class TurnDriver {
     const turn = this.turn;
     if (!turn) return;
     // A message sent after a PATCH to `interrupt` interrupts.
-    await this.deps.refreshSettings();
-    const strategy = this.deps.strategy();
+    const { conversation } = this.deps;
+    await conversation.refreshSettings();
+    const strategy = conversation.strategy;
     for (const event of queue.pendingAfter(turn.runner.trigger.id)) {
       const target = requestedState(event);
       if (target === 'paused') {
         turn.markCut('pause');
-      } else if (target === 'stopped' && event.id > this.deps.loadingEventId()) {
+      } else if (target === 'stopped' && event.id > conversation.loadingEventId) {
         turn.markCut('stop_request');
       } else if (strategy === 'interrupt' && isUserMessage(event)) {
         turn.markCut('interrupt');
@@ -217,26 +203,28 @@ export class TurnDriver {
   private async drive(runner: TurnRunner): Promise<void> {
     const { deps } = this;
     const trigger = runner.trigger;
-    const turn = new ActiveTurn(runner, (drafts, final) => deps.write(drafts, final));
+    const { writer, conversation } = deps;
+    const turn = new ActiveTurn(runner, writer);
     this.turn = turn;
     // A newer message that came before this turn began (with its own, while
     // an earlier turn ran) cuts it under `interrupt` as one coming later would.
     const newerWaits =
-      deps.strategy() === 'interrupt' && deps.queue.pendingAfter(trigger.id).some(isUserMessage);
-    if (deps.wakeRaised() || newerWaits) void this.checkForInterruption();
+      conversation.strategy === 'interrupt' &&
+      deps.queue.pendingAfter(trigger.id).some(isUserMessage);
+    if (deps.wake.isRaised || newerWaits) void this.checkForInterruption();
     turn.deferRunning();
     try {
       // Under `reject` the door reads `running` to refuse a second message: store it first.
-      if (deps.strategy() === 'reject') await turn.append([]);
-      const outcome = await runner.run(turn.signal);
+      if (conversation.strategy === 'reject') await turn.append([]);
+      const outcome = await runner.run(turn);
       await turn.settle();
       if (outcome.kind === 'settled') {
         this.settled(trigger.id);
         if (outcome.answered) void this.giveTitle(runner);
       } else if (outcome.kind === 'awaiting_confirmation') {
         this.suspended = runner;
-        if (deps.agentState() !== 'awaiting_user_confirmation') {
-          await deps.write([
+        if (writer.agentState !== 'awaiting_user_confirmation') {
+          await writer.write([
             agentStateChangeDraft('awaiting_user_confirmation', { cause: trigger.id }),
           ]);
         }
@@ -245,9 +233,9 @@ export class TurnDriver {
         // interrupted, its calls answered. A close leaves it to the next holder.
         const why = turn.cut ? CUT_ENDS_TURN[turn.cut] : undefined;
         if (why !== undefined) {
-          await runner.end(why, outcome.partialText, 'interrupted', (drafts) =>
-            deps.write(drafts, turn.cut === 'stop'),
-          );
+          await runner.end(why, outcome.partialText, 'interrupted', {
+            final: turn.cut === 'stop',
+          });
           this.settled(trigger.id);
         }
       }
@@ -265,7 +253,7 @@ export class TurnDriver {
 
   private newRunner(trigger: StoredEvent, progress: TurnProgress): TurnRunner {
     const { deps } = this;
-    const runner: TurnRunner = new TurnRunner(
+    return new TurnRunner(
       {
         ref: deps.ref,
         store: deps.store,
@@ -273,23 +261,16 @@ export class TurnDriver {
         tools: deps.tools,
         metrics: deps.options.metrics ?? NO_RUNTIME_METRICS,
         tracing: deps.tracing,
-        settings: turnSettings(deps.options, deps.record()),
-        confirmationMode: () => deps.record()?.settings.confirmationMode ?? false,
+        settings: turnSettings(deps.options, deps.conversation.record),
+        conversation: deps.conversation,
         cache: deps.cache,
-        write: (drafts) =>
-          this.turn?.runner === runner ? this.turn.append(drafts) : deps.write(drafts),
-        publishStatus: deps.publishStatus,
-        publishStream: deps.publishStream,
-        state: deps.state,
-        refreshState: deps.refreshState,
-        instructions: () => deps.record()?.instructions ?? null,
-        lastEventId: () => deps.queue.lastEventId,
+        queue: deps.queue,
+        outlet: deps.writer,
         reportError: deps.reportError,
       },
       trigger,
       progress,
     );
-    return runner;
   }
 
   private settled(messageId: number): void {
@@ -298,7 +279,7 @@ export class TurnDriver {
   }
 
   private async settleInError(messageId: number, message: string): Promise<void> {
-    await this.deps.write([
+    await this.deps.writer.write([
       agentStateChangeDraft('error', {
         cause: messageId,
         answers: messageId,
@@ -307,7 +288,7 @@ export class TurnDriver {
       }),
     ]);
     this.settled(messageId);
-    this.deps.publishStatus({
+    this.deps.writer.publishStatus({
       status_update: true,
       type: 'error',
       id: StatusId.AgentError,
@@ -316,13 +297,20 @@ export class TurnDriver {
   }
 
   private async giveTitle(runner: TurnRunner): Promise<void> {
-    if (this.titled) return;
-    this.titled = true;
     const { deps } = this;
-    const settings = turnSettings(deps.options, deps.record());
+    const { record } = deps.conversation;
+    // Untitled as the session read it at start (`titleConversation` reads it again).
+    if (this.titleAsked || record?.title !== '') return;
+    this.titleAsked = true;
+    const settings = turnSettings(deps.options, record);
     await titleConversation(
       {
-        ...deps,
+        store: deps.store,
+        ref: deps.ref,
+        agent: deps.agent,
+        outlet: deps.writer,
+        reportError: deps.reportError,
+        lifecycle: deps.lifecycle,
         price: settings.price,
         usageModel: settings.usageModel,
         metrics: deps.options.metrics ?? NO_RUNTIME_METRICS,

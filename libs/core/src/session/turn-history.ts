@@ -54,7 +54,7 @@ export class TurnHistory implements ConversationHistory {
 
   /** True when the turn's agent may see `event`. */
   private async sees(event: StoredEvent): Promise<boolean> {
-    // Undone by a rewind: no agent sees it again (PROTOCOL.md "Branching").
+    // Undone by a rewind: no agent sees it again (docs/protocol.md "Branching").
     if (event.undone_by !== undefined) return false;
     if (event.id <= this.trigger.id) return true;
     if (event.source === 'user') return false;

@@ -6,7 +6,7 @@
  * `readTurnProgress` (turn-progress.ts). The turn ends with an answer, `finish`, a limit, or an
  * error; it is suspended while tool calls await the user's confirmation.
  */
-import type { StatusUpdate, StoredEvent, StreamDelta, TurnErrorReason } from '@cs/protocol';
+import type { StatusUpdate, StoredEvent, TurnErrorReason } from '@cs/protocol';
 import { isAction } from '@cs/protocol';
 import { AgentTurnError, type Agent } from '../agent.js';
 import type { ConversationRef, EventDraft } from '../conversation.js';
@@ -21,6 +21,8 @@ import {
   agentStateChangeDraft,
 } from './agent-state-change.js';
 import { DeltaStream } from './delta-stream.js';
+import type { SessionConversation } from './session-conversation.js';
+import type { SessionOutlet } from './session-outlet.js';
 import { runStep, type StepResult, type StepUsage } from './step-runner.js';
 import type { RecentEvents } from './turn-history.js';
 import { TurnHistory } from './turn-history.js';
@@ -33,6 +35,7 @@ import {
   type Accounting,
 } from './turn-drafts.js';
 import type { TurnProgress } from './turn-progress.js';
+import type { UserEventQueue } from './user-event-queue.js';
 
 export const AGENT_FAILED_MESSAGE = 'The agent failed to answer.';
 export const MAX_ITERATIONS_MESSAGE = 'The agent took too many steps for this message.';
@@ -60,25 +63,23 @@ export interface TurnDeps {
   tracing: Tracing;
   settings: TurnSettings;
   /**
-   * The conversation's `confirmation_mode` as it is now (a PATCH applies
-   * from the next step on; `refreshState` reads it again before each step).
+   * Its confirmation mode, state and instructions as they are now, read
+   * again before each step (`refreshSharedState`: a PATCH, or `app:` and
+   * `user:` keys another conversation changed, apply from the next step on).
    */
-  confirmationMode: () => boolean;
+  conversation: SessionConversation;
   cache: RecentEvents;
-  /** Appends in the turn's order ('running' first when not stored yet). */
-  write: (drafts: EventDraft[]) => Promise<StoredEvent[]>;
-  publishStatus: (status: StatusUpdate) => void;
-  publishStream: (delta: StreamDelta) => void;
-  state: () => Readonly<Record<string, unknown>>;
-  /**
-   * Reads the `app:` and `user:` keys again when another conversation
-   * changed them since (a no-op otherwise); never rejects.
-   */
-  refreshState: () => Promise<void>;
-  instructions: () => string | null;
-  /** The id of the last stored event the session knows. */
-  lastEventId: () => number;
+  /** The id of the last stored event the session knows (`lastEventId`). */
+  queue: Pick<UserEventQueue, 'lastEventId'>;
+  /** Its live traffic, and the writes of `end` (a running turn writes through `TurnWrites`). */
+  outlet: SessionOutlet;
   reportError: (message: string, error: unknown) => void;
+}
+
+/** A running turn's way out: the signal that cuts it, and its appends in order ('running' first). */
+export interface TurnWrites {
+  readonly signal: AbortSignal;
+  append(drafts: EventDraft[]): Promise<StoredEvent[]>;
 }
 
 /** How `run` left the turn. */
@@ -112,33 +113,35 @@ export class TurnRunner {
   private cutMidCall: number | null = null;
 
   /** Runs the turn from where its stored events leave it, until it settles, waits or is cut. */
-  async run(signal: AbortSignal): Promise<TurnOutcome> {
+  async run(turn: TurnWrites): Promise<TurnOutcome> {
     const { progress } = this;
+    const { signal } = turn;
     if (progress.unresolved.length > 0) {
       if (progress.confirmation === 'awaiting') return { kind: 'awaiting_confirmation' };
       // Confirmed, rejected, or a failover in the middle of running them.
       await this.resolve(
         progress.unresolved,
         progress.confirmation === 'rejected' ? 'rejected' : 'run',
-        signal,
+        turn,
       );
       if (signal.aborted) return { kind: 'interrupted', partialText: '' };
     }
     for (;;) {
       const { settings } = this.deps;
       if (progress.steps >= settings.maxIterations) {
-        await this.settleInError(MAX_ITERATIONS_REASON, MAX_ITERATIONS_MESSAGE, '');
+        await this.settleInError(turn, MAX_ITERATIONS_REASON, MAX_ITERATIONS_MESSAGE, '');
         return { kind: 'settled', answered: false };
       }
       // Reached: the next step could only pass it.
       if (this.budgetSpent()) {
-        await this.settleInError(MAX_BUDGET_REASON, BUDGET_MESSAGE, '');
+        await this.settleInError(turn, MAX_BUDGET_REASON, BUDGET_MESSAGE, '');
         return { kind: 'settled', answered: false };
       }
       // What another conversation of the user (or app) stored is seen from the next step on.
-      await this.deps.refreshState();
+      await this.deps.conversation.refreshSharedState();
       const started = performance.now();
-      const stream = new DeltaStream(this.trigger.id, this.deps.publishStream);
+      const { outlet } = this.deps;
+      const stream = new DeltaStream(this.trigger.id, (delta) => outlet.publishStream(delta));
       const step = await this.deps.tracing.withSpan(
         'agent step',
         () => runStep(this.deps.agent, this.context(signal, stream, progress.steps + 1), stream),
@@ -158,7 +161,7 @@ export class TurnRunner {
         this.deps.reportError(`the agent of ${this.deps.ref.conversationId} failed`, step.error);
         const { reason, message } = failureOf(step.error);
         // What the step stored before it failed stays (an HTTP agent's bad line, say).
-        await this.settleInError(reason, message, step.text, accounting, outputs);
+        await this.settleInError(turn, reason, message, step.text, accounting, outputs);
         return { kind: 'settled', answered: false };
       }
       if (step.toolCalls.length > 0 && !step.finished) {
@@ -176,7 +179,7 @@ export class TurnRunner {
             message: index === 0 ? step.text : '',
           },
         }));
-        const stored = await this.deps.write(withAccounting([...outputs, ...calls], accounting));
+        const stored = await turn.append(withAccounting([...outputs, ...calls], accounting));
         for (const event of stored) progress.events.add(event.id);
         progress.steps += 1;
         const storedCalls = stored.filter(
@@ -187,17 +190,24 @@ export class TurnRunner {
         if (this.budgetSpent()) {
           // The step that spent the budget does not get its calls run.
           const neverRan = this.unresolvedResults('The turn reached its budget');
-          await this.settleInError(MAX_BUDGET_REASON, BUDGET_MESSAGE, '', undefined, neverRan);
+          await this.settleInError(
+            turn,
+            MAX_BUDGET_REASON,
+            BUDGET_MESSAGE,
+            '',
+            undefined,
+            neverRan,
+          );
           return { kind: 'settled', answered: false };
         }
-        if (this.deps.confirmationMode()) {
+        if (this.deps.conversation.confirmationMode) {
           progress.confirmation = 'awaiting';
-          await this.deps.write([
+          await turn.append([
             agentStateChangeDraft('awaiting_user_confirmation', { cause: this.trigger.id }),
           ]);
           return { kind: 'awaiting_confirmation' };
         }
-        await this.resolve(storedCalls, 'run', signal);
+        await this.resolve(storedCalls, 'run', turn);
         if (signal.aborted) return { kind: 'interrupted', partialText: '' };
         continue;
       }
@@ -210,7 +220,7 @@ export class TurnRunner {
         answers: this.trigger.id,
         ...(step.finished?.reason ? { reason: step.finished.reason } : {}),
       });
-      await this.deps.write(withAccounting([...outputs, ...answer, settle], accounting));
+      await turn.append(withAccounting([...outputs, ...answer, settle], accounting));
       return { kind: 'settled', answered: step.text !== '' };
     }
   }
@@ -225,15 +235,16 @@ export class TurnRunner {
    * calls awaited confirmation): its partial text stored as interrupted, and
    * each call without a result answered with an error that says `why` (the
    * opening of a sentence) and whether it was cut while it ran or never ran,
-   * in the same write as the state change that settles the turn; `rejected`
-   * when that is the user's rejection of calls awaiting confirmation.
+   * in the same write as the state change that settles the turn, straight
+   * to the session (the turn runs no more); `final` for a stop's last writes
+   * while the session closes, `rejected` when that is the user's rejection
+   * of calls awaiting confirmation.
    */
   async end(
     why: string,
     partialText: string,
     reason: string,
-    write: (drafts: EventDraft[]) => Promise<StoredEvent[]> = this.deps.write,
-    rejected = false,
+    { final = false, rejected = false }: { final?: boolean; rejected?: boolean } = {},
   ): Promise<void> {
     const drafts: EventDraft[] = [];
     if (partialText !== '') drafts.push(messageDraft(this.trigger.id, partialText, true));
@@ -245,7 +256,7 @@ export class TurnRunner {
         reason,
       }),
     );
-    await write(drafts);
+    await this.deps.outlet.write(drafts, final);
   }
 
   /**
@@ -299,8 +310,8 @@ export class TurnRunner {
       tenant_id: deps.ref.tenantId,
       user_id: deps.ref.userId,
       trigger: this.trigger,
-      state: deps.state(),
-      instructions: deps.instructions(),
+      state: deps.conversation.state.current,
+      instructions: deps.conversation.instructions,
       tools: deps.tools.describe(deps.settings.allowedTools),
       signal,
       history: new TurnHistory(
@@ -308,14 +319,14 @@ export class TurnRunner {
         deps.ref,
         this.trigger,
         this.progress.events,
-        deps.lastEventId(),
+        deps.queue.lastEventId,
         deps.cache,
       ),
       step,
       notify: (status: Omit<StatusUpdate, 'status_update'>) => {
         // A retried model request starts its text afresh.
         if (status.id === 'STATUS$LLM_RETRY') stream.restart();
-        deps.publishStatus({ status_update: true, ...status });
+        deps.outlet.publishStatus({ status_update: true, ...status });
       },
     };
   }
@@ -324,9 +335,10 @@ export class TurnRunner {
   private async resolve(
     calls: readonly StoredEvent[],
     how: 'run' | 'rejected',
-    signal: AbortSignal,
+    turn: TurnWrites,
   ): Promise<void> {
     const { tools, metrics } = this.deps;
+    const { signal } = turn;
     const pending = [...calls];
     while (pending.length > 0 && !signal.aborted) {
       const call = pending.shift()!;
@@ -380,7 +392,7 @@ export class TurnRunner {
           outcome.stateDelta,
         );
       }
-      const [stored] = await this.deps.write([draft]);
+      const [stored] = await turn.append([draft]);
       if (stored) this.progress.events.add(stored.id);
       this.progress.unresolved = this.progress.unresolved.filter((c) => c.id !== call.id);
     }
@@ -421,6 +433,7 @@ export class TurnRunner {
   }
 
   private async settleInError(
+    turn: TurnWrites,
     reason: TurnErrorReason,
     message: string,
     partialText: string,
@@ -437,8 +450,8 @@ export class TurnRunner {
         message,
       }),
     );
-    await this.deps.write(accounting ? withAccounting(drafts, accounting) : drafts);
-    this.deps.publishStatus({
+    await turn.append(accounting ? withAccounting(drafts, accounting) : drafts);
+    this.deps.outlet.publishStatus({
       status_update: true,
       type: 'error',
       id: 'AGENT_ERROR$ERROR',

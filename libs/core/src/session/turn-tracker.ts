@@ -1,6 +1,6 @@
 /**
  * Where the turn that handles one user event stands, read from the events
- * stored after it (PROTOCOL.md "Waiting for an answer over REST"): the REST
+ * stored after it (docs/protocol.md "Waiting for an answer over REST"): the REST
  * wait and `GET …/turns/:event_id` both feed it the conversation's events in
  * id order and read its status.
  *
@@ -12,7 +12,7 @@
  * interrupt, rejection) stores such a settled change with its trigger as
  * cause (turn-runner.ts), which is what makes this reading exact.
  *
- * A rewind (PROTOCOL.md "Branching") to before the user event makes the turn
+ * A rewind (docs/protocol.md "Branching") to before the user event makes the turn
  * `undone`, for good; one to the user event itself (a regenerate) starts the
  * turn afresh; one into the turn drops what it undid. Events read back with
  * `undone_by` are not the turn's.

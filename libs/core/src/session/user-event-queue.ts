@@ -62,7 +62,7 @@ export class UserEventQueue {
       if (event.id > this.next) return false;
       this.next = event.id + 1;
       this.cache.put(event);
-      // Undone by a rewind: neither work to do nor a settlement (PROTOCOL.md "Branching").
+      // Undone by a rewind: neither work to do nor a settlement (docs/protocol.md "Branching").
       if (event.undone_by !== undefined) continue;
       if (event.source === 'user') {
         this.pending.push(event);

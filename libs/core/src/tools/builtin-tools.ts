@@ -1,4 +1,4 @@
-/** The tools every agent may call (PROTOCOL.md "Tools"): `current_time` and `set_state`. */
+/** The tools every agent may call (docs/protocol.md "Tools"): `current_time` and `set_state`. */
 import type { ToolDefinition } from '../agent.js';
 import { StatefulResult } from './tool-registry.js';
 

@@ -1,7 +1,7 @@
 /**
  * While development tokens are on, the service answers only requests that
  * name it by a loopback name or address, or by the host of an origin the
- * operator listed in `CORS_ORIGINS` (PROTOCOL.md, `AUTH_DEV_TOKENS`). A page
+ * operator listed in `CORS_ORIGINS` (docs/protocol.md, `AUTH_DEV_TOKENS`). A page
  * whose DNS name an attacker rebinds to 127.0.0.1 is same-origin to the
  * browser, and could otherwise mint an `admin` token for any tenant with
  * `POST /api/dev/token`; its requests carry the attacker's name in `Host`.

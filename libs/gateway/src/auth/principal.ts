@@ -16,7 +16,7 @@ export interface Principal {
 
 /**
  * Another tenant's conversation, or another user's for a non-admin, does not
- * exist for the caller: NOT_FOUND, never FORBIDDEN (PROTOCOL.md).
+ * exist for the caller: NOT_FOUND, never FORBIDDEN (docs/protocol.md).
  */
 export function assertVisible(
   principal: Principal,

@@ -1,5 +1,5 @@
 /**
- * Fork, rewind, edit and regenerate (PROTOCOL.md "Branching"), whichever
+ * Fork, rewind, edit and regenerate (docs/protocol.md "Branching"), whichever
  * door and gateway the request came through. A rewind first stops the
  * conversation's agent wherever it runs (its partial text is stored as
  * interrupted, then undone with the rest); the store then writes the rewind

@@ -1,5 +1,5 @@
 /**
- * `replay_json` of a create (PROTOCOL.md): a client's history, stored as the
+ * `replay_json` of a create (docs/protocol.md): a client's history, stored as the
  * new conversation's first events and marked answered, so that no agent runs
  * any of it again.
  *
@@ -35,7 +35,7 @@ import {
   withoutProtoKey,
 } from '@cs/protocol';
 
-/** PROTOCOL.md: `replay_json` holds at most this many events. */
+/** docs/protocol.md: `replay_json` holds at most this many events. */
 export const MAX_REPLAY_EVENTS = 1_000;
 
 const ReplayObjectSchema = withoutProtoKey(z.record(z.string(), z.unknown()));

@@ -25,7 +25,7 @@ const EventIdParamSchema = z.object({
 });
 
 /**
- * The branching routes of PROTOCOL.md ("Branching: fork, rewind, edit,
+ * The branching routes of docs/protocol.md ("Branching: fork, rewind, edit,
  * regenerate") under `/api/conversations`. Each takes an `Idempotency-Key`:
  * a repeat answers 200 with the first result.
  */
@@ -66,7 +66,7 @@ export class BranchingController {
     const key = idempotencyKeyOf(idempotencyKey);
     const input = parseInput(RewindBodySchema, body ?? {});
     const { event_id } = await this.branching.rewind(principal, target, input.to_event_id, key);
-    // PROTOCOL.md: a rewind answers 200 (first time and repeats alike).
+    // docs/protocol.md: a rewind answers 200 (first time and repeats alike).
     response.status(200);
     return { event_id };
   }

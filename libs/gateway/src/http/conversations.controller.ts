@@ -37,7 +37,9 @@ import {
 import { z } from 'zod';
 import { CurrentPrincipal, HttpAuthGuard } from '../auth/http-auth.guard.js';
 import type { Principal } from '../auth/principal.js';
+import { ConversationCreation } from '../conversations/conversation-creation.service.js';
 import { ConversationService } from '../conversations/conversation.service.js';
+import { UserActionDelivery } from '../conversations/user-action-delivery.service.js';
 import { EventStreamService } from '../realtime/event-stream.service.js';
 import { TurnWatchService } from '../realtime/turn-watch.service.js';
 import { preferredWait } from './prefer-header.js';
@@ -51,7 +53,7 @@ const LastEventIdSchema = z
   .transform(Number)
   .pipe(z.number().int().min(-1));
 
-/** The REST API of PROTOCOL.md under `/api/conversations`. */
+/** The REST API of docs/protocol.md under `/api/conversations`. */
 @ApiTags('conversations')
 @ApiBearerAuth()
 @UseGuards(HttpAuthGuard)
@@ -61,6 +63,8 @@ export class ConversationsController {
 
   constructor(
     private readonly conversations: ConversationService,
+    private readonly creation: ConversationCreation,
+    private readonly delivery: UserActionDelivery,
     private readonly streams: EventStreamService,
     private readonly turns: TurnWatchService,
   ) {}
@@ -73,7 +77,7 @@ export class ConversationsController {
     @Res({ passthrough: true }) response: Response,
   ): Promise<{ conversation_id: string; conversation_status: ConversationStatus }> {
     const input = parseInput(CreateConversationBodySchema, body ?? {});
-    const { created, ...result } = await this.conversations.create(principal, input);
+    const { created, ...result } = await this.creation.create(principal, input);
     response.status(created ? 201 : 200);
     return result;
   }
@@ -102,7 +106,7 @@ export class ConversationsController {
     @Body() body: unknown,
   ): Promise<ConversationInfo> {
     const patch = parseInput(PatchConversationBodySchema, body ?? {});
-    return this.conversations.update(principal, conversationId(id), patch);
+    return this.delivery.update(principal, conversationId(id), patch);
   }
 
   @Delete(':id')
@@ -119,7 +123,7 @@ export class ConversationsController {
     @Body() body: unknown,
   ): Promise<{ conversation_status: ConversationStatus }> {
     parseInput(EmptyBodySchema, body ?? {});
-    return { conversation_status: await this.conversations.start(principal, conversationId(id)) };
+    return { conversation_status: await this.delivery.start(principal, conversationId(id)) };
   }
 
   @Post(':id/stop')
@@ -130,7 +134,7 @@ export class ConversationsController {
     @Body() body: unknown,
   ): Promise<{ conversation_status: ConversationStatus }> {
     parseInput(EmptyBodySchema, body ?? {});
-    return { conversation_status: await this.conversations.stop(principal, conversationId(id)) };
+    return { conversation_status: await this.delivery.stop(principal, conversationId(id)) };
   }
 
   @Get(':id/events')
@@ -173,7 +177,7 @@ export class ConversationsController {
       );
     }
     if (waitS === undefined) {
-      const appended = await this.conversations.sendUserAction(principal, target, action, key);
+      const appended = await this.delivery.sendUserAction(principal, target, action, key);
       response.status(appended.duplicate ? 200 : 201);
       return { event_id: appended.event.id };
     }
@@ -183,7 +187,7 @@ export class ConversationsController {
     const left = () => watch.dispose();
     response.on('close', left);
     try {
-      const appended = await this.conversations.sendUserActionToFound(
+      const appended = await this.delivery.sendUserActionToFound(
         principal,
         conversation,
         action,

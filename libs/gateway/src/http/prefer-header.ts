@@ -1,6 +1,6 @@
 /**
  * The `Prefer` request header (RFC 7240) as far as this service reads it:
- * `wait=<seconds>` on `POST …/events` (PROTOCOL.md "Waiting for an answer
+ * `wait=<seconds>` on `POST …/events` (docs/protocol.md "Waiting for an answer
  * over REST"). Preferences are comma-separated (several headers arrive
  * joined by commas), each `token [= word] *(; parameter)`, where a word may
  * be a quoted string that holds commas or semicolons. Preferences this

@@ -9,7 +9,7 @@ import { openApiSchema } from './openapi.js';
 import { parseInput } from './validation.js';
 
 /**
- * `GET /api/usage` (PROTOCOL.md "Usage and budgets"): the caller's own model
+ * `GET /api/usage` (docs/protocol.md "Usage and budgets"): the caller's own model
  * usage, or for an `admin` its tenant's (`user_id` picks one user). Another
  * user's usage does not exist for a caller who is not an admin (404, as
  * another user's conversation).

@@ -34,7 +34,7 @@ function userParam(raw: string): string {
   return parseInput(UserIdParamSchema, raw);
 }
 
-/** PROTOCOL.md "Data lifecycle": `/api/users/:user_id` (erasure, export). */
+/** docs/protocol.md "Data lifecycle": `/api/users/:user_id` (erasure, export). */
 @ApiTags('data lifecycle')
 @ApiBearerAuth()
 @UseGuards(HttpAuthGuard)

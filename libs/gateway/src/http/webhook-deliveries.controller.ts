@@ -26,7 +26,7 @@ import { parseInput } from './validation.js';
 const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
 
 /**
- * The webhook deliveries of the caller's tenant (PROTOCOL.md "Webhooks"),
+ * The webhook deliveries of the caller's tenant (docs/protocol.md "Webhooks"),
  * for an `admin` only: to anyone else the routes do not exist (404), as a
  * conversation of another user does not.
  */

@@ -1,5 +1,5 @@
 /**
- * The export of one conversation (PROTOCOL.md "Branching", `GET
+ * The export of one conversation (docs/protocol.md "Branching", `GET
  * /conversations/:id/export`): its `ConversationInfo`, every event in id
  * order, then `{ state }`, read page by page. The info and the state are
  * read together first, and the events up to the `last_event_id` they had:

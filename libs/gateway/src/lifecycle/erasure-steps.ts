@@ -1,5 +1,5 @@
 /**
- * What an erasure of a user removes (PROTOCOL.md "Data lifecycle"), as a
+ * What an erasure of a user removes (docs/protocol.md "Data lifecycle"), as a
  * list of steps, one per kind of data. Each step is idempotent: an erasure
  * that resumes after a crash runs them all again from the first, and what
  * was removed already is simply not found. A kind of data added later adds

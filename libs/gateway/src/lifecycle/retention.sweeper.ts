@@ -1,5 +1,5 @@
 /**
- * Retention (PROTOCOL.md "Data lifecycle"): every `RETENTION_SWEEP_INTERVAL_MS`
+ * Retention (docs/protocol.md "Data lifecycle"): every `RETENTION_SWEEP_INTERVAL_MS`
  * one process of the deployment (the holder of `RETENTION_LOCK` for that
  * interval; the standalone process alone) deletes the conversations idle for
  * `RETENTION_DAYS`, as `DELETE` does: stopped first, then deleted with

@@ -1,5 +1,5 @@
 /**
- * What a caller may do with a user's data as a whole (PROTOCOL.md "Data
+ * What a caller may do with a user's data as a whole (docs/protocol.md "Data
  * lifecycle"): erase it, export it, read the erasures and the tenant's audit
  * trail. A user acts on itself (`me` or its own id), an `admin` on any user
  * of its tenant; anyone else finds nothing (404, never 403), and nothing
@@ -10,7 +10,8 @@ import { Inject, Injectable } from '@nestjs/common';
 import { NotFoundError, type DataLifecycleStore } from '@cs/core';
 import type { AuditPageView, AuditQuery, ErasureStatusView } from '@cs/protocol';
 import type { Principal } from '../auth/principal.js';
-import { ConversationService, DEFAULT_APP_NAME } from '../conversations/conversation.service.js';
+import { DEFAULT_APP_NAME } from '../conversations/conversation-creation.service.js';
+import { ConversationService } from '../conversations/conversation.service.js';
 import { DATA_LIFECYCLE_STORE } from '../tokens.js';
 import { ErasureRunner } from './erasure.runner.js';
 import type { NdjsonSink } from './ndjson-response.js';

@@ -23,6 +23,7 @@ import { DevTokenHosts } from '../auth/dev-token-hosts.js';
 import type { Principal } from '../auth/principal.js';
 import { TokenService } from '../auth/token.service.js';
 import { ConversationService } from '../conversations/conversation.service.js';
+import { UserActionDelivery } from '../conversations/user-action-delivery.service.js';
 import { mapError } from '../http/error-mapping.js';
 import { assertJsonDepth, parseInput } from '../http/validation.js';
 import { ServiceMetrics } from '@cs/observability';
@@ -104,6 +105,7 @@ export class ConversationGateway
   constructor(
     private readonly tokens: TokenService,
     private readonly conversations: ConversationService,
+    private readonly delivery: UserActionDelivery,
     private readonly hub: ConversationRoomHub,
     private readonly limiter: ConnectionLimiter,
     private readonly sockets: ConversationSockets,
@@ -172,18 +174,18 @@ export class ConversationGateway
     });
     this.localOf(socket).connection = connection;
     try {
-      await this.conversations.attach(socket.id, conversation);
+      await this.delivery.attach(socket.id, conversation);
       // A client that left during the handshake must not stay counted.
       if (socket.disconnected) {
         connection.dispose();
-        await this.conversations.detach(socket.id);
+        await this.delivery.detach(socket.id);
         return;
       }
       // The replay (once live traffic flows) and the start are independent:
       // the feed orders what the start brings.
       await Promise.all([
         connection.start(),
-        start && socket.connected ? this.conversations.ensureRunning(conversation) : undefined,
+        start && socket.connected ? this.delivery.ensureRunning(conversation) : undefined,
       ]);
     } catch (error) {
       const { body } = mapError(error);
@@ -205,7 +207,7 @@ export class ConversationGateway
     if (!connection) return;
     this.metrics.socketsConnected.dec();
     connection.dispose();
-    await this.conversations
+    await this.delivery
       .detach(socket.id)
       .catch((error: unknown) => this.logger.warn(String(error)));
   }
@@ -263,7 +265,7 @@ export class ConversationGateway
       const { principal, conversation } = socket.data;
       // The append names the conversation's incarnation: one deleted since
       // (its id maybe taken again) is NOT_FOUND, never someone else's.
-      const appended = await this.conversations.sendUserActionTo(principal, conversation, action);
+      const appended = await this.delivery.sendUserActionTo(principal, conversation, action);
       return { ok: true, event_id: appended.event.id };
     } catch (error) {
       const { body } = mapError(error);

@@ -17,7 +17,7 @@ import type { Principal } from '../auth/principal.js';
 import type { ConversationRoomHub, ConversationSubscriber } from './conversation-room-hub.js';
 import { OrderedEventFeed, type EventPageReader } from './ordered-event-feed.js';
 
-/** PROTOCOL.md: a connection with this much unsent for it is closed. */
+/** docs/protocol.md: a connection with this much unsent for it is closed. */
 export const MAX_UNSENT_BYTES = 8 * 1024 * 1024;
 /** A replay reads its next page only once less than this waits for the client. */
 export const REPLAY_LOW_WATER_BYTES = 1024 * 1024;
@@ -38,7 +38,7 @@ export interface ConnectionTransport {
   close(graceful: boolean): void;
 }
 
-/** The ids of PROTOCOL.md "Operations" for log lines about a connection's conversation. */
+/** The ids of docs/protocol.md "Operations" for log lines about a connection's conversation. */
 export function logFieldsOf(conversation: ConversationRecord): Record<string, string> {
   return {
     conversation_id: conversation.id,

@@ -1,5 +1,5 @@
 /**
- * Waiting for a turn over REST (PROTOCOL.md "Waiting for an answer over
+ * Waiting for a turn over REST (docs/protocol.md "Waiting for an answer over
  * REST"): a waiter is one more subscriber of the conversation's room, fed by
  * the same gap-free replay-then-live feed as a socket, so that a gateway of a
  * cluster learns of the turn's end from the conversation's live channel, not

@@ -1,5 +1,5 @@
 /**
- * The one logger of a process (PROTOCOL.md "Operations"): one JSON object per
+ * The one logger of a process (docs/protocol.md "Operations"): one JSON object per
  * line with `level`, `time` and `msg` (LOG_FORMAT=json), or pino-pretty's
  * coloured text (LOG_FORMAT=pretty), at LOG_LEVEL. Nest's logger, the worker's
  * host and the migrate command all write through it.
@@ -76,7 +76,7 @@ export function createServiceLogger(options: ServiceLoggerOptions): ServiceLogge
   );
 }
 
-/** The ids PROTOCOL.md asks for on every line about a conversation. */
+/** The ids docs/protocol.md asks for on every line about a conversation. */
 export interface ConversationLogFields {
   conversation_id: string;
   tenant_id: string;

@@ -1,5 +1,5 @@
 /**
- * SQL of branching (PROTOCOL.md "Branching"): the state as it was after an
+ * SQL of branching (docs/protocol.md "Branching"): the state as it was after an
  * event, rebuilt from the events' stored deltas; a fork's row and its copied
  * events (one INSERT … SELECT); tool calls left without a result; the undone
  * marks of a rewind. Every statement names one conversation (and its tenant).

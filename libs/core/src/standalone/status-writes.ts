@@ -3,8 +3,8 @@
  * each deciding its status only when its turn comes; a failed write is reported.
  */
 import type { ConversationStatus } from '@cs/protocol';
-import type { ConversationRef } from './conversation.js';
-import type { ConversationStore } from './ports/conversation-store.port.js';
+import type { ConversationRef } from '../conversation.js';
+import type { ConversationStore } from '../ports/conversation-store.port.js';
 
 export class StatusWrites {
   private readonly pending = new Map<string, Promise<void>>();

@@ -14,15 +14,15 @@
  * limit until the start turns it into the live entry, or it is released.
  */
 import type { ConcurrencyPolicy, ConversationStatus, StatusUpdate, UserAction } from '@cs/protocol';
-import type { AgentFactory } from './agent.js';
+import type { AgentFactory } from '../agent.js';
 import {
   AgentSession,
   SessionClosedError,
   type SessionEndReason,
   type SessionRuntime,
-} from './agent-session.js';
+} from '../agent-session.js';
 import { ConnectionCounts } from './connection-counts.js';
-import { roomKey, type ConversationRef } from './conversation.js';
+import { roomKey, type ConversationRef } from '../conversation.js';
 import {
   TOO_MANY_CONVERSATIONS,
   TOO_MANY_CONVERSATIONS_NOTICE,
@@ -30,18 +30,18 @@ import {
   isIdleSince,
   type SlotClaim,
   type SlotOwner,
-} from './conversation-limits.js';
-import type { Attachment, ConversationManager, SendOptions } from './conversation-manager.js';
-import { NotFoundError, UnavailableError } from './errors.js';
-import { newLiveConversation, type LiveConversation } from './live-conversation.js';
-import type { ConversationBroadcaster } from './ports/broadcaster.port.js';
-import { NO_CLUSTER_METRICS, type ClusterMetrics } from './ports/cluster-metrics.port.js';
+} from '../conversation-limits.js';
+import type { Attachment, ConversationManager, SendOptions } from '../conversation-manager.js';
+import { NotFoundError, UnavailableError } from '../errors.js';
+import { newStandaloneHostEntry, type StandaloneHostEntry } from './standalone-host-entry.js';
+import type { ConversationBroadcaster } from '../ports/broadcaster.port.js';
+import { NO_CLUSTER_METRICS, type ClusterMetrics } from '../ports/cluster-metrics.port.js';
 import { StatusWrites } from './status-writes.js';
-import { storeUserAction } from './user-action.js';
+import { storeUserAction } from '../user-action.js';
 import { UserSlots, userKeyOf } from './user-slots.js';
-import { systemClock, type Clock } from './ports/clock.port.js';
-import type { AppendedEvent, ConversationStore } from './ports/conversation-store.port.js';
-import type { ScopedStateChange } from './state.js';
+import { systemClock, type Clock } from '../ports/clock.port.js';
+import type { AppendedEvent, ConversationStore } from '../ports/conversation-store.port.js';
+import type { ScopedStateChange } from '../state.js';
 
 export interface StandaloneConversationManagerOptions {
   /** Running (or starting) conversations per user (per tenant). */
@@ -76,7 +76,7 @@ export interface StandaloneConversationManagerDeps {
   reportError?: (message: string, error: unknown, fields?: ConversationLogFields) => void;
 }
 
-/** The log fields of a conversation (PROTOCOL.md "Operations"). */
+/** The log fields of a conversation (docs/protocol.md "Operations"). */
 export interface ConversationLogFields {
   conversation_id: string;
   tenant_id: string;
@@ -96,7 +96,7 @@ export class StandaloneConversationManager implements ConversationManager {
   ) => void;
   private readonly metrics: ClusterMetrics;
 
-  private readonly live = new Map<string, LiveConversation>();
+  private readonly live = new Map<string, StandaloneHostEntry>();
   private readonly slots: UserSlots;
   private readonly connections = new ConnectionCounts();
   private readonly statusWrites: StatusWrites;
@@ -264,16 +264,19 @@ export class StandaloneConversationManager implements ConversationManager {
    * after the mutex is released. Returns null when the conversation is being
    * stopped: the caller waits and retries.
    */
-  private async claim(ref: ConversationRef): Promise<LiveConversation | null> {
+  private async claim(ref: ConversationRef): Promise<StandaloneHostEntry | null> {
     const claimed = await this.slots.claim(ref, (userKey) =>
-      newLiveConversation(ref, userKey, this.seq++, this.clock.now()),
+      newStandaloneHostEntry(ref, userKey, this.seq++, this.clock.now()),
     );
     if (claimed.created && claimed.entry) void this.startEntry(claimed.entry, claimed.evicted);
     return claimed.entry;
   }
 
   /** Stops the evicted, then starts the session: acquire a lease, restore, run. */
-  private async startEntry(entry: LiveConversation, evicted: LiveConversation[]): Promise<void> {
+  private async startEntry(
+    entry: StandaloneHostEntry,
+    evicted: StandaloneHostEntry[],
+  ): Promise<void> {
     const { ref } = entry;
     try {
       await Promise.all(evicted.map((victim) => this.evict(victim)));
@@ -336,13 +339,13 @@ export class StandaloneConversationManager implements ConversationManager {
     for (const entry of this.live.values()) entry.session?.scopedStateChanged(change);
   }
 
-  private onSessionClosed(entry: LiveConversation, reason: SessionEndReason): void {
+  private onSessionClosed(entry: StandaloneHostEntry, reason: SessionEndReason): void {
     // A lost lease means a newer holder runs it: its status is not ours to write.
     this.remove(entry, reason === 'lease_lost' ? null : 'STOPPED');
   }
 
   /** Drops the entry (if still current) and persists its final status, then resolves `done`. */
-  private remove(entry: LiveConversation, finalStatus: ConversationStatus | null): void {
+  private remove(entry: StandaloneHostEntry, finalStatus: ConversationStatus | null): void {
     entry.stopping = true;
     const id = entry.ref.conversationId;
     if (this.live.get(id) === entry) this.live.delete(id);
@@ -352,13 +355,13 @@ export class StandaloneConversationManager implements ConversationManager {
     void write.then(entry.resolveDone);
   }
 
-  private async evict(victim: LiveConversation): Promise<void> {
+  private async evict(victim: StandaloneHostEntry): Promise<void> {
     await this.stopEntry(victim, TOO_MANY_CONVERSATIONS, TOO_MANY_CONVERSATIONS_NOTICE);
   }
 
   /** Waits for the start to settle, stores `stopped` (with a reason) and waits until gone. */
   private async stopEntry(
-    entry: LiveConversation,
+    entry: StandaloneHostEntry,
     reason?: string,
     notice?: StatusUpdate,
   ): Promise<void> {
@@ -370,7 +373,7 @@ export class StandaloneConversationManager implements ConversationManager {
   }
 
   /** Closes without storing anything (idle close, shutdown). */
-  private async closeEntry(entry: LiveConversation): Promise<void> {
+  private async closeEntry(entry: StandaloneHostEntry): Promise<void> {
     entry.stopping = true;
     await entry.ready.catch(() => undefined);
     await entry.session?.close();

@@ -1,12 +1,12 @@
 /**
- * A conversation the standalone manager runs in this process, starting or
- * running: its session, and the promises that settle when its start does and
- * once it is gone.
+ * The standalone manager's entry for a conversation it runs in this process,
+ * starting or running: its session, and the promises that settle when its
+ * start does and once it is gone.
  */
-import type { AgentSession } from './agent-session.js';
-import type { ConversationRef } from './conversation.js';
+import type { AgentSession } from '../agent-session.js';
+import type { ConversationRef } from '../conversation.js';
 
-export interface LiveConversation {
+export interface StandaloneHostEntry {
   ref: ConversationRef;
   userKey: string;
   /** Start order, to break ties between equal activity times. */
@@ -25,13 +25,13 @@ export interface LiveConversation {
 }
 
 /** A starting entry for `ref`, with no session yet. */
-export function newLiveConversation(
+export function newStandaloneHostEntry(
   ref: ConversationRef,
   userKey: string,
   seq: number,
   startedAt: number,
-): LiveConversation {
-  let settleReady: LiveConversation['settleReady'] = { resolve: noop, reject: noop };
+): StandaloneHostEntry {
+  let settleReady: StandaloneHostEntry['settleReady'] = { resolve: noop, reject: noop };
   const ready = new Promise<void>((resolve, reject) => {
     settleReady = { resolve, reject };
   });

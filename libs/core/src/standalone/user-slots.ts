@@ -5,11 +5,11 @@
  */
 import { Mutex } from 'async-mutex';
 import type { ConcurrencyPolicy } from '@cs/protocol';
-import type { ConversationRef } from './conversation.js';
-import { HELD_SLOT, type SlotClaim, type SlotOwner } from './conversation-limits.js';
-import { ConcurrencyLimitError } from './errors.js';
-import type { LiveConversation } from './live-conversation.js';
-import type { ClusterMetrics } from './ports/cluster-metrics.port.js';
+import type { ConversationRef } from '../conversation.js';
+import { HELD_SLOT, type SlotClaim, type SlotOwner } from '../conversation-limits.js';
+import { ConcurrencyLimitError } from '../errors.js';
+import type { StandaloneHostEntry } from './standalone-host-entry.js';
+import type { ClusterMetrics } from '../ports/cluster-metrics.port.js';
 import { SlotReservations } from './slot-reservations.js';
 
 export interface UserSlotLimits {
@@ -19,7 +19,7 @@ export interface UserSlotLimits {
 
 export interface UserSlotsDeps {
   /** The manager's live entries, by conversation id: a claim adds the new one. */
-  live: Map<string, LiveConversation>;
+  live: Map<string, StandaloneHostEntry>;
   limits: UserSlotLimits;
   /** Throws when no slot may be taken any more (shutting down). */
   assertOpen: () => void;
@@ -29,13 +29,13 @@ export interface UserSlotsDeps {
 
 /** What a claim got: `created` when `entry` is new; `evicted` are to be stopped before it starts. */
 export interface ClaimedSlot {
-  entry: LiveConversation | null;
+  entry: StandaloneHostEntry | null;
   created: boolean;
-  evicted: LiveConversation[];
+  evicted: StandaloneHostEntry[];
 }
 
 export class UserSlots {
-  private readonly live: Map<string, LiveConversation>;
+  private readonly live: Map<string, StandaloneHostEntry>;
   private readonly limits: UserSlotLimits;
   private readonly assertOpen: () => void;
   private readonly metrics: UserSlotsDeps['metrics'];
@@ -54,11 +54,14 @@ export class UserSlots {
    * entry `create` makes to the live entries. `entry` is the existing one
    * when there is one, and null when it is being stopped.
    */
-  claim(ref: ConversationRef, create: (userKey: string) => LiveConversation): Promise<ClaimedSlot> {
+  claim(
+    ref: ConversationRef,
+    create: (userKey: string) => StandaloneHostEntry,
+  ): Promise<ClaimedSlot> {
     const userKey = userKeyOf(ref);
     return this.userLock(userKey).runExclusive(() => {
       this.assertOpen();
-      const evicted: LiveConversation[] = [];
+      const evicted: StandaloneHostEntry[] = [];
       const existing = this.live.get(ref.conversationId);
       if (existing) return { entry: existing.stopping ? null : existing, created: false, evicted };
       // A slot reserved for this start (`reserve`) becomes the entry's.
@@ -113,7 +116,7 @@ export class UserSlots {
   }
 
   /** The user's entries that hold a slot (starting or running, not being stopped). */
-  liveOf(userKey: string): LiveConversation[] {
+  liveOf(userKey: string): StandaloneHostEntry[] {
     return [...this.live.values()].filter((e) => e.userKey === userKey && !e.stopping);
   }
 
@@ -139,6 +142,6 @@ export function userKeyOf(ref: { tenantId: string; userId: string }): string {
 }
 
 /** When the entry was last active (its start, before it has a session): the least recent is evicted first. */
-function activityOf(entry: LiveConversation): number {
+function activityOf(entry: StandaloneHostEntry): number {
   return entry.session?.lastActivity ?? entry.startedAt;
 }

@@ -2,16 +2,16 @@
 // the standalone manager's UserSlots: a claim adds a starting entry, as the
 // manager's start does; the manager stops an evicted entry, so the adapter
 // drops it at once (its stop is done).
-import { userSlotsContract } from '../../../test/integration/user-slots.contract.js';
-import type { AgentSession } from './agent-session.js';
-import { ConcurrencyLimitError } from './errors.js';
-import { newLiveConversation, type LiveConversation } from './live-conversation.js';
+import { userSlotsContract } from '../../../../test/integration/user-slots.contract.js';
+import type { AgentSession } from '../agent-session.js';
+import { ConcurrencyLimitError } from '../errors.js';
+import { newStandaloneHostEntry, type StandaloneHostEntry } from './standalone-host-entry.js';
 import { UserSlots, userKeyOf } from './user-slots.js';
 
 userSlotsContract(UserSlots.name, () =>
   Promise.resolve({
     create({ limit, policy }) {
-      const live = new Map<string, LiveConversation>();
+      const live = new Map<string, StandaloneHostEntry>();
       const slots = new UserSlots({
         live,
         limits: { maxConcurrentConversations: limit, concurrencyPolicy: policy },
@@ -24,7 +24,7 @@ userSlotsContract(UserSlots.name, () =>
           const ref = { ...owner, incarnation: 'contract' };
           try {
             const claimed = await slots.claim(ref, (userKey) =>
-              newLiveConversation(ref, userKey, (seq += 1), Date.now()),
+              newStandaloneHostEntry(ref, userKey, (seq += 1), Date.now()),
             );
             for (const victim of claimed.evicted) live.delete(victim.ref.conversationId);
             return {

@@ -2,12 +2,12 @@ import { randomUUID } from 'node:crypto';
 import { describe, expect, it, vi } from 'vitest';
 import { isAction } from '@cs/protocol';
 import type { UserAction } from '@cs/protocol';
-import type { Agent } from './agent.js';
-import { refOf, type ConversationRef } from './conversation.js';
-import { ConcurrencyLimitError, UnavailableError } from './errors.js';
-import { NO_CLUSTER_METRICS, type ClusterMetrics } from './ports/cluster-metrics.port.js';
-import { readAgentStateChange } from './session/agent-state-change.js';
-import { TOO_MANY_CONVERSATIONS } from './conversation-limits.js';
+import type { Agent } from '../agent.js';
+import { refOf, type ConversationRef } from '../conversation.js';
+import { ConcurrencyLimitError, UnavailableError } from '../errors.js';
+import { NO_CLUSTER_METRICS, type ClusterMetrics } from '../ports/cluster-metrics.port.js';
+import { readAgentStateChange } from '../session/agent-state-change.js';
+import { TOO_MANY_CONVERSATIONS } from '../conversation-limits.js';
 import {
   StandaloneConversationManager,
   type StandaloneConversationManagerOptions,
@@ -21,8 +21,8 @@ import {
   echoTestAgent,
   messageText,
   say,
-} from './testing/index.js';
-import { InMemoryConversationStore } from '../../../test/fakes/in-memory-conversation-store.js';
+} from '../testing/index.js';
+import { InMemoryConversationStore } from '../../../../test/fakes/in-memory-conversation-store.js';
 
 const IDLE_MS = 60_000;
 const CLEANUP_MS = 1_000;

@@ -6,7 +6,7 @@
  * that was stored.
  */
 import type { UsageScope } from '../usage.js';
-import type { BudgetLedger, BudgetPeriod } from './model-budget.js';
+import type { BudgetLedger, BudgetPeriod } from '../budgets/model-budget.js';
 
 interface PeriodLedger {
   spent: number;
