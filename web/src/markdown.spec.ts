@@ -193,7 +193,8 @@ describe('renderMessage bounds', () => {
   });
 
   it('shows a message longer than MARKDOWN_MAX_CHARS as plain text, whatever it holds', () => {
-    const prose = 'Plain **prose**. '.repeat(Math.ceil(MARKDOWN_MAX_CHARS / 17) + 1);
+    const sentence = 'Plain **prose** and a few more words. ';
+    const prose = sentence.repeat(Math.ceil(MARKDOWN_MAX_CHARS / sentence.length) + 1);
     expect(renderMessage(prose)).toEqual({ plain: 'size' });
     expect(renderMessage('*a'.repeat(131_072))).toEqual({ plain: 'size' });
     expect('html' in renderMessage(prose.slice(0, MARKDOWN_MAX_CHARS), Infinity)).toBe(true);
@@ -210,6 +211,19 @@ describe('renderMessage bounds', () => {
     const table = `|a|b|\n|-|-|\n${'|x|y|\n'.repeat(MARKDOWN_MAX_ELEMENTS / 2)}`;
     // With no time at all, only a check made before parsing can answer `size`.
     expect(renderMessage(table, 0)).toEqual({ plain: 'size' });
+  });
+
+  it('shows a long Markdown document of more than MARKDOWN_MAX_ELEMENTS elements as plain text, whatever the time', () => {
+    // The bench's hostile "Markdown document" at the Markdown length limit:
+    // about 14 elements a repetition, fewer lines of text than the line limit.
+    const part =
+      '## Heading\n\nSome **bold**, *em*, `code` and [a link](https://example.com).\n\n- one\n- two\n  - nested\n\n```js\nconst x = 1;\n```\n\n> quoted\n\n';
+    const text = part
+      .repeat(Math.ceil(MARKDOWN_MAX_CHARS / part.length))
+      .slice(0, MARKDOWN_MAX_CHARS);
+    expect(renderMessage(text, Infinity)).toEqual({ plain: 'size' });
+    // A tenth of it is Markdown.
+    expect('html' in renderMessage(text.slice(0, MARKDOWN_MAX_CHARS / 10), Infinity)).toBe(true);
   });
 
   it('tells lines of text too many before marked reads them, fenced code and blank lines aside', () => {
@@ -253,7 +267,8 @@ describe('renderMessage bounds', () => {
   });
 
   it('shows a message as plain text once its time budget is spent', () => {
-    const markers = '_a'.repeat(MARKDOWN_UNTIMED_CHARS);
+    // Longer than MARKDOWN_UNTIMED_CHARS, fewer delimiters than are counted beforehand.
+    const markers = '_a'.repeat(MARKDOWN_UNTIMED_CHARS / 2 + 50);
     expect(renderMessage(markers, 0)).toEqual({ plain: 'time' });
     // A short message is always rendered: nothing that short can take long.
     const short = `**bold** ${'_a'.repeat(MARKDOWN_UNTIMED_CHARS / 2 - 5)}`;

@@ -89,8 +89,14 @@ const markdown = new Marked({
  * laying out that much HTML takes long too.
  */
 export const MARKDOWN_MAX_CHARS = 16_384;
-/** Markdown that makes more elements is shown as plain text. */
-export const MARKDOWN_MAX_ELEMENTS = 2_000;
+/**
+ * Markdown that makes more elements is shown as plain text. Each element
+ * costs in marked, in DOMPurify and in layout: a 16,378-character Markdown
+ * document of about 1,900 elements (headings, lists, code, quotes, links)
+ * took 28 to 68 ms to render and sanitize and up to 110 ms to paint
+ * (headless Chromium on 2 busy cores), past the 50 ms a message may take.
+ */
+export const MARKDOWN_MAX_ELEMENTS = 1_000;
 /** Messages up to this long are rendered without a time budget. */
 export const MARKDOWN_UNTIMED_CHARS = 2_048;
 /** Deeper nesting is shown as plain text (see markdownDepth); marked overflowed its stack at about 1,200 levels. */
