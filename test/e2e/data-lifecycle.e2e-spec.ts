@@ -15,40 +15,10 @@ import { readAllEvents, until } from '../support/cluster.js';
 import { metricTotals } from '../support/metrics.js';
 import { AGENT_MODULE } from '../support/agent-runtime.js';
 import { ROOT, startApp, type AppProcess } from '../support/processes.js';
-import { createScratchDatabase, uniqueName, type ScratchDatabase } from '../support/services.js';
-import { standaloneDataDir } from '../support/migrated-template.js';
+import { uniqueName } from '../support/services.js';
+import { standaloneBackends } from '../support/standalone-backends.js';
 
-interface Backend {
-  name: string;
-  env(): Promise<{ env: Record<string, string>; cleanup: () => Promise<void> }>;
-}
-
-const backends: Backend[] = [
-  {
-    name: 'PGlite',
-    async env() {
-      const dir = standaloneDataDir('cs-lifecycle-');
-      return {
-        env: { DATA_DIR: dir },
-        cleanup: async () => rmSync(dir, { recursive: true, force: true }),
-      };
-    },
-  },
-  {
-    name: 'Postgres',
-    async env() {
-      const db: ScratchDatabase = await createScratchDatabase('cs_lifecycle', { migrated: true });
-      const dir = mkdtempSync(join(tmpdir(), 'cs-lifecycle-'));
-      return {
-        env: { DATABASE_URL: db.url, DATA_DIR: dir },
-        cleanup: async () => {
-          await db.drop();
-          rmSync(dir, { recursive: true, force: true });
-        },
-      };
-    },
-  },
-];
+const backends = standaloneBackends('cs-lifecycle');
 
 /** The lines of an NDJSON body. */
 function ndjson(text: string): unknown[] {

@@ -1,8 +1,6 @@
 // The standalone service end to end, as a client sees it: the built app in its
 // own process, a Socket.IO client and HTTP, on PGlite and on Postgres.
-import { mkdtempSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
+import { rmSync } from 'node:fs';
 import { SignJWT } from 'jose';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { MAX_MESSAGE_CONTENT_CHARS, type StatusUpdate, type StoredEvent } from '@cs/protocol';
@@ -10,42 +8,13 @@ import { ConversationClient, api, devToken, ids, isAgentReply } from '../support
 import { REFUSAL_ENV, refusalStoresNothing } from '../support/concurrency-refusal.js';
 import { metricGrowth, metricTotals } from '../support/metrics.js';
 import { startApp, type AppProcess } from '../support/processes.js';
-import { createScratchDatabase, uniqueName, type ScratchDatabase } from '../support/services.js';
+import { uniqueName } from '../support/services.js';
 import { standaloneDataDir } from '../support/migrated-template.js';
+import { standaloneBackends } from '../support/standalone-backends.js';
 
 const SECRET = 'e2e-secret-0123456789abcdef-0123456789';
 
-interface Backend {
-  name: string;
-  env(): Promise<{ env: Record<string, string>; cleanup: () => Promise<void> }>;
-}
-
-const backends: Backend[] = [
-  {
-    name: 'PGlite',
-    async env() {
-      const dir = standaloneDataDir('cs-e2e-');
-      return {
-        env: { DATA_DIR: dir },
-        cleanup: async () => rmSync(dir, { recursive: true, force: true }),
-      };
-    },
-  },
-  {
-    name: 'Postgres',
-    async env() {
-      const db: ScratchDatabase = await createScratchDatabase('cs_e2e', { migrated: true });
-      const dir = mkdtempSync(join(tmpdir(), 'cs-e2e-'));
-      return {
-        env: { DATABASE_URL: db.url, DATA_DIR: dir },
-        cleanup: async () => {
-          await db.drop();
-          rmSync(dir, { recursive: true, force: true });
-        },
-      };
-    },
-  },
-];
+const backends = standaloneBackends('cs-e2e');
 
 async function sign(
   claims: Record<string, unknown>,

@@ -11,47 +11,17 @@ import { api, devToken } from '../support/clients.js';
 import { until } from '../support/cluster.js';
 import { metricSample } from '../support/metrics.js';
 import { startApp, type AppProcess } from '../support/processes.js';
-import { createScratchDatabase, uniqueName } from '../support/services.js';
+import { uniqueName } from '../support/services.js';
 import {
   startWebhookReceiver,
   type ReceivedWebhook,
   type WebhookReceiver,
 } from '../support/webhook-receiver.js';
-import { standaloneDataDir } from '../support/migrated-template.js';
+import { standaloneBackends } from '../support/standalone-backends.js';
 
 const SECRET = 'e2e-webhooks-secret-0123456789abcdef';
 
-interface Backend {
-  name: string;
-  env(): Promise<{ env: Record<string, string>; cleanup: () => Promise<void> }>;
-}
-
-const backends: Backend[] = [
-  {
-    name: 'PGlite',
-    async env() {
-      const dir = standaloneDataDir('cs-webhooks-');
-      return {
-        env: { DATA_DIR: dir },
-        cleanup: async () => rmSync(dir, { recursive: true, force: true }),
-      };
-    },
-  },
-  {
-    name: 'Postgres',
-    async env() {
-      const db = await createScratchDatabase('cs_webhooks_e2e', { migrated: true });
-      const dir = mkdtempSync(join(tmpdir(), 'cs-webhooks-'));
-      return {
-        env: { DATABASE_URL: db.url, DATA_DIR: dir },
-        cleanup: async () => {
-          await db.drop();
-          rmSync(dir, { recursive: true, force: true });
-        },
-      };
-    },
-  },
-];
+const backends = standaloneBackends('cs-webhooks-e2e');
 
 /** What a receiver got for one conversation, deduped, as (type, data) in arrival order. */
 function story(receiver: WebhookReceiver, conversationId: string) {
