@@ -16,6 +16,7 @@ import {
   pingEveryMaster,
 } from '@cs/cluster';
 import { StartupError } from '@cs/config';
+import { until } from '../support/cluster.js';
 import { startRedisCluster, type LocalRedisCluster } from '../support/redis-cluster.js';
 import { testRedisUrl, uniqueName } from '../support/services.js';
 
@@ -100,4 +101,38 @@ describe(checkRedisTarget.name, () => {
     ).resolves.toBeUndefined();
     await expect(checkRedisTarget({ url: testRedisUrl() })).resolves.toBeUndefined();
   });
+});
+
+// Last in this file: it kills a master of the file's cluster.
+describe('readiness on a Redis Cluster after a failover', () => {
+  it('passes again once a replica took over, though the client sent nothing meanwhile', async () => {
+    const redis = openRequestRedis({ clusterUrls: cluster.urls.split(',') }, uniqueName('idle'));
+    try {
+      await connected(redis);
+      await pingEveryMaster(redis);
+      const [victim] = await cluster.masters();
+      const [replica] = await cluster.replicasOf(victim!.port);
+      victim!.process.kill('SIGKILL');
+      await until(
+        async () => (await cluster.masters()).some((master) => master.port === replica!.port),
+        `${replica!.port} master in place of ${victim!.port}`,
+        30_000,
+        100,
+      );
+      await cluster.waitHealthy(30_000);
+      // Only readiness probes reach the client, as on a gateway nobody uses.
+      await until(
+        () =>
+          pingEveryMaster(redis).then(
+            () => true,
+            () => false,
+          ),
+        'readiness after the failover',
+        20_000,
+        500,
+      );
+    } finally {
+      redis.disconnect();
+    }
+  }, 90_000);
 });

@@ -71,6 +71,9 @@ export function openRedis(
   return connection;
 }
 
+/** How often a cluster client reads the slot map again, whatever its traffic. */
+export const SLOTS_REFRESH_INTERVAL_MS = 5_000;
+
 /**
  * The cluster client with the options of one node: credentials and TLS from
  * the seed URLs, commands on masters only, sharded channels through one
@@ -93,6 +96,10 @@ function openCluster(urls: readonly string[], options: RedisOptions): Cluster {
     retryDelayOnClusterDown: 200,
     retryDelayOnTryAgain: 100,
     slotsRefreshTimeout: 2_000,
+    // The slot map is refreshed on MOVED and the like, which only traffic to
+    // a moved slot meets: a client that sends nothing there after a failover
+    // (a gateway's readiness asks every master) would keep a dead owner.
+    slotsRefreshInterval: SLOTS_REFRESH_INTERVAL_MS,
     clusterRetryStrategy: retryStrategy ? (times) => retryStrategy(times) : undefined,
     ...(enableOfflineQueue !== undefined && { enableOfflineQueue }),
     ...(enableAutoPipelining !== undefined && { enableAutoPipelining }),
@@ -254,8 +261,12 @@ export async function pingEveryMaster(redis: RedisConnection): Promise<void> {
   // notice: each master of the slot map must be there, and answer.
   const known = new Set(masters.map((node) => `${node.options.host}:${node.options.port}`));
   for (const owner of new Set(redis.slots.map((nodes) => nodes[0]))) {
-    if (owner !== undefined && !known.has(owner))
+    if (owner !== undefined && !known.has(owner)) {
+      // Ask the cluster again (a replica may have taken over): the next probe
+      // sees the new owner rather than waiting for the next periodic refresh.
+      redis.refreshSlotsCache();
       throw new Error(`Redis master ${owner} is unreachable`);
+    }
   }
   await Promise.all(
     masters.map(async (node) => {
