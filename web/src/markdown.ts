@@ -195,18 +195,17 @@ export function renderMessage(text: string, budgetMs = MARKDOWN_BUDGET_MS): Rend
   if (text.length > MARKDOWN_MAX_CHARS) return { plain: 'size' };
   const shape = markdownShape(text);
   if (shape.depth > MARKDOWN_MAX_DEPTH) return { plain: 'depth' };
-  // A line of text makes about one element (a paragraph, a line break, a list
-  // item, a heading), and marked spent 5 to 20 ms on 8,000 short lines only for
-  // its HTML to be too big: count them first.
-  if (shape.lines > MARKDOWN_MAX_ELEMENTS) return { plain: 'size' };
+  // Each line of text makes about one element (a paragraph, a line break, a
+  // list item, a heading), each link one, each pair of emphasis, strikethrough
+  // or code delimiters one (`**` and `**` take four): estimate them before
+  // marked reads the message. marked spent 5 to 20 ms on 8,000 short lines only
+  // for its HTML to be too big, is quadratic on runs of delimiters that do not
+  // pair (8,189 `*a` took 50 ms and more), and a 16,378-character Markdown
+  // document of ~1,900 elements ran past its budget by 12 ms.
+  if (estimatedElements(text, shape.lines) > MARKDOWN_MAX_ELEMENTS) return { plain: 'size' };
   // A table makes about one element a `|`, and marked reads a whole table in
   // one step no budget can cut (50 ms for 2,700 rows): count them first.
   if (countOf(text, '|') > MARKDOWN_MAX_ELEMENTS) return { plain: 'size' };
-  // Emphasis, strikethrough and code spans take two delimiters an element, and
-  // marked is quadratic on runs of them that do not pair (8,189 `*a` took 50
-  // ms and more, which only the budget cut short): count them first too. No
-  // ordinary message is a quarter delimiters.
-  if (countDelimiters(text) > MARKDOWN_MAX_ELEMENTS * 2) return { plain: 'size' };
   let html: string;
   deadline = text.length > MARKDOWN_UNTIMED_CHARS ? performance.now() + budgetMs : Infinity;
   checksUntilClockRead = 0; // (read at the first check)
@@ -224,6 +223,11 @@ export function renderMessage(text: string, budgetMs = MARKDOWN_BUDGET_MS): Rend
   // thousands of cells took 90 ms. Two tags an element.
   if (countTags(html) > MARKDOWN_MAX_ELEMENTS * 2) return { plain: 'size' };
   return { html: sanitizeHtml(html) };
+}
+
+/** At least how many elements marked would make of the text: see renderMessage. */
+function estimatedElements(text: string, linesOfText: number): number {
+  return linesOfText + countOf(text, '[') + Math.floor(countDelimiters(text) / 4);
 }
 
 /** How many tags the HTML holds: every `<` of marked's output opens one (text is escaped). */
