@@ -222,6 +222,8 @@ describe('renderMessage bounds', () => {
       .repeat(Math.ceil(MARKDOWN_MAX_CHARS / part.length))
       .slice(0, MARKDOWN_MAX_CHARS);
     expect(renderMessage(text, Infinity)).toEqual({ plain: 'size' });
+    // Told before marked reads it: with no time at all, only that check answers `size`.
+    expect(renderMessage(text, 0)).toEqual({ plain: 'size' });
     // A tenth of it is Markdown.
     expect('html' in renderMessage(text.slice(0, MARKDOWN_MAX_CHARS / 10), Infinity)).toBe(true);
   });
