@@ -75,6 +75,30 @@ const E2E_ON_REDIS_CLUSTER = [
 ];
 const isSerial = (file: string) => E2E_SERIAL.includes(file);
 
+/** An end-to-end project: built processes on Postgres and Redis, two minutes a test. */
+function e2eProject(project: {
+  name: string;
+  include: string[];
+  exclude?: string[];
+  env?: Record<string, string>;
+  maxWorkers: number;
+  groupOrder: number;
+}) {
+  const { groupOrder, ...test } = project;
+  return {
+    plugins,
+    resolve: { alias },
+    test: {
+      ...test,
+      environment: 'node' as const,
+      globalSetup: needsServices,
+      testTimeout: 120_000,
+      hookTimeout: 120_000,
+      sequence: { groupOrder },
+    },
+  };
+}
+
 export default defineConfig({
   plugins,
   resolve: { alias },
@@ -134,68 +158,31 @@ export default defineConfig({
           sequence: { groupOrder: 0 },
         },
       },
-      {
-        plugins,
-        resolve: { alias },
-        test: {
-          name: 'e2e',
-          include: ['test/e2e/**/*.e2e-spec.ts'],
-          exclude: E2E_SERIAL,
-          environment: 'node',
-          globalSetup: needsServices,
-          testTimeout: 120_000,
-          hookTimeout: 120_000,
-          maxWorkers: 2,
-          sequence: { groupOrder: 1 },
-        },
-      },
-      {
-        plugins,
-        resolve: { alias },
-        test: {
-          name: 'e2e-serial',
-          include: E2E_SERIAL,
-          environment: 'node',
-          globalSetup: needsServices,
-          testTimeout: 120_000,
-          hookTimeout: 120_000,
-          maxWorkers: 1,
-          sequence: { groupOrder: 2 },
-        },
-      },
-      {
-        // The cluster suites again, the same test bodies, on a local Redis
-        // Cluster of each file's own (test/support/test-redis.ts): beside the
-        // other e2e files, and those of E2E_SERIAL after them, one at a time.
-        plugins,
-        resolve: { alias },
-        test: {
-          name: 'e2e-redis-cluster',
-          include: E2E_ON_REDIS_CLUSTER.filter((file) => !isSerial(file)),
-          environment: 'node',
-          env: { TEST_REDIS: 'cluster' },
-          globalSetup: needsServices,
-          testTimeout: 120_000,
-          hookTimeout: 120_000,
-          maxWorkers: 2,
-          sequence: { groupOrder: 1 },
-        },
-      },
-      {
-        plugins,
-        resolve: { alias },
-        test: {
-          name: 'e2e-redis-cluster-serial',
-          include: E2E_ON_REDIS_CLUSTER.filter(isSerial),
-          environment: 'node',
-          env: { TEST_REDIS: 'cluster' },
-          globalSetup: needsServices,
-          testTimeout: 120_000,
-          hookTimeout: 120_000,
-          maxWorkers: 1,
-          sequence: { groupOrder: 3 },
-        },
-      },
+      e2eProject({
+        name: 'e2e',
+        include: ['test/e2e/**/*.e2e-spec.ts'],
+        exclude: E2E_SERIAL,
+        maxWorkers: 2,
+        groupOrder: 1,
+      }),
+      e2eProject({ name: 'e2e-serial', include: E2E_SERIAL, maxWorkers: 1, groupOrder: 2 }),
+      // The cluster suites again, the same test bodies, on a local Redis
+      // Cluster of each file's own (test/support/test-redis.ts): beside the
+      // other e2e files, and those of E2E_SERIAL after them, one at a time.
+      e2eProject({
+        name: 'e2e-redis-cluster',
+        include: E2E_ON_REDIS_CLUSTER.filter((file) => !isSerial(file)),
+        env: { TEST_REDIS: 'cluster' },
+        maxWorkers: 2,
+        groupOrder: 1,
+      }),
+      e2eProject({
+        name: 'e2e-redis-cluster-serial',
+        include: E2E_ON_REDIS_CLUSTER.filter(isSerial),
+        env: { TEST_REDIS: 'cluster' },
+        maxWorkers: 1,
+        groupOrder: 3,
+      }),
       {
         // `npm run test:soak`, never part of `npm test`: the 60 s chaos run
         // and every benchmark scenario.

@@ -17,6 +17,7 @@ import {
   type TestCluster,
 } from '../support/cluster.js';
 import { openTestRedis, useTestRedis } from '../support/test-redis.js';
+import { createConversation, sendMessage, userMessages } from '../support/cluster-conversations.js';
 
 const LEASE_TTL_MS = 2000;
 /**
@@ -45,35 +46,6 @@ async function cluster_(workers: number): Promise<TestCluster> {
     process.stderr.write(`\n===== process output of the failed test\n${started.outputs()}\n`);
   });
   return started;
-}
-
-async function createConversation(baseUrl: string, token: string): Promise<string> {
-  const response = await api<{ conversation_id: string }>(baseUrl, 'POST', '/api/conversations', {
-    token,
-    body: {},
-  });
-  expect(response.status).toBe(201);
-  return response.body.conversation_id;
-}
-
-async function sendMessage(
-  baseUrl: string,
-  token: string,
-  conversationId: string,
-  content: string,
-): Promise<number> {
-  const response = await api<{ event_id: number }>(
-    baseUrl,
-    'POST',
-    `/api/conversations/${conversationId}/events`,
-    { token, body: { action: 'message', args: { content } } },
-  );
-  expect(response.status, JSON.stringify(response.body)).toBe(201);
-  return response.body.event_id;
-}
-
-function userMessages(events: readonly StoredEvent[]): StoredEvent[] {
-  return events.filter((e) => e.source === 'user' && 'action' in e && e.action === 'message');
 }
 
 /** Waits until every user message has an answer; then each must have exactly one. */

@@ -21,6 +21,7 @@ import {
 } from '../support/otlp-receiver.js';
 import type { AppProcess } from '../support/processes.js';
 import { startPrivateRedis, type PrivateRedis } from '../support/redis-server.js';
+import { sendMessage } from '../support/cluster-conversations.js';
 
 /** What the start scripts run before the app (a no-op without OTEL_EXPORTER_OTLP_ENDPOINT). */
 const TRACING_HOOK = ['--import', './dist/libs/observability/src/tracing/tracing.register.js'];
@@ -59,22 +60,6 @@ async function createConversation(
   });
   expect(response.status, JSON.stringify(response.body)).toBe(201);
   return response.body.conversation_id;
-}
-
-async function sendMessage(
-  baseUrl: string,
-  token: string,
-  conversationId: string,
-  content: string,
-): Promise<number> {
-  const response = await api<{ event_id: number }>(
-    baseUrl,
-    'POST',
-    `/api/conversations/${conversationId}/events`,
-    { token, body: { action: 'message', args: { content } } },
-  );
-  expect(response.status, JSON.stringify(response.body)).toBe(201);
-  return response.body.event_id;
 }
 
 /** Waits for the agent's stored answer to the user event `cause`. */
