@@ -10,10 +10,9 @@ import {
   forkAgentState,
   rewindDraft,
   stateDeltaBetween,
-  undoneMarksOf,
   unfinishedCallResult,
 } from '@cs/core';
-import { rewindTarget, type StoredEvent } from '@cs/protocol';
+import { rewindTarget } from '@cs/protocol';
 import type { SqlQueryable } from './database/sql-database.js';
 import { prepareDraft } from './event-append.plan.js';
 import { ANY_WRITER, appendLocked } from './locked-append.js';
@@ -167,31 +166,4 @@ export async function rewindLocked(
     request.answerAgain ?? false,
   );
   return rewind;
-}
-
-/**
- * A new conversation's first events (a replayed history) that hold rewinds,
- * in the caller's transaction: each keeps its meaning, the events it undid
- * marked as `rewind` marked them. A rewind whose point is not a live event
- * before it is refused.
- */
-export async function markReplayedRewinds(
-  tx: SqlQueryable,
-  tenantId: string,
-  conversationId: string,
-  events: readonly StoredEvent[],
-): Promise<void> {
-  const rewinds = events.flatMap((event) => {
-    const toEventId = rewindTarget(event);
-    return toEventId === null ? [] : [{ id: event.id, toEventId }];
-  });
-  if (rewinds.length === 0) return;
-  const { marks, invalid } = undoneMarksOf(rewinds);
-  if (invalid !== null) {
-    throw new BadRequestError(
-      `the rewind ${invalid} goes back to no live event before it`,
-      'to_event_id',
-    );
-  }
-  if (marks.size > 0) await new BranchRepository(tx).setUndone(tenantId, conversationId, marks);
 }

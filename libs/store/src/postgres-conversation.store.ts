@@ -1,7 +1,7 @@
 /**
- * The `ConversationStore` on Postgres or PGlite: decides, and leaves the SQL to
- * the repositories. An append is one transaction that holds the conversation's
- * row lock from the id it reads to the commit; see `append`.
+ * The `ConversationStore` on Postgres or PGlite: checks its arguments and
+ * decides, and leaves the SQL to the repositories; appends go through
+ * `EventAppender`, creation, fork and rewind each take one transaction.
  */
 import type {
   UsageQuery,
@@ -26,48 +26,22 @@ import type {
   NewConversation,
   RewindRequest,
 } from '@cs/core';
-import { BadRequestError, ConflictError, NotFoundError, mergeScopes } from '@cs/core';
+import { BadRequestError, NotFoundError, mergeScopes } from '@cs/core';
 import type { ConversationStatus, StoredEvent } from '@cs/protocol';
 import { CONVERSATION_STATUSES } from '@cs/protocol';
-import { AppendBatcher, type AppendBatcherLimits } from './append-batcher.js';
+import { forkLocked, rewindLocked } from './branching.store.js';
+import { createConversation } from './conversation-creation.store.js';
 import { decodeCursor, encodeCursor, isUuid } from './conversation-page.cursor.js';
 import type { SqlDatabase } from './database/sql-database.js';
-import { UNIQUE_VIOLATION, sqlErrorCode } from './database/sql-database.js';
-import type { PreparedDraft } from './event-append.plan.js';
-import { foldDeltas, planAppend, prepareDraft } from './event-append.plan.js';
-import {
-  ANY_WRITER,
-  NOTHING_STORED,
-  appendLocked,
-  plainAppend,
-  type Writer,
-} from './locked-append.js';
-import { forkLocked, markReplayedRewinds, rewindLocked } from './branching.store.js';
+import { EventAppender, type EventAppenderOptions } from './event-appender.js';
 import { guardData } from './refused-text.js';
 import { WriteClock } from './write-clock.js';
 import { ConversationRepository } from './repositories/conversation.repository.js';
-import {
-  EventAppendRepository,
-  type AppendedHead,
-  type PlainAppend,
-} from './repositories/event-append.repository.js';
-import { EventRepository, toStoredEvent } from './repositories/event.repository.js';
+import { EventRepository } from './repositories/event.repository.js';
 import { ScopedStateRepository } from './repositories/scoped-state.repository.js';
 import { UsageRepository } from './repositories/usage.repository.js';
 
-/** A few connections of the pool stay free for reads while appends queue. */
-const DEFAULT_BATCHING: AppendBatcherLimits = { maxInFlight: 4, maxBatch: 100 };
-
-export interface ConversationStoreOptions {
-  /** How plain appends queue and share statements. */
-  batching?: AppendBatcherLimits;
-  /**
-   * Plain appends of several conversations share one statement (default
-   * true). False writes each append in a statement that names its one
-   * conversation, as on Citus, where a statement spanning conversations
-   * spans shards (docs/scaling.md); appends then wait only for a connection.
-   */
-  crossConversationBatches?: boolean;
+export interface ConversationStoreOptions extends EventAppenderOptions {
   /** The time of writes; see `WriteClock`. */
   clock?: WriteClock;
 }
@@ -77,7 +51,7 @@ export class PostgresConversationStore implements ConversationStore {
   private readonly events: EventRepository;
   private readonly usage: UsageRepository;
   private readonly scopedStates: ScopedStateRepository;
-  private readonly writeAppend: (append: PlainAppend) => Promise<AppendedHead | null>;
+  private readonly appender: EventAppender;
   private readonly clock: WriteClock;
 
   constructor(
@@ -86,78 +60,17 @@ export class PostgresConversationStore implements ConversationStore {
   ) {
     this.conversations = new ConversationRepository(database);
     this.events = new EventRepository(database);
-    const appends = new EventAppendRepository(database);
     this.usage = new UsageRepository(database);
     this.scopedStates = new ScopedStateRepository(database);
     this.clock = options.clock ?? new WriteClock();
-    if (options.crossConversationBatches === false) {
-      this.writeAppend = (append) => appends.appendToLog(append, this.clock.now());
-    } else {
-      const batcher = new AppendBatcher(async (batch) => {
-        const [only] = batch;
-        const at = this.clock.now();
-        if (batch.length > 1 || !only) return appends.appendToLogs(batch, at);
-        const head = await appends.appendToLog(only, at);
-        return new Map(head ? [[only.conversationId, head]] : []);
-      }, options.batching ?? DEFAULT_BATCHING);
-      this.writeAppend = (append) => batcher.append(append);
-    }
+    this.appender = new EventAppender(database, this.clock, options);
   }
 
-  async createConversation(
+  createConversation(
     input: NewConversation,
     drafts: readonly EventDraft[] = [],
   ): Promise<{ conversation: ConversationRecord; created: boolean }> {
-    if (!isUuid(input.id)) {
-      throw new BadRequestError('conversation_id must be a UUID', 'conversation_id');
-    }
-    const prepared = drafts.map(prepareDraft);
-    // Two rounds: an id seen taken but then not found was either another
-    // tenant's, or deleted in between; the second insert tells them apart.
-    for (let round = 0; round < 2; round += 1) {
-      const inserted = await guardData(() =>
-        prepared.length === 0
-          ? this.conversations.insertIfAbsent(input, this.clock.now())
-          : this.insertWithEvents(input, prepared),
-      );
-      if (inserted) return { conversation: inserted, created: true };
-      const existing = await this.conversations.find(input.tenantId, input.id);
-      if (existing) {
-        if (existing.userId !== input.userId) break;
-        return { conversation: existing, created: false };
-      }
-    }
-    throw new ConflictError('conversation_id is already taken');
-  }
-
-  /**
-   * The row and its first events in one transaction: all of it is stored, or
-   * none. A rewind among them undoes what it undid (a replayed history).
-   */
-  private insertWithEvents(
-    input: NewConversation,
-    prepared: readonly PreparedDraft[],
-  ): Promise<ConversationRecord | null> {
-    return this.database.transaction(async (tx) => {
-      const conversations = new ConversationRepository(tx);
-      const inserted = await conversations.insertIfAbsent(input, this.clock.now());
-      if (!inserted) return null;
-      const appended = await appendLocked(
-        tx,
-        input.tenantId,
-        input.id,
-        prepared,
-        ANY_WRITER,
-        this.clock,
-      );
-      await markReplayedRewinds(
-        tx,
-        input.tenantId,
-        input.id,
-        appended.map((outcome) => outcome.event),
-      );
-      return conversations.find(input.tenantId, input.id);
-    });
+    return createConversation(this.database, this.clock, input, drafts);
   }
 
   async getConversation(
@@ -310,14 +223,7 @@ export class PostgresConversationStore implements ConversationStore {
     return found.get(clientEventId)?.event ?? null;
   }
 
-  /**
-   * A plain append (no idempotency key seen before, no `user:` / `app:` keys)
-   * is one statement, shared with the other appends of this process that
-   * queue meanwhile (see `AppendBatcher` and `EventAppendRepository.appendToLogs`),
-   * or its own with `crossConversationBatches: false`.
-   * Anything else, or a key that turns out to be stored, takes
-   * `appendInTransaction`.
-   */
+  /** See `EventAppender.append`. */
   async append(
     tenantId: string,
     conversationId: string,
@@ -325,56 +231,7 @@ export class PostgresConversationStore implements ConversationStore {
     options: AppendOptions = {},
   ): Promise<AppendedEvent[]> {
     if (!isUuid(conversationId)) throw new NotFoundError();
-    const prepared = drafts.map(prepareDraft);
-    const writer: Writer = {
-      leaseEpoch: options.leaseEpoch ?? null,
-      incarnation: options.incarnation ?? null,
-      defaultMultitaskStrategy: options.defaultMultitaskStrategy ?? null,
-    };
-    const plan = planAppend(prepared, NOTHING_STORED, 0);
-    const folded = foldDeltas(prepared);
-    // Whether the agent is busy is decided under the row lock, in the transaction:
-    // a message goes there when the deployment's strategy is `reject`, or when the
-    // plain append finds the conversation's own strategy `reject` (left undone).
-    const plain =
-      writer.defaultMultitaskStrategy !== 'reject' &&
-      folded.user.empty &&
-      folded.app.empty &&
-      folded.usage.length === 0 &&
-      plan.outcomes.every((outcome) => outcome.kind === 'new' && !outcome.duplicate);
-    if (!plain) return this.appendInTransaction(tenantId, conversationId, prepared, writer);
-
-    let head: AppendedHead | null;
-    try {
-      head = await guardData(() =>
-        this.writeAppend(plainAppend(tenantId, conversationId, plan.fresh, folded, writer)),
-      );
-    } catch (error) {
-      // A client_event_id stored meanwhile: nothing was written; tell repeat from conflict.
-      if (sqlErrorCode(error) !== UNIQUE_VIOLATION) throw error;
-      head = null;
-    }
-    // Left undone: gone, held under a newer epoch, or a key stored before. The transaction says which.
-    if (!head) return this.appendInTransaction(tenantId, conversationId, prepared, writer);
-    const { firstId, at } = head;
-    return plan.fresh.map((row) => ({
-      event: toStoredEvent({ ...row, id: firstId + row.id, created_at: at }),
-      duplicate: false,
-    }));
-  }
-
-  /** `appendLocked` in a transaction of its own. */
-  private appendInTransaction(
-    tenantId: string,
-    conversationId: string,
-    prepared: readonly PreparedDraft[],
-    writer: Writer,
-  ): Promise<AppendedEvent[]> {
-    return guardData(() =>
-      this.database.transaction((tx) =>
-        appendLocked(tx, tenantId, conversationId, prepared, writer, this.clock),
-      ),
-    );
+    return this.appender.append(tenantId, conversationId, drafts, options);
   }
 
   async fork(
