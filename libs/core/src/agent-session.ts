@@ -23,7 +23,8 @@
  * (`session-conversation`), the loop's waits (`wake-signal`), what is read and
  * still to handle (`user-event-queue`, `event-reader`), the turns
  * (`turn-driver`, one `active-turn` at a time, each a `turn-runner` of
- * `step-runner` steps reading `turn-history`), titles (`conversation-title`).
+ * `step-runner` steps reading `turn-history`, its tool calls run by
+ * `turn-tool-calls`), titles (`conversation-title`).
  * Every part writes through one small interface, `SessionOutlet` (the
  * writer): an answer goes from the turn runner through its `ActiveTurn` to
  * the writer, and nowhere else.

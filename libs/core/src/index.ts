@@ -20,6 +20,7 @@ export * from './ports/runtime-metrics.port.js';
 export * from './tools/tool-registry.js';
 export * from './tools/builtin-tools.js';
 export * from './session/turn-runner.js';
+export * from './session/turn-deps.js';
 export * from './session/delta-stream.js';
 export * from './session/title.js';
 export * from './session/step-runner.js';

@@ -9,7 +9,8 @@ import type { StoredEvent } from '@cs/protocol';
 import type { EventDraft } from '../conversation.js';
 import { agentStateChangeDraft } from './agent-state-change.js';
 import type { SessionOutlet } from './session-outlet.js';
-import type { TurnRunner, TurnWrites } from './turn-runner.js';
+import type { TurnWrites } from './turn-deps.js';
+import type { TurnRunner } from './turn-runner.js';
 
 const RUNNING_DEFER_MS = 20;
 /** What a turn's signal gives as its reason: made once, not at each cut. */

@@ -5,15 +5,12 @@
  * next holder without asking the agent again for what is stored: see
  * `readTurnProgress` (turn-progress.ts). The turn ends with an answer, `finish`, a limit, or an
  * error; it is suspended while tool calls await the user's confirmation.
+ * Its tool calls are run, and answered when it ends early, by `TurnToolCalls`.
  */
 import type { StatusUpdate, StoredEvent, TurnErrorReason } from '@cs/protocol';
 import { isAction } from '@cs/protocol';
-import { AgentTurnError, type Agent } from '../agent.js';
-import type { ConversationRef, EventDraft } from '../conversation.js';
-import type { ConversationStore } from '../ports/conversation-store.port.js';
-import type { RuntimeMetrics } from '../ports/runtime-metrics.port.js';
-import type { Tracing } from '../ports/tracing.port.js';
-import type { ToolRegistry } from '../tools/tool-registry.js';
+import { AgentTurnError } from '../agent.js';
+import type { EventDraft } from '../conversation.js';
 import {
   AGENT_ERROR_REASON,
   MAX_BUDGET_REASON,
@@ -21,66 +18,16 @@ import {
   agentStateChangeDraft,
 } from './agent-state-change.js';
 import { DeltaStream } from './delta-stream.js';
-import type { SessionConversation } from './session-conversation.js';
-import type { SessionOutlet } from './session-outlet.js';
-import { runStep, type StepResult, type StepUsage } from './step-runner.js';
-import type { RecentEvents } from './turn-history.js';
+import { runStep, type StepResult } from './step-runner.js';
+import type { TurnDeps, TurnWrites } from './turn-deps.js';
 import { TurnHistory } from './turn-history.js';
-import {
-  messageDraft,
-  newToolCallId,
-  resultDraft,
-  toolOf,
-  withAccounting,
-  type Accounting,
-} from './turn-drafts.js';
+import { messageDraft, newToolCallId, withAccounting, type Accounting } from './turn-drafts.js';
 import type { TurnProgress } from './turn-progress.js';
-import type { UserEventQueue } from './user-event-queue.js';
+import { TurnToolCalls } from './turn-tool-calls.js';
 
 export const AGENT_FAILED_MESSAGE = 'The agent failed to answer.';
 export const MAX_ITERATIONS_MESSAGE = 'The agent took too many steps for this message.';
 export const BUDGET_MESSAGE = 'The agent reached the budget for this message.';
-
-export interface TurnSettings {
-  maxIterations: number;
-  /** 0: none. */
-  maxBudgetUsd: number;
-  /** Tools the agent may call (`agent_config.tools`), or all. */
-  allowedTools: readonly string[] | undefined;
-  /** Prices a usage the agent did not price (`LLM_PRICES` of its model). */
-  price: (usage: StepUsage) => number;
-  /** The model its usage is recorded under (`model_usage`). */
-  usageModel: string;
-}
-
-/** What a turn needs of its session. */
-export interface TurnDeps {
-  ref: ConversationRef;
-  store: ConversationStore;
-  agent: Agent;
-  tools: ToolRegistry;
-  metrics: RuntimeMetrics;
-  tracing: Tracing;
-  settings: TurnSettings;
-  /**
-   * Its confirmation mode, state and instructions as they are now, read
-   * again before each step (`refreshSharedState`: a PATCH, or `app:` and
-   * `user:` keys another conversation changed, apply from the next step on).
-   */
-  conversation: SessionConversation;
-  cache: RecentEvents;
-  /** The id of the last stored event the session knows (`lastEventId`). */
-  queue: Pick<UserEventQueue, 'lastEventId'>;
-  /** Its live traffic, and the writes of `end` (a running turn writes through `TurnWrites`). */
-  outlet: SessionOutlet;
-  reportError: (message: string, error: unknown) => void;
-}
-
-/** A running turn's way out: the signal that cuts it, and its appends in order ('running' first). */
-export interface TurnWrites {
-  readonly signal: AbortSignal;
-  append(drafts: EventDraft[]): Promise<StoredEvent[]>;
-}
 
 /** How `run` left the turn. */
 export type TurnOutcome =
@@ -91,26 +38,15 @@ export type TurnOutcome =
   | { kind: 'interrupted'; partialText: string };
 
 export class TurnRunner {
-  /**
-   * The calls an earlier holder may have begun running: those it stored
-   * without a result and did not leave awaiting a confirmation (a call
-   * awaiting one never started, wherever it is confirmed). A call that may
-   * have run is not run again unless its tool is idempotent: it is in doubt.
-   */
-  private readonly mayHaveRun: ReadonlySet<number>;
+  private readonly calls: TurnToolCalls;
 
   constructor(
     private readonly deps: TurnDeps,
     readonly trigger: StoredEvent,
     readonly progress: TurnProgress,
   ) {
-    this.mayHaveRun = new Set(
-      progress.confirmation === 'awaiting' ? [] : progress.unresolved.map((call) => call.id),
-    );
+    this.calls = new TurnToolCalls(deps, progress);
   }
-
-  /** The call that was running when the turn was cut, if one was. */
-  private cutMidCall: number | null = null;
 
   /** Runs the turn from where its stored events leave it, until it settles, waits or is cut. */
   async run(turn: TurnWrites): Promise<TurnOutcome> {
@@ -119,7 +55,7 @@ export class TurnRunner {
     if (progress.unresolved.length > 0) {
       if (progress.confirmation === 'awaiting') return { kind: 'awaiting_confirmation' };
       // Confirmed, rejected, or a failover in the middle of running them.
-      await this.resolve(
+      await this.calls.resolve(
         progress.unresolved,
         progress.confirmation === 'rejected' ? 'rejected' : 'run',
         turn,
@@ -189,7 +125,7 @@ export class TurnRunner {
         progress.unresolved = storedCalls;
         if (this.budgetSpent()) {
           // The step that spent the budget does not get its calls run.
-          const neverRan = this.unresolvedResults('The turn reached its budget');
+          const neverRan = this.calls.unresolvedResults('The turn reached its budget');
           await this.settleInError(
             turn,
             MAX_BUDGET_REASON,
@@ -207,7 +143,7 @@ export class TurnRunner {
           ]);
           return { kind: 'awaiting_confirmation' };
         }
-        await this.resolve(storedCalls, 'run', turn);
+        await this.calls.resolve(storedCalls, 'run', turn);
         if (signal.aborted) return { kind: 'interrupted', partialText: '' };
         continue;
       }
@@ -248,7 +184,7 @@ export class TurnRunner {
   ): Promise<void> {
     const drafts: EventDraft[] = [];
     if (partialText !== '') drafts.push(messageDraft(this.trigger.id, partialText, true));
-    drafts.push(...this.unresolvedResults(why, rejected));
+    drafts.push(...this.calls.unresolvedResults(why, rejected));
     drafts.push(
       agentStateChangeDraft('awaiting_user_input', {
         cause: this.trigger.id,
@@ -257,36 +193,6 @@ export class TurnRunner {
       }),
     );
     await this.deps.outlet.write(drafts, final);
-  }
-
-  /**
-   * A result for each stored call without one, saying `why` (the opening of
-   * a sentence) and whether it was cut while it ran or never ran; the calls
-   * are then answered.
-   */
-  private unresolvedResults(why: string, rejected = false): EventDraft[] {
-    const before =
-      this.progress.confirmation === 'awaiting'
-        ? 'before this call was confirmed'
-        : 'before this call ran';
-    const drafts = this.progress.unresolved.map((call) => {
-      const cut = call.id === this.cutMidCall;
-      this.deps.metrics.toolCalled(
-        this.deps.tools.labelOf(toolOf(call)),
-        cut ? 'cancelled' : 'not_run',
-      );
-      const content = cut
-        ? `${why} while this call ran: it did not finish, and its effect may or may not have happened.`
-        : `${why} ${before}: it never ran.`;
-      return resultDraft(
-        call,
-        content,
-        rejected && !cut ? { is_error: true, rejected } : { is_error: true },
-      );
-    });
-    this.progress.unresolved = [];
-    this.cutMidCall = null;
-    return drafts;
   }
 
   /** The turn cost what it may (`maxBudgetUsd`, 0: no limit): no step or call may follow. */
@@ -329,73 +235,6 @@ export class TurnRunner {
         deps.outlet.publishStatus({ status_update: true, ...status });
       },
     };
-  }
-
-  /** Runs (or resolves otherwise) tool calls, each result stored as it comes. */
-  private async resolve(
-    calls: readonly StoredEvent[],
-    how: 'run' | 'rejected',
-    turn: TurnWrites,
-  ): Promise<void> {
-    const { tools, metrics } = this.deps;
-    const { signal } = turn;
-    const pending = [...calls];
-    while (pending.length > 0 && !signal.aborted) {
-      const call = pending.shift()!;
-      const args = isAction(call) ? call.args : {};
-      const tool = toolOf(call);
-      // Unique (conversations' tool_call_ids may repeat: `call_0`), and the same after a failover.
-      const idempotencyKey = `${this.deps.ref.conversationId}:${call.id}`;
-      let draft: EventDraft;
-      if (how === 'rejected') {
-        metrics.toolCalled(tools.labelOf(tool), 'rejected');
-        draft = resultDraft(call, 'The user rejected this call.', {
-          is_error: true,
-          rejected: true,
-        });
-      } else if (this.mayHaveRun.has(call.id) && !tools.isIdempotent(tool)) {
-        metrics.toolCalled(tools.labelOf(tool), 'in_doubt');
-        draft = resultDraft(
-          call,
-          'This call was interrupted by a failover and is not run again: its effect is unknown.',
-          {
-            is_error: true,
-            in_doubt: true,
-          },
-        );
-      } else {
-        const toolArgs = args['arguments'];
-        const outcome = await this.deps.tracing.withSpan(`tool ${tools.labelOf(tool)}`, () =>
-          tools.run(
-            tool,
-            typeof toolArgs === 'object' && toolArgs !== null && !Array.isArray(toolArgs)
-              ? (toolArgs as Record<string, unknown>)
-              : {},
-            {
-              signal,
-              idempotency_key: idempotencyKey,
-              conversation_id: this.deps.ref.conversationId,
-            },
-            this.deps.settings.allowedTools,
-          ),
-        );
-        if (signal.aborted) {
-          // Cut mid-call: unresolved, for `end` to answer, or for the next holder after a close.
-          this.cutMidCall = call.id;
-          break;
-        }
-        metrics.toolCalled(tools.labelOf(tool), outcome.outcome);
-        draft = resultDraft(
-          call,
-          outcome.content,
-          { is_error: outcome.isError },
-          outcome.stateDelta,
-        );
-      }
-      const [stored] = await turn.append([draft]);
-      if (stored) this.progress.events.add(stored.id);
-      this.progress.unresolved = this.progress.unresolved.filter((c) => c.id !== call.id);
-    }
   }
 
   /** Adds up a step's usage: the turn's cost, the metrics drafts carry. */

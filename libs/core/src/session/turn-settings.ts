@@ -5,7 +5,7 @@
  */
 import type { ConversationRecord } from '../conversation.js';
 import type { StepUsage } from './step-runner.js';
-import type { TurnSettings } from './turn-runner.js';
+import type { TurnSettings } from './turn-deps.js';
 
 export interface DeploymentLimits {
   /** `MAX_ITERATIONS`. */
