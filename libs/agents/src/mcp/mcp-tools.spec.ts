@@ -1,6 +1,6 @@
 import { createServer } from 'node:net';
 import { inspect } from 'node:util';
-import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
 import { FakeMcpServer } from '../../../../test/fakes/fake-mcp-server.js';
 import { MODEL_TOOL_NAME } from '../llm/model-client.js';
 import { loadMcpTools, resultText, type McpTools } from './mcp-tools.js';
@@ -199,12 +199,15 @@ describe('loadMcpTools', () => {
   it("ends a conversation's session after it has been idle", async () => {
     loaded = await loadMcpTools(
       { files: { url: server.url, headers: { authorization: `Bearer ${TOKEN}` } } },
-      { timeoutMs: 2000, sessionIdleMs: 100 },
+      // Long enough that a busy machine does not pass it between the call and the first check.
+      { timeoutMs: 2000, sessionIdleMs: 1000 },
     );
     await loaded.tools['files__echo']!.run({ text: 'x' }, run());
     expect(server.sessionsOpened - server.sessionsClosed).toBe(1);
-    await new Promise((resolve) => setTimeout(resolve, 400));
-    expect(server.sessionsOpened - server.sessionsClosed).toBe(0);
+    await vi.waitFor(() => expect(server.sessionsOpened - server.sessionsClosed).toBe(0), {
+      timeout: 10_000,
+      interval: 50,
+    });
   });
 });
 
