@@ -28,6 +28,7 @@ import { runSustained } from './scenarios/sustained.mjs';
 import { runStreaming } from './scenarios/streaming.mjs';
 import { runLongHistory } from './scenarios/long-history.mjs';
 import { runFork } from './scenarios/fork.mjs';
+import { runProcessStart } from './scenarios/process-start.mjs';
 import { runModelTurn } from './scenarios/model-turn.mjs';
 import { startFakeModel } from './lib/fake-model.mjs';
 import { runBrowser, runSizes } from './scenarios/web-client.mjs';
@@ -43,6 +44,7 @@ const SCENARIOS = [
   { name: 'round-trip', title: 'Round trip (message → echo)', run: runRoundTrip },
   { name: 'rest-wait', title: 'Waited REST round trip (Prefer: wait)', run: runRestWait },
   { name: 'cold-start', title: 'Cold start', run: runColdStart },
+  { name: 'process-start', title: 'Process start (spawn → ready)', run: runProcessStart },
   { name: 'replay', title: 'Reconnect replay', run: runReplay },
   { name: 'failover', title: 'Failover (kill -9)', run: (ctx) => runFailover(ctx, 'SIGKILL') },
   { name: 'handoff', title: 'Hand-off (SIGTERM)', run: (ctx) => runFailover(ctx, 'SIGTERM') },

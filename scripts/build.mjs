@@ -9,6 +9,7 @@ import { spawnSync } from 'node:child_process';
 import { cpSync, existsSync, readdirSync, rmSync, statSync } from 'node:fs';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { bundleApps } from './bundle-apps.mjs';
 
 const root = fileURLToPath(new URL('..', import.meta.url));
 const entries = [
@@ -57,6 +58,7 @@ for (const dir of ['apps', 'libs'])
   rmSync(join(root, 'dist', dir), { recursive: true, force: true });
 const result = spawnSync(nest, ['build', 'standalone'], { cwd: root, stdio: 'inherit' });
 if (result.status !== 0) process.exit(result.status ?? 1);
+await bundleApps(root, ['standalone', 'gateway', 'worker', 'migrate']);
 
 const bin = (name) => join(root, 'node_modules', '.bin', name);
 rmSync(join(root, 'libs', 'client', 'dist'), { recursive: true, force: true });

@@ -304,6 +304,13 @@ export class Cluster {
     return worker.stop(signal, WORKER_EXIT_TIMEOUT_MS);
   }
 
+  /** Stops a gateway (SIGTERM: its drain) and drops it from the live set. */
+  async stopGateway(gateway) {
+    this.gateways = this.gateways.filter((g) => g !== gateway);
+    this.retired.push(gateway);
+    return gateway.stop('SIGTERM');
+  }
+
   /** Live service processes, for CPU and memory meters. */
   processes() {
     return [...this.gateways, ...this.workers].filter((p) => p.alive);

@@ -938,6 +938,23 @@ export function renderMarkdown(data, chart) {
       ),
     );
   }
+  const starts = s['process-start'];
+  if (starts) {
+    for (const role of ['gateway', 'worker']) {
+      const start = starts[role];
+      if (!start) continue;
+      lines.push(
+        latencyRow(
+          'Process start',
+          `a ${role} added to the cluster: spawn → ready`,
+          start.wall,
+          '–',
+          '–',
+          `n=${start.wall.n}; CPU to ready p50 ${ms(start.cpu.p50)}`,
+        ),
+      );
+    }
+  }
   const replay = s.replay;
   if (replay) {
     lines.push(

@@ -5,7 +5,7 @@
  * Tool calls are assembled by their `index` from however the stream split
  * their arguments; the usage chunk is asked for (`include_usage`).
  */
-import OpenAI from 'openai';
+import type OpenAI from 'openai';
 import type {
   ChatCompletionChunk,
   ChatCompletionCreateParamsBase,
@@ -26,36 +26,51 @@ import {
   type StreamedToolCall,
 } from './model-client.js';
 
+/** The SDK (its error classes) and a client of it. */
+interface Connected {
+  sdk: typeof OpenAI;
+  client: OpenAI;
+}
+
 export class OpenAiChatClient implements ModelClient {
-  private readonly client: OpenAI;
+  /** Made at the first request: a process that never asks such a server never loads the SDK (150 modules). */
+  private connecting: Promise<Connected> | undefined;
   /** OpenAI's API wants `max_completion_tokens` (its reasoning models refuse `max_tokens`). */
   private readonly openAiItself: boolean;
 
   constructor(
-    baseUrl: string,
-    apiKey: string | undefined,
+    private readonly baseUrl: string,
+    private readonly apiKey: string | undefined,
     private readonly model: string,
   ) {
     this.openAiItself = new URL(baseUrl).hostname === 'api.openai.com';
-    this.client = new OpenAI({
-      baseURL: baseUrl,
-      // Local servers (Ollama, vLLM) take no key: then no Authorization header is sent.
-      apiKey: apiKey || 'none',
-      ...(apiKey ? {} : { defaultHeaders: { Authorization: null } }),
-      // Explicit, so that nothing is read from the environment.
-      adminAPIKey: null,
-      organization: null,
-      project: null,
-      maxRetries: 0,
-      // Failures reach the agent as errors; the service's logs are its own JSON lines.
-      logLevel: 'off',
-    });
+  }
+
+  private connected(): Promise<Connected> {
+    this.connecting ??= import('openai').then(({ default: sdk }) => ({
+      sdk,
+      client: new sdk({
+        baseURL: this.baseUrl,
+        // Local servers (Ollama, vLLM) take no key: then no Authorization header is sent.
+        apiKey: this.apiKey || 'none',
+        ...(this.apiKey ? {} : { defaultHeaders: { Authorization: null } }),
+        // Explicit, so that nothing is read from the environment.
+        adminAPIKey: null,
+        organization: null,
+        project: null,
+        maxRetries: 0,
+        // Failures reach the agent as errors; the service's logs are its own JSON lines.
+        logLevel: 'off',
+      }),
+    }));
+    return this.connecting;
   }
 
   async *stream(request: ModelRequest, signal: AbortSignal): AsyncIterable<ModelPart> {
+    const { sdk, client } = await this.connected();
     const stream = await requestModel(
       () =>
-        this.client.chat.completions.create(
+        client.chat.completions.create(
           {
             ...this.params(request),
             stream: true,
@@ -63,7 +78,7 @@ export class OpenAiChatClient implements ModelClient {
           },
           { signal },
         ),
-      OpenAI,
+      sdk,
     );
     const calls = new Map<number, StreamedToolCall>();
     let reason: FinishReason | undefined;
@@ -88,7 +103,7 @@ export class OpenAiChatClient implements ModelClient {
         if (choice.finish_reason) reason = finishReason(choice.finish_reason);
       }
     } catch (error) {
-      throw modelErrorOf(error, 'cut', OpenAI);
+      throw modelErrorOf(error, 'cut', sdk);
     }
     // Without the provider's finish reason the stream was cut short.
     yield* endOfStream(signal, reason !== undefined, calls.values(), {
@@ -98,10 +113,10 @@ export class OpenAiChatClient implements ModelClient {
   }
 
   async complete(request: ModelRequest, signal: AbortSignal): Promise<ModelAnswer> {
+    const { sdk, client } = await this.connected();
     const answer = await requestModel(
-      () =>
-        this.client.chat.completions.create({ ...this.params(request), stream: false }, { signal }),
-      OpenAI,
+      () => client.chat.completions.create({ ...this.params(request), stream: false }, { signal }),
+      sdk,
     );
     const choice = answer.choices[0];
     if (!choice) throw new ModelRequestError('unreadable', 'the answer has no choice');
