@@ -2,9 +2,16 @@
 // deliveries written by the store's own writes, in their transaction, and
 // handed out in order per (conversation, endpoint).
 import { randomUUID } from 'node:crypto';
-import type { ConversationStore, EventDraft, NewConversation, WebhookOutbox } from '@cs/core';
+import type {
+  ClaimedWebhookDelivery,
+  ConversationStore,
+  EventDraft,
+  NewConversation,
+  WebhookAttemptOutcome,
+  WebhookOutbox,
+} from '@cs/core';
 import { LeaseLostError } from '@cs/core';
-import type { SqlDatabase } from '@cs/store';
+import type { QueryOptions, SqlDatabase } from '@cs/store';
 import { PostgresConversationStore, PostgresWebhookOutbox, migrate } from '@cs/store';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { uniqueName } from '../support/services.js';
@@ -60,6 +67,35 @@ const toolCall = (cause: number, id: string): EventDraft => ({
   cause,
 });
 
+/** The database, counting the statements sent through it. */
+function counting(database: SqlDatabase): { database: SqlDatabase; statements: () => number } {
+  let statements = 0;
+  return {
+    statements: () => statements,
+    database: {
+      backend: database.backend,
+      query<T>(sql: string, params?: readonly unknown[], options?: QueryOptions) {
+        statements += 1;
+        return database.query<T>(sql, params, options);
+      },
+      transaction: (fn) =>
+        database.transaction((tx) =>
+          fn({
+            query<T>(sql: string, params?: readonly unknown[], options?: QueryOptions) {
+              statements += 1;
+              return tx.query<T>(sql, params, options);
+            },
+            exec: (script) => {
+              statements += 1;
+              return tx.exec(script);
+            },
+          }),
+        ),
+      close: () => database.close(),
+    },
+  };
+}
+
 describe.each(SQL_BACKENDS)('PostgresWebhookOutbox on $name', (backend) => {
   let database: SqlDatabase;
   let store: ConversationStore;
@@ -82,6 +118,11 @@ describe.each(SQL_BACKENDS)('PostgresWebhookOutbox on $name', (backend) => {
   afterAll(async () => {
     await teardown?.();
   });
+
+  /** One attempt recorded on its own. */
+  async function record(delivery: ClaimedWebhookDelivery, outcome: WebhookAttemptOutcome) {
+    return (await outbox.recordAttempts([{ delivery, outcome }]))[0];
+  }
 
   async function deliveries(conversationId: string) {
     const { rows } = await database.query<{
@@ -303,15 +344,15 @@ describe.each(SQL_BACKENDS)('PostgresWebhookOutbox on $name', (backend) => {
 
       const headOfA = first.find((row) => row.conversationId === a.conversation.id)!;
       const retryAt = new Date(Date.now() + 60_000);
-      expect(
-        await outbox.recordAttempt(headOfA, { delivered: false, error: 'HTTP 500', retryAt }),
-      ).toBe('pending');
+      expect(await record(headOfA, { delivered: false, error: 'HTTP 500', retryAt })).toBe(
+        'pending',
+      );
       // Waiting for its retry, the head still holds the conversation's line.
       expect(
         mine(await outbox.claimDue({ endpointUrls: [ALL], limit: 100, claimMs: 60_000 })),
       ).toEqual([]);
       // A stale claim records nothing.
-      expect(await outbox.recordAttempt(headOfA, { delivered: true })).toBe('delivered');
+      expect(await record(headOfA, { delivered: true })).toBe('delivered');
       const next = mine(
         await outbox.claimDue({ endpointUrls: [ALL], limit: 100, claimMs: 60_000 }),
       );
@@ -319,6 +360,87 @@ describe.each(SQL_BACKENDS)('PostgresWebhookOutbox on $name', (backend) => {
         [a.conversation.id, 'conversation.status_changed'],
       ]);
       expect(next[0]!.seq).toBeGreaterThan(headOfA.seq);
+    });
+
+    it('records the outcomes of many attempts in one statement, each as its claim allows', async () => {
+      const tenantId = uniqueName('tenant');
+      const ids: string[] = [];
+      for (let i = 0; i < 12; i += 1) {
+        const { conversation } = await store.createConversation(newConversation(tenantId));
+        // A second delivery waits behind each head.
+        await store.setStatus(tenantId, conversation.id, 'STARTING');
+        ids.push(conversation.id);
+      }
+      const heads = (
+        await outbox.claimDue({ endpointUrls: [ALL], limit: 1000, claimMs: 60_000 })
+      ).filter((row) => ids.includes(row.conversationId));
+      expect(heads.map((row) => row.type)).toEqual(Array(12).fill('conversation.created'));
+
+      const retryAt = new Date(Date.now() + 60_000);
+      const outcomes: WebhookAttemptOutcome[] = [
+        ...Array<WebhookAttemptOutcome>(6).fill({ delivered: true }),
+        ...Array<WebhookAttemptOutcome>(3).fill({ delivered: false, error: 'HTTP 503', retryAt }),
+        ...Array<WebhookAttemptOutcome>(3).fill({
+          delivered: false,
+          error: 'HTTP 410',
+          retryAt: null,
+        }),
+      ];
+      // The last failure's claim lapsed and was taken over meanwhile: it records nothing.
+      const records = heads.map((delivery, i) => ({
+        delivery: i === 11 ? { ...delivery, claim: randomUUID() } : delivery,
+        outcome: outcomes[i]!,
+      }));
+      const counted = counting(database);
+      const statuses = await new PostgresWebhookOutbox(counted.database).recordAttempts(records);
+
+      expect(counted.statements()).toBe(1);
+      expect(statuses).toEqual([
+        ...Array(6).fill('delivered'),
+        ...Array(3).fill('pending'),
+        ...Array(2).fill('failed'),
+        null,
+      ]);
+      const { rows } = await database.query<{
+        id: string;
+        status: string;
+        attempts: number;
+        last_error: string | null;
+        next_attempt_at: Date | null;
+        delivered_at: Date | null;
+        claim: string | null;
+      }>(
+        `SELECT id, status, attempts, last_error, next_attempt_at, delivered_at, claim
+           FROM webhook_deliveries WHERE id = ANY ($1::uuid[])`,
+        [heads.map((row) => row.id)],
+      );
+      const byId = new Map(rows.map((row) => [row.id, row]));
+      const state = heads.map((row) => {
+        const stored = byId.get(row.id)!;
+        return [
+          stored.status,
+          stored.attempts,
+          stored.last_error,
+          stored.next_attempt_at?.getTime() ?? null,
+          stored.delivered_at !== null,
+          stored.claim === null,
+        ];
+      });
+      expect(state).toEqual([
+        ...Array(6).fill(['delivered', 1, null, null, true, true]),
+        ...Array(3).fill(['pending', 1, 'HTTP 503', retryAt.getTime(), false, true]),
+        ...Array(2).fill(['failed', 1, 'HTTP 410', null, false, true]),
+        ['pending', 0, null, null, false, false],
+      ]);
+
+      // Behind a delivered or failed head, the next is due; behind the others, not yet.
+      const next = (
+        await outbox.claimDue({ endpointUrls: [ALL], limit: 1000, claimMs: 60_000 })
+      ).filter((row) => ids.includes(row.conversationId));
+      expect(next.map((row) => row.conversationId).sort()).toEqual(
+        [...ids.slice(0, 6), ...ids.slice(9, 11)].sort(),
+      );
+      expect(next.every((row) => row.type === 'conversation.status_changed')).toBe(true);
     });
 
     it('hands a delivery whose claim lapsed to another dispatcher, and ignores the old one', async () => {
@@ -333,10 +455,8 @@ describe.each(SQL_BACKENDS)('PostgresWebhookOutbox on $name', (backend) => {
       await new Promise((resolve) => setTimeout(resolve, 5));
       const [taken] = await pick(60_000);
       expect(taken?.id).toBe(lapsed!.id);
-      expect(
-        await outbox.recordAttempt(lapsed!, { delivered: false, error: 'x', retryAt: null }),
-      ).toBeNull();
-      expect(await outbox.recordAttempt(taken!, { delivered: true })).toBe('delivered');
+      expect(await record(lapsed!, { delivered: false, error: 'x', retryAt: null })).toBeNull();
+      expect(await record(taken!, { delivered: true })).toBe('delivered');
     });
 
     it('never hands one delivery to two dispatchers claiming at once', async () => {
@@ -361,9 +481,9 @@ describe.each(SQL_BACKENDS)('PostgresWebhookOutbox on $name', (backend) => {
       const [head] = (
         await outbox.claimDue({ endpointUrls: [ALL], limit: 1000, claimMs: 60_000 })
       ).filter((row) => row.conversationId === conversation.id);
-      expect(
-        await outbox.recordAttempt(head!, { delivered: false, error: 'HTTP 410', retryAt: null }),
-      ).toBe('failed');
+      expect(await record(head!, { delivered: false, error: 'HTTP 410', retryAt: null })).toBe(
+        'failed',
+      );
 
       const failed = await outbox.listDeliveries({ tenantId, status: 'failed', limit: 10 });
       expect(failed.items.map((item) => [item.id, item.attempts, item.lastError])).toEqual([

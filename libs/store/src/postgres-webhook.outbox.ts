@@ -6,7 +6,7 @@
 import { randomUUID } from 'node:crypto';
 import type {
   ClaimedWebhookDelivery,
-  WebhookAttemptOutcome,
+  WebhookAttemptRecord,
   WebhookClaimRequest,
   WebhookDelivery,
   WebhookDeliveryPageRequest,
@@ -74,19 +74,32 @@ export class PostgresWebhookOutbox implements WebhookOutbox {
     return rows.map((row) => ({ ...toDelivery(row), claim }));
   }
 
-  async recordAttempt(
-    delivery: ClaimedWebhookDelivery,
-    outcome: WebhookAttemptOutcome,
-  ): Promise<WebhookDeliveryStatus | null> {
-    const row = {
-      conversation_id: delivery.conversationId,
-      endpoint_url: delivery.endpointUrl,
-      seq: delivery.seq,
-    } as WebhookDeliveryRow;
-    if (outcome.delivered) {
-      return (await this.deliveries.markDelivered(row, this.now())) ? 'delivered' : null;
-    }
-    return this.deliveries.markAttemptFailed(row, delivery.claim, outcome.error, outcome.retryAt);
+  async recordAttempts(
+    records: readonly WebhookAttemptRecord[],
+  ): Promise<(WebhookDeliveryStatus | null)[]> {
+    const recorded = await this.deliveries.recordOutcomes(
+      records.map(({ delivery, outcome }) => ({
+        conversation_id: delivery.conversationId,
+        endpoint_url: delivery.endpointUrl,
+        seq: delivery.seq,
+        claim: delivery.claim,
+        delivered: outcome.delivered,
+        error: outcome.delivered ? null : outcome.error,
+        retry_at: outcome.delivered ? null : outcome.retryAt,
+      })),
+      this.now(),
+    );
+    const statuses = new Map(
+      recorded.map((row) => [
+        deliveryKey(row.conversation_id, row.endpoint_url, row.seq),
+        row.status,
+      ]),
+    );
+    return records.map(
+      ({ delivery }) =>
+        statuses.get(deliveryKey(delivery.conversationId, delivery.endpointUrl, delivery.seq)) ??
+        null,
+    );
   }
 
   async listDeliveries(
@@ -126,6 +139,10 @@ export class PostgresWebhookOutbox implements WebhookOutbox {
   countPending(): Promise<number> {
     return this.deliveries.countPending();
   }
+}
+
+function deliveryKey(conversationId: string, endpointUrl: string, seq: number): string {
+  return `${conversationId} ${seq} ${endpointUrl}`;
 }
 
 function decodeSeqCursor(cursor: string): number {

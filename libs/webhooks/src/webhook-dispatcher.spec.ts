@@ -1,6 +1,7 @@
 import type {
   ClaimedWebhookDelivery,
   WebhookAttemptOutcome,
+  WebhookAttemptRecord,
   WebhookClaimRequest,
   WebhookOutbox,
 } from '@cs/core';
@@ -30,20 +31,42 @@ function claimed(id: string, attempts = 0): ClaimedWebhookDelivery {
   };
 }
 
+/** A promise the test settles. */
+function gate() {
+  let open!: () => void;
+  const opened = new Promise<void>((resolve) => (open = resolve));
+  return { opened, open };
+}
+
 /** An outbox that hands out what the test queues, and records what it is told. */
 class ScriptedOutbox implements WebhookOutbox {
   readonly queue: ClaimedWebhookDelivery[] = [];
   readonly requests: WebhookClaimRequest[] = [];
   readonly recorded: { id: string; outcome: WebhookAttemptOutcome }[] = [];
+  /** The ids of each `recordAttempts` call. */
+  readonly writes: string[][] = [];
+  /** Each write waits for it (then it is cleared); a throw makes the write fail. */
+  holdNextWrite: Promise<void> | null = null;
+  failNextWrite = false;
   syncEndpoints = () => Promise.resolve();
   claimDue(request: WebhookClaimRequest) {
     this.requests.push(request);
     return Promise.resolve(this.queue.splice(0, request.limit));
   }
-  recordAttempt(delivery: ClaimedWebhookDelivery, outcome: WebhookAttemptOutcome) {
-    this.recorded.push({ id: delivery.id, outcome });
-    if (outcome.delivered) return Promise.resolve('delivered' as const);
-    return Promise.resolve(outcome.retryAt === null ? ('failed' as const) : ('pending' as const));
+  async recordAttempts(records: readonly WebhookAttemptRecord[]) {
+    this.writes.push(records.map((record) => record.delivery.id));
+    const hold = this.holdNextWrite;
+    this.holdNextWrite = null;
+    await hold;
+    if (this.failNextWrite) {
+      this.failNextWrite = false;
+      throw new Error('connection lost');
+    }
+    return records.map(({ delivery, outcome }) => {
+      this.recorded.push({ id: delivery.id, outcome });
+      if (outcome.delivered) return 'delivered' as const;
+      return outcome.retryAt === null ? ('failed' as const) : ('pending' as const);
+    });
   }
   listDeliveries = () => Promise.resolve({ items: [], nextCursor: null });
   retryDelivery = () => Promise.resolve('not_found' as const);
@@ -107,6 +130,85 @@ describe(WebhookDispatcher.name, () => {
     dispatcher.wake();
     await settle(() => outbox.recorded.length === 1);
     await dispatcher.stop();
+  });
+
+  it('records the attempts that ended during a write in one write, and claims once for many wake-ups', async () => {
+    const outbox = new ScriptedOutbox();
+    const later = gate();
+    const dispatcher = new WebhookDispatcher(outbox, {
+      endpoints: [{ url: URL_A, secret: 'whsec_x' }],
+      timeoutMs: 1_000,
+      maxAttempts: 3,
+      pollIntervalMs: 60_000,
+      // The first answers at once, the ten others when the test says.
+      post: async (delivery) => {
+        if (delivery.id !== 'first') await later.opened;
+        return { ok: true };
+      },
+    });
+    const held = gate();
+    outbox.holdNextWrite = held.opened;
+    outbox.queue.push(claimed('first'), ...Array.from({ length: 10 }, (_, i) => claimed(`d${i}`)));
+    dispatcher.start();
+    // The first outcome's write is under way: the ten end, and writes are hinted, meanwhile.
+    await settle(() => outbox.writes.length === 1);
+    later.open();
+    for (let i = 0; i < 20; i += 1) dispatcher.wake();
+    await new Promise((r) => setTimeout(r, 10));
+    held.open();
+    await settle(() => outbox.recorded.length === 11);
+    await dispatcher.stop();
+
+    expect(outbox.writes).toEqual([['first'], Array.from({ length: 10 }, (_, i) => `d${i}`)]);
+    // At start, after the first write, after the second: not one per wake-up or attempt.
+    expect(outbox.requests).toHaveLength(3);
+  });
+
+  it('leaves the claims of a write that failed to lapse, and goes on', async () => {
+    const outbox = new ScriptedOutbox();
+    const errors: string[] = [];
+    const dispatcher = new WebhookDispatcher(outbox, {
+      endpoints: [{ url: URL_A, secret: 'whsec_x' }],
+      timeoutMs: 1_000,
+      maxAttempts: 3,
+      pollIntervalMs: 60_000,
+      onError: (message) => errors.push(message),
+      post: () => Promise.resolve({ ok: true }),
+    });
+    outbox.failNextWrite = true;
+    outbox.queue.push(claimed('lost'));
+    dispatcher.start();
+    await settle(() => errors.length === 1);
+    outbox.queue.push(claimed('next'));
+    dispatcher.wake();
+    await settle(() => outbox.recorded.length === 1);
+    await dispatcher.stop();
+    expect(errors).toEqual(['could not record 1 webhook attempt(s)']);
+    expect(outbox.recorded.map((r) => r.id)).toEqual(['next']);
+  });
+
+  it('records the attempts in flight before it stops, and claims nothing more', async () => {
+    const outbox = new ScriptedOutbox();
+    const answer = gate();
+    const dispatcher = new WebhookDispatcher(outbox, {
+      endpoints: [{ url: URL_A, secret: 'whsec_x' }],
+      timeoutMs: 1_000,
+      maxAttempts: 3,
+      pollIntervalMs: 60_000,
+      post: async () => {
+        await answer.opened;
+        return { ok: true };
+      },
+    });
+    outbox.queue.push(claimed('in-flight'));
+    dispatcher.start();
+    await settle(() => outbox.requests.length === 1);
+    const stopped = dispatcher.stop();
+    outbox.queue.push(claimed('not-sent'));
+    answer.open();
+    await stopped;
+    expect(outbox.recorded.map((r) => r.id)).toEqual(['in-flight']);
+    expect(outbox.requests).toHaveLength(1);
   });
 
   it('does nothing without endpoints', async () => {

@@ -9,11 +9,20 @@
  * delivery is then sent again, with the same webhook-id and body (at least
  * once), and the deliveries behind it waited meanwhile (order kept).
  *
+ * One loop does the dispatcher's database work, one statement at a time:
+ * it records the outcomes of every attempt that ended since its last round
+ * in one statement, then claims, in the next, what is due (the deliveries
+ * behind those just recorded among them). Attempts ending while a statement
+ * runs wait for the next round rather than for a timer, and wake-ups
+ * arriving meanwhile make one claim: when deliveries come faster, rounds
+ * carry more of them, and the statements per delivery fall instead of
+ * the database's load rising with them.
+ *
  * `wake()` says that deliveries may have been written; without it the
  * dispatcher still looks every `pollIntervalMs` (retries come due so, and
  * writes of other processes are found so when no hint reaches this one).
  */
-import type { ClaimedWebhookDelivery, WebhookOutbox } from '@cs/core';
+import type { ClaimedWebhookDelivery, WebhookAttemptRecord, WebhookOutbox } from '@cs/core';
 import { retryDelayMs } from './webhook-backoff.js';
 import { postWebhook, type WebhookAttemptResult } from './webhook-request.js';
 
@@ -51,13 +60,19 @@ export interface WebhookDispatcherOptions {
 
 export class WebhookDispatcher {
   private readonly secrets: Map<string, string>;
-  private readonly attempts = new Set<Promise<void>>();
   private readonly concurrency: number;
   private readonly pollIntervalMs: number;
   private readonly claimMs: number;
   private readonly now: () => number;
+  /** Attempts posting now. */
+  private posting = 0;
+  /** Ended attempts whose outcome the next round records. */
+  private ended: WebhookAttemptRecord[] = [];
   private running = false;
-  private woken = false;
+  /** Deliveries may be due: the next round claims. */
+  private claimWanted = false;
+  /** Something happened since the loop last looked (a wake-up, an attempt ended). */
+  private news = false;
   private wakeUp: (() => void) | null = null;
   private loop: Promise<void> | null = null;
 
@@ -80,62 +95,85 @@ export class WebhookDispatcher {
   start(): void {
     if (this.running || !this.enabled) return;
     this.running = true;
+    this.claimWanted = true;
     this.loop = this.run();
   }
 
   /** Deliveries may have been written: look now rather than at the next poll. */
   wake(): void {
-    this.woken = true;
+    this.claimWanted = true;
+    this.notify();
+  }
+
+  /**
+   * Claims nothing more and waits for the attempts in flight and the record
+   * of their outcomes, at most `graceMs` (each attempt is bounded by the
+   * timeout anyway): one cut short is sent again by another dispatcher, or
+   * after a restart, once its claim lapses.
+   */
+  async stop(graceMs = Number.POSITIVE_INFINITY): Promise<void> {
+    this.running = false;
+    this.notify();
+    let timer: NodeJS.Timeout | undefined;
+    const grace = new Promise<void>((resolve) => {
+      if (Number.isFinite(graceMs)) timer = setTimeout(resolve, graceMs);
+    });
+    await Promise.race([this.loop, grace]);
+    clearTimeout(timer);
+  }
+
+  private notify(): void {
+    this.news = true;
     const wakeUp = this.wakeUp;
     this.wakeUp = null;
     wakeUp?.();
   }
 
-  /**
-   * Claims nothing more and waits for the attempts in flight, at most
-   * `graceMs` (each is bounded by the timeout anyway): one cut short is
-   * sent again by another dispatcher, or after a restart, once its claim lapses.
-   */
-  async stop(graceMs = Number.POSITIVE_INFINITY): Promise<void> {
-    this.running = false;
-    this.wake();
-    await this.loop;
-    let timer: NodeJS.Timeout | undefined;
-    const grace = new Promise<void>((resolve) => {
-      if (Number.isFinite(graceMs)) timer = setTimeout(resolve, graceMs);
-    });
-    await Promise.race([Promise.all([...this.attempts]), grace]);
-    clearTimeout(timer);
+  /** Claiming, or attempts not yet recorded. */
+  private get active(): boolean {
+    return this.running || this.posting > 0 || this.ended.length > 0;
   }
 
+  /** Rounds until stopped, then until the last attempts are recorded. */
   private async run(): Promise<void> {
     const urls = [...this.secrets.keys()];
-    while (this.running) {
-      this.woken = false;
-      const free = this.concurrency - this.attempts.size;
-      let claimed: ClaimedWebhookDelivery[] = [];
-      if (free > 0) {
-        try {
-          claimed = await this.outbox.claimDue({
-            endpointUrls: urls,
-            limit: free,
-            claimMs: this.claimMs,
-          });
-        } catch (error) {
-          this.options.onError?.('could not claim webhook deliveries', error);
-        }
-        for (const delivery of claimed) this.attempt(delivery);
+    while (this.active) {
+      this.news = false;
+      if (this.ended.length > 0) {
+        await this.record(this.ended.splice(0));
+        // The deliveries behind those may be due now, and slots are free.
+        this.claimWanted = true;
       }
-      // A full batch may leave more behind it; otherwise wait for news.
-      if (free > 0 && claimed.length === free) continue;
-      if (!this.woken && this.running) await this.sleep();
+      const free = this.concurrency - this.posting;
+      if (this.running && this.claimWanted && free > 0) {
+        this.claimWanted = false;
+        const claimed = await this.claim(urls, free);
+        for (const delivery of claimed) this.attempt(delivery);
+        // A full batch may leave more behind it.
+        if (claimed.length === free) this.claimWanted = true;
+        continue;
+      }
+      // Stopped with nothing left, news since the round began, or else wait for some.
+      if (!this.active || this.news || this.ended.length > 0) continue;
+      await this.sleep();
     }
   }
 
+  private async claim(urls: string[], limit: number): Promise<ClaimedWebhookDelivery[]> {
+    try {
+      return await this.outbox.claimDue({ endpointUrls: urls, limit, claimMs: this.claimMs });
+    } catch (error) {
+      this.options.onError?.('could not claim webhook deliveries', error);
+      return [];
+    }
+  }
+
+  /** Until news, or the poll's time (then it claims). */
   private sleep(): Promise<void> {
     return new Promise((resolve) => {
       const timer = setTimeout(() => {
         this.wakeUp = null;
+        this.claimWanted = true;
         resolve();
       }, this.pollIntervalMs);
       this.wakeUp = () => {
@@ -146,28 +184,32 @@ export class WebhookDispatcher {
   }
 
   private attempt(delivery: ClaimedWebhookDelivery): void {
-    const attempt = this.deliver(delivery)
-      .catch((error: unknown) => {
-        // The claim lapses and another attempt follows: at least once.
-        this.options.onError?.(`could not record webhook delivery ${delivery.id}`, error);
-      })
+    this.posting += 1;
+    void this.post(delivery)
+      .then(
+        (record) => {
+          if (record) this.ended.push(record);
+        },
+        (error: unknown) => {
+          // Not recorded: the claim lapses and another attempt follows (at least once).
+          this.options.onError?.(`could not send webhook delivery ${delivery.id}`, error);
+        },
+      )
       .finally(() => {
-        this.attempts.delete(attempt);
-        // The next delivery of its conversation may be due now.
-        this.wake();
+        this.posting -= 1;
+        this.notify();
       });
-    this.attempts.add(attempt);
   }
 
-  private async deliver(delivery: ClaimedWebhookDelivery): Promise<void> {
+  private async post(delivery: ClaimedWebhookDelivery): Promise<WebhookAttemptRecord | null> {
     const secret = this.secrets.get(delivery.endpointUrl);
-    if (secret === undefined) return;
+    if (secret === undefined) return null;
     const post = this.options.post ?? postWebhook;
     const result = await post(delivery, secret, this.options.timeoutMs);
     const attempts = delivery.attempts + 1;
-    const status = await this.outbox.recordAttempt(
+    return {
       delivery,
-      result.ok
+      outcome: result.ok
         ? { delivered: true }
         : {
             delivered: false,
@@ -177,10 +219,24 @@ export class WebhookDispatcher {
                 ? null
                 : new Date(this.now() + retryDelayMs(attempts)),
           },
-    );
-    if (status === null) return;
-    this.options.onOutcome?.(
-      status === 'delivered' ? 'delivered' : status === 'failed' ? 'failed' : 'retried',
-    );
+    };
+  }
+
+  /** One statement for every outcome of the round. */
+  private async record(records: WebhookAttemptRecord[]): Promise<void> {
+    let statuses: Awaited<ReturnType<WebhookOutbox['recordAttempts']>>;
+    try {
+      statuses = await this.outbox.recordAttempts(records);
+    } catch (error) {
+      // The claims lapse and other attempts follow: at least once.
+      this.options.onError?.(`could not record ${records.length} webhook attempt(s)`, error);
+      return;
+    }
+    for (const status of statuses) {
+      if (status === null) continue;
+      this.options.onOutcome?.(
+        status === 'delivered' ? 'delivered' : status === 'failed' ? 'failed' : 'retried',
+      );
+    }
   }
 }

@@ -5,6 +5,8 @@
  */
 import type { WebhookDelivery } from '@cs/core';
 import type { WebhookBody } from '@cs/protocol';
+import { request as httpRequest } from 'node:http';
+import { request as httpsRequest } from 'node:https';
 import { Webhook } from 'standardwebhooks';
 
 /** The largest body sent; a longer answer's `content` is cut to fit. */
@@ -58,6 +60,7 @@ export async function postWebhook(
   const signedAt = new Date();
   const headers = {
     'content-type': 'application/json',
+    'content-length': String(Buffer.byteLength(body)),
     'user-agent': 'conversation-service-webhooks',
     'webhook-id': delivery.id,
     'webhook-timestamp': String(Math.floor(signedAt.getTime() / 1000)),
@@ -65,20 +68,12 @@ export async function postWebhook(
   };
   const signal = AbortSignal.timeout(timeoutMs);
   try {
-    const response = await fetch(delivery.endpointUrl, {
-      method: 'POST',
-      headers,
-      body,
-      redirect: 'manual',
-      signal,
-    });
-    // What the endpoint answers is not read, only its status.
-    await response.body?.cancel().catch(() => undefined);
-    if (response.status >= 200 && response.status < 300) return { ok: true };
-    if (response.status >= 300 && response.status < 400) {
-      return { ok: false, error: `HTTP ${response.status} (redirects are not followed)` };
+    const status = await post(delivery.endpointUrl, headers, body, signal);
+    if (status >= 200 && status < 300) return { ok: true };
+    if (status >= 300 && status < 400) {
+      return { ok: false, error: `HTTP ${status} (redirects are not followed)` };
     }
-    return { ok: false, error: `HTTP ${response.status}` };
+    return { ok: false, error: `HTTP ${status}` };
   } catch (error) {
     if (signal.aborted) return { ok: false, error: `no answer within ${timeoutMs} ms` };
     return { ok: false, error: `request failed (${failureCode(error)})` };
@@ -86,13 +81,40 @@ export async function postWebhook(
 }
 
 /**
- * The system error code under fetch's TypeError (ECONNREFUSED, ENOTFOUND,
- * …), or fetch's own reason (`bad port`); never the request's headers.
+ * The status of the answer to one POST. `node:http` rather than `fetch`: it
+ * never follows a redirect, and it costs a sender a fraction of fetch's CPU
+ * (no web streams or Response around each attempt), connections being kept
+ * alive by the global agents all the same.
+ */
+function post(
+  url: string,
+  headers: Record<string, string>,
+  body: string,
+  signal: AbortSignal,
+): Promise<number> {
+  const target = new URL(url);
+  const send = target.protocol === 'https:' ? httpsRequest : httpRequest;
+  return new Promise((resolve, reject) => {
+    const request = send(target, { method: 'POST', headers, signal }, (response) => {
+      // What the endpoint answers is not read, only its status: drained so
+      // that the connection serves the next attempt (the signal still bounds it).
+      response.on('error', () => undefined);
+      response.resume();
+      resolve(response.statusCode ?? 0);
+    });
+    request.on('error', reject);
+    request.end(body);
+  });
+}
+
+/**
+ * The system error code of a failed request (ECONNREFUSED, ENOTFOUND, …),
+ * or the error's name; never the request's headers.
  */
 function failureCode(error: unknown): string {
-  const cause =
-    error instanceof Error ? (error.cause as { code?: unknown } | undefined) : undefined;
-  if (cause && typeof cause.code === 'string') return cause.code;
-  if (cause instanceof Error) return cause.message;
+  if (typeof error === 'object' && error !== null && 'code' in error) {
+    const code = (error as { code?: unknown }).code;
+    if (typeof code === 'string') return code;
+  }
   return error instanceof Error ? error.name : 'unknown error';
 }

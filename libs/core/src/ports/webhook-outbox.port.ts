@@ -56,6 +56,12 @@ export type WebhookAttemptOutcome =
       retryAt: Date | null;
     };
 
+/** One attempt's outcome, to be recorded with others in one write. */
+export interface WebhookAttemptRecord {
+  delivery: ClaimedWebhookDelivery;
+  outcome: WebhookAttemptOutcome;
+}
+
 export interface WebhookDeliveryPageRequest {
   tenantId: string;
   status?: WebhookDeliveryStatus;
@@ -79,13 +85,14 @@ export interface WebhookOutbox {
    */
   claimDue(request: WebhookClaimRequest): Promise<ClaimedWebhookDelivery[]>;
   /**
-   * Records an attempt; returns the status it left (null when the claim no
-   * longer held and nothing was recorded).
+   * Records attempts, all in one write (a dispatcher sends many at once);
+   * returns the status each left, in their order: null where nothing was
+   * recorded (a failure whose claim no longer held, a delivery no longer
+   * pending). A delivery is recorded as delivered whoever holds it now.
    */
-  recordAttempt(
-    delivery: ClaimedWebhookDelivery,
-    outcome: WebhookAttemptOutcome,
-  ): Promise<WebhookDeliveryStatus | null>;
+  recordAttempts(
+    records: readonly WebhookAttemptRecord[],
+  ): Promise<(WebhookDeliveryStatus | null)[]>;
   listDeliveries(
     request: WebhookDeliveryPageRequest,
   ): Promise<{ items: WebhookDelivery[]; nextCursor: string | null }>;

@@ -1,7 +1,6 @@
 /** SQL of the webhook outbox: `webhook_endpoints` and `webhook_deliveries` (migration 0009). */
 import type { WebhookDeliveryStatus, WebhookEventType } from '@cs/protocol';
 import type { SqlQueryable } from '../database/sql-database.js';
-import { PREPARED } from '../database/sql-database.js';
 
 export interface WebhookDeliveryRow {
   id: string;
@@ -30,6 +29,27 @@ export interface EndpointRow {
   tenants: string[] | null;
 }
 
+/** One attempt's outcome as `recordOutcomes` takes it. */
+export interface AttemptOutcomeRow {
+  conversation_id: string;
+  endpoint_url: string;
+  seq: number;
+  /** The attempt's claim. */
+  claim: string;
+  delivered: boolean;
+  /** Null when delivered. */
+  error: string | null;
+  /** A failure's next attempt; null: failed for good (and when delivered). */
+  retry_at: Date | null;
+}
+
+export interface RecordedRow {
+  conversation_id: string;
+  endpoint_url: string;
+  seq: number;
+  status: WebhookDeliveryStatus;
+}
+
 export class WebhookDeliveryRepository {
   constructor(private readonly db: SqlQueryable) {}
 
@@ -56,10 +76,15 @@ export class WebhookDeliveryRepository {
   }
 
   /**
-   * Claims the heads of the (conversation, endpoint) queues that are due:
-   * the oldest pending delivery of each, when its retry time has come and no
-   * live claim holds it. `FOR UPDATE … SKIP LOCKED` with the conditions
-   * checked again on the locked row: two dispatchers never claim one delivery.
+   * Claims the heads of the (conversation, endpoint) queues that are due, the
+   * oldest first: a pending delivery with no pending one before it in its
+   * queue, whose retry time has come and which no live claim holds.
+   * Walked in `seq` order on the index of pending deliveries (the head test is
+   * one probe of the queue's index per row), so that the cost follows the
+   * rows handed out, not the rows waiting: a backlog does not make each claim
+   * dearer, which would slow sending just when it must catch up.
+   * `FOR UPDATE … SKIP LOCKED` with the conditions checked again on the
+   * locked row: two dispatchers never claim one delivery.
    */
   async claimDue(
     endpointUrls: readonly string[],
@@ -69,21 +94,17 @@ export class WebhookDeliveryRepository {
     limit: number,
   ): Promise<WebhookDeliveryRow[]> {
     const { rows } = await this.db.query<WebhookDeliveryRow>(
-      `WITH heads AS (
-         SELECT DISTINCT ON (conversation_id, endpoint_url) conversation_id, endpoint_url, seq
-           FROM webhook_deliveries
-          WHERE status = 'pending'
-          ORDER BY conversation_id, endpoint_url, seq
-       ), due AS (
+      `WITH due AS (
          SELECT d.conversation_id, d.endpoint_url, d.seq
-           FROM heads h
-           JOIN webhook_deliveries d
-             ON d.conversation_id = h.conversation_id AND d.endpoint_url = h.endpoint_url
-            AND d.seq = h.seq
+           FROM webhook_deliveries d
           WHERE d.status = 'pending' AND d.endpoint_url = ANY ($1::text[])
             AND (d.next_attempt_at IS NULL OR d.next_attempt_at <= $2::timestamptz)
             AND (d.claimed_until IS NULL OR d.claimed_until <= $2::timestamptz)
-          ORDER BY d.next_attempt_at NULLS FIRST, d.seq
+            AND NOT EXISTS (
+              SELECT 1 FROM webhook_deliveries earlier
+               WHERE earlier.status = 'pending' AND earlier.conversation_id = d.conversation_id
+                 AND earlier.endpoint_url = d.endpoint_url AND earlier.seq < d.seq)
+          ORDER BY d.seq
           LIMIT $5
             FOR UPDATE OF d SKIP LOCKED
        )
@@ -98,49 +119,41 @@ export class WebhookDeliveryRepository {
     return rows;
   }
 
-  /** Delivered: whoever's claim it is now, the endpoint has it. */
-  async markDelivered(row: WebhookDeliveryRow, at: Date): Promise<boolean> {
-    const { rowCount } = await this.db.query(
-      `UPDATE webhook_deliveries
-          SET status = 'delivered', attempts = attempts + 1, delivered_at = $4::timestamptz,
-              last_error = NULL, claim = NULL, claimed_until = NULL
-        WHERE conversation_id = $1 AND endpoint_url = $2 AND seq = $3 AND status = 'pending'`,
-      [row.conversation_id, row.endpoint_url, row.seq, at.toISOString()],
-      PREPARED,
-    );
-    return rowCount > 0;
-  }
-
   /**
-   * A failed attempt, recorded only while `claim` still holds: pending again
-   * from `retryAt`, or failed for good when it is null. Returns the status left.
+   * The outcomes of many attempts in one statement. Delivered: whoever's
+   * claim it is now, the endpoint has it. Failed: recorded only while the
+   * attempt's claim still holds, pending again from `retry_at`, or failed for
+   * good when it is null. Returns the rows it changed, with the status left.
    */
-  async markAttemptFailed(
-    row: WebhookDeliveryRow,
-    claim: string,
-    error: string,
-    retryAt: Date | null,
-  ): Promise<WebhookDeliveryStatus | null> {
-    const { rows } = await this.db.query<{ status: WebhookDeliveryStatus }>(
-      `UPDATE webhook_deliveries
-          SET attempts = attempts + 1,
-              status = CASE WHEN $6::timestamptz IS NULL THEN 'failed' ELSE 'pending' END,
-              next_attempt_at = $6::timestamptz, last_error = $5,
+  async recordOutcomes(outcomes: readonly AttemptOutcomeRow[], at: Date): Promise<RecordedRow[]> {
+    if (outcomes.length === 0) return [];
+    const { rows } = await this.db.query<RecordedRow>(
+      `UPDATE webhook_deliveries d
+          SET attempts = d.attempts + 1,
+              status = CASE WHEN o.delivered THEN 'delivered'
+                            WHEN o.retry_at IS NULL THEN 'failed' ELSE 'pending' END,
+              delivered_at = CASE WHEN o.delivered THEN $8::timestamptz END,
+              next_attempt_at = CASE WHEN o.delivered THEN d.next_attempt_at ELSE o.retry_at END,
+              last_error = o.error,
               claim = NULL, claimed_until = NULL
-        WHERE conversation_id = $1 AND endpoint_url = $2 AND seq = $3 AND claim = $4::uuid
-          AND status = 'pending'
-       RETURNING status`,
+         FROM unnest($1::uuid[], $2::text[], $3::bigint[], $4::uuid[], $5::boolean[],
+                     $6::text[], $7::timestamptz[])
+              AS o(conversation_id, endpoint_url, seq, claim, delivered, error, retry_at)
+        WHERE d.conversation_id = o.conversation_id AND d.endpoint_url = o.endpoint_url
+          AND d.seq = o.seq AND d.status = 'pending' AND (o.delivered OR d.claim = o.claim)
+       RETURNING d.conversation_id, d.endpoint_url, d.seq, d.status`,
       [
-        row.conversation_id,
-        row.endpoint_url,
-        row.seq,
-        claim,
-        error,
-        retryAt?.toISOString() ?? null,
+        outcomes.map((o) => o.conversation_id),
+        outcomes.map((o) => o.endpoint_url),
+        outcomes.map((o) => o.seq),
+        outcomes.map((o) => o.claim),
+        outcomes.map((o) => o.delivered),
+        outcomes.map((o) => o.error),
+        outcomes.map((o) => o.retry_at?.toISOString() ?? null),
+        at.toISOString(),
       ],
-      PREPARED,
     );
-    return rows[0]?.status ?? null;
+    return rows;
   }
 
   /** A tenant's deliveries, newest first, after the cursor's `seq`. */
