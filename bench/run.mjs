@@ -67,7 +67,11 @@ const SCENARIOS = [
   },
   { name: 'webhooks', title: 'Webhook delivery lag', run: runWebhooks },
   { name: 'user-export', title: 'Export of a user (NDJSON)', run: runUserExport },
-  { name: 'retention', title: 'Retention sweep under a round-trip load', run: runRetention },
+  {
+    name: 'retention',
+    title: 'Retention sweep of idle conversations under the sustained load at 500 msg/s',
+    run: runRetention,
+  },
   { name: 'fork', title: 'Fork of a long conversation', run: runFork },
 ];
 
@@ -104,6 +108,8 @@ const USAGE = `usage: npm run bench -- [options]
   --capacity-conversations N     conversations they are spread over (default 300; --quick: 60)
   --webhook-conversations N      conversations of the webhooks scenario (default 1000)
   --webhook-rates a,b,…          offered turns/s of its paced levels (default 100,250,500)
+  --retention-conversations N    idle conversations of 100 events the retention sweep deletes
+                                 under the load of --sustained-conversations (default 10000)
   --profile                      run the services with --cpu-prof and print where their CPU went
   --render                       only write BENCHMARKS.md (and the chart) again from the newest results
   --keep                         keep the database and the Redis keys
@@ -145,6 +151,7 @@ function parseOptions(argv) {
       'capacity-conversations': { type: 'string', default: '300' },
       'webhook-conversations': { type: 'string', default: '1000' },
       'webhook-rates': { type: 'string', default: '100,250,500' },
+      'retention-conversations': { type: 'string', default: '10000' },
       'worker-concurrency': { type: 'string', default: '10000' },
       keep: { type: 'boolean', default: false },
       render: { type: 'boolean', default: false },
@@ -228,6 +235,7 @@ function parseOptions(argv) {
       .map((s) => Number(s))
       .filter((n) => Number.isFinite(n) && n > 0),
     capacityConversations: int('capacity-conversations', 1, 5000),
+    retentionConversations: int('retention-conversations', 2, 100_000),
     workerConcurrency: int('worker-concurrency', 1, 100_000),
   };
 }

@@ -2,7 +2,8 @@
 // service's own store (dist/libs/store, `store.append` in batches): turns as
 // the echo agent would have stored them (user message, `running`, the answer,
 // `awaiting_user_input`, the answer settling its message). Far faster than
-// the API, which takes at most 1,000 events per `replay_json`.
+// the API, which takes at most 1,000 events per `replay_json`. Many copies
+// of one stored history are made in SQL (`cloneHistory`).
 import { openStore } from '../../dist/libs/store/src/index.js';
 
 export const HISTORY_BATCH = 500;
@@ -81,4 +82,53 @@ export async function seedUserEvents(store, tenantId, conversationId, count, bod
       Array.from({ length: size }, () => ({ source: 'user', body })),
     );
   }
+}
+
+/** The columns of `table` that an INSERT may set, but `except`. */
+async function insertableColumns(db, table, except) {
+  const { rows } = await db.query(
+    `SELECT column_name FROM information_schema.columns
+      WHERE table_schema = current_schema() AND table_name = $1 AND is_generated = 'NEVER'
+      ORDER BY ordinal_position`,
+    [table],
+  );
+  return rows.map((row) => row.column_name).filter((name) => !except.includes(name));
+}
+
+/**
+ * Copies conversation `templateId` (its row and its events) `copies` times
+ * in SQL, `batch` copies a statement: each copy a new id and incarnation,
+ * titled `${title} n`, everything else as the template's, columns added
+ * later included. Thousands of stored histories in seconds, rows as the
+ * service wrote them. Resolves with the copies' ids.
+ */
+export async function cloneHistory(db, templateId, copies, { title = 'copy', batch = 500 } = {}) {
+  const conversationColumns = await insertableColumns(db, 'conversations', [
+    'id',
+    'incarnation',
+    'title',
+  ]);
+  const eventColumns = await insertableColumns(db, 'events', ['conversation_id']);
+  const list = (columns, alias) => columns.map((c) => `${alias}"${c}"`).join(', ');
+  const sql = `
+    WITH made AS (
+      INSERT INTO conversations (id, title, ${list(conversationColumns, '')})
+      SELECT gen_random_uuid(), $2 || ' ' || n, ${list(conversationColumns, 't.')}
+        FROM conversations t, generate_series($3::int, $4::int) n
+       WHERE t.id = $1
+      RETURNING id
+    ), copied AS (
+      INSERT INTO events (conversation_id, ${list(eventColumns, '')})
+      SELECT made.id, ${list(eventColumns, 'e.')}
+        FROM made CROSS JOIN events e
+       WHERE e.conversation_id = $1
+    )
+    SELECT id FROM made`;
+  const ids = [];
+  for (let from = 1; from <= copies; from += batch) {
+    const to = Math.min(copies, from + batch - 1);
+    const { rows } = await db.query(sql, [templateId, title, from, to]);
+    ids.push(...rows.map((row) => row.id));
+  }
+  return ids;
 }

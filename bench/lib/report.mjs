@@ -13,6 +13,7 @@ import { round } from './stats.mjs';
 import { latencyChartSvg } from './chart.mjs';
 import { activitySummary } from './pg-activity.mjs';
 import { STEP_P99_MS as STREAM_STEP_P99_MS } from '../scenarios/streaming.mjs';
+import { lifecycleResults, lifecycleTargets } from './report-lifecycle.mjs';
 
 const RESULTS_DIR = join(ROOT, 'bench', 'results');
 
@@ -724,6 +725,7 @@ function targetsTable(s, blocks) {
       );
     }
   }
+  for (const t of lifecycleTargets(s)) add(t.figure, t.target, t.measured, t.met);
   if (rows.length === 0) return [];
   return [
     '## Figures to reach',
@@ -1035,6 +1037,7 @@ export function renderMarkdown(data, chart) {
     );
   }
   lines.push(...newScenarioRows(s));
+  for (const cells of lifecycleResults(s)) lines.push(row(cells));
   lines.push('');
   if (chart) lines.push(`![Latency percentiles against load](${chart})`, '');
 

@@ -28,7 +28,7 @@ import { redisServer } from '../../chaos/processes.mjs';
 import { gatewaySockets, transactions, workerConversations } from './memory.mjs';
 import { CLUSTER_QUEUES } from './redis-cluster.mjs';
 import { PACER_AGENT } from './streaming.mjs';
-import { drive, openConversations } from './sustained.mjs';
+import { closeConversations, drive, openConversations } from './sustained.mjs';
 
 const ROLES = ['gateway', 'worker', 'postgres', 'redis'];
 const READY_TIMEOUT_MS = 60_000;
@@ -137,12 +137,7 @@ async function messageCost(side, redis, rates, conversations, durationMs) {
       );
     }
   } finally {
-    for (const client of clients) client.close();
-    await mapLimit(clients, 20, (client) =>
-      stopConversation(client.stopWith.url, client.stopWith.token, client.conversationId).catch(
-        () => undefined,
-      ),
-    );
+    await closeConversations(clients);
   }
   // The cost of one more message per second: the slope of each role's CPU over the answered rates.
   const marginal = {};

@@ -60,12 +60,24 @@ export async function openConversations(ctx, clients, from, to) {
   return failed;
 }
 
+/** Closes the sockets of conversations `openConversations` opened, and stops their agents. */
+export async function closeConversations(clients) {
+  for (const client of clients) client.close();
+  await mapLimit(clients, 20, (client) =>
+    stopConversation(client.stopWith.url, client.stopWith.token, client.conversationId).catch(
+      () => undefined,
+    ),
+  );
+}
+
 /**
  * Every client loops (send, wait for the echo) until `durationMs` is over.
  * The first part of the time is a warm-up; in the measured window, latency
  * counts messages sent in it, throughput the answers that arrived in it.
  * `window`: more to read when the window opens (`open()`) and closes
- * (`close(opened)`, its result returned as `measured`), e.g. Redis counters.
+ * (`close(opened)`, its result returned as `measured`), e.g. Redis counters;
+ * `window.ends`, a promise: the window closes and the load stops when it
+ * settles, if that comes before `durationMs` (e.g. once a sweep is done).
  */
 export async function drive(ctx, clients, durationMs, rate = null, window = null) {
   const periodMs = rate === null ? null : (clients.length / rate) * 1000;
@@ -73,23 +85,27 @@ export async function drive(ctx, clients, durationMs, rate = null, window = null
   const warmupMs = Math.min(3000, durationMs * 0.2);
   const started = performance.now();
   const measureFrom = started + warmupMs;
-  const end = started + durationMs;
+  let end = started + durationMs;
+  void window?.ends?.then(() => {
+    end = Math.min(end, Math.max(measureFrom, performance.now()));
+  });
   const samples = [];
   const trips = [];
   let answeredInWindow = 0;
   let errors = 0;
   let firstError = null;
   const windowOpened = sleep(warmupMs).then(async () => ({
-    extra: await window?.open(),
+    extra: await window?.open?.(),
     meter: startCpuMeter(() => cluster.meterTargets()),
     snapshot: await serviceSnapshot(cluster),
     activity: startActivitySampler(cluster),
   }));
   const windowClosed = windowOpened.then(async (opened) => {
-    await sleep(Math.max(0, end - performance.now()));
+    // In steps: `end` comes sooner when `window.ends` settles.
+    while (performance.now() < end) await sleep(Math.min(250, end - performance.now()));
     const cpu = opened.meter.stop();
     return {
-      measured: await window?.close(opened.extra),
+      measured: await window?.close?.(opened.extra),
       cpu,
       before: opened.snapshot,
       after: await serviceSnapshot(cluster),
@@ -198,12 +214,7 @@ export async function runSustained(ctx) {
       });
     }
   } finally {
-    for (const client of clients) client.close();
-    await mapLimit(clients, 20, (client) =>
-      stopConversation(client.stopWith.url, client.stopWith.token, client.conversationId).catch(
-        () => undefined,
-      ),
-    );
+    await closeConversations(clients);
   }
   // The headline: the paced level at the offered rate closest to 1,000 msg/s, else the last.
   const paced = results.filter((r) => r.offeredRate !== null);

@@ -7,7 +7,12 @@
  * created with the events as `replay_json` holds the same history: their
  * ids, causes and undone marks (see conversation-replay.ts).
  */
-import { NotFoundError, toConversationInfo, type ConversationStore } from '@cs/core';
+import {
+  NotFoundError,
+  toConversationInfo,
+  type ConversationRecord,
+  type ConversationStore,
+} from '@cs/core';
 import type { MultitaskStrategy } from '@cs/protocol';
 import type { NdjsonSink } from './ndjson-response.js';
 
@@ -34,20 +39,36 @@ export class ConversationExporter {
     let fromId = 0;
     let written = 0;
     while (fromId <= conversation.lastEventId) {
-      const page = await this.store.readEventPage(tenantId, conversationId, {
-        fromId,
-        toId: conversation.lastEventId,
-        limit: EXPORT_PAGE_EVENTS,
-        maxBytes: EXPORT_PAGE_BYTES,
-        incarnation: conversation.incarnation,
-      });
-      const last = page.events[page.events.length - 1];
-      if (!last) throw new NotFoundError(); // deleted meanwhile
-      await sink.write(page.events);
-      written += page.events.length;
-      fromId = last.id + 1;
+      const sent = await this.sendPage(tenantId, conversationId, conversation, fromId, sink);
+      written += sent.events;
+      fromId = sent.nextId;
+      await sent.taken;
     }
     await sink.write([{ state }]);
     return written;
+  }
+
+  /**
+   * Reads the page from `fromId` and writes it to `sink`, without waiting
+   * for the client: once this returns nothing refers to the page any more,
+   * so that waiting for a slow client holds no page (see ndjson-response.ts).
+   */
+  private async sendPage(
+    tenantId: string,
+    conversationId: string,
+    conversation: Pick<ConversationRecord, 'lastEventId' | 'incarnation'>,
+    fromId: number,
+    sink: NdjsonSink,
+  ): Promise<{ events: number; nextId: number; taken: Promise<void> }> {
+    const page = await this.store.readEventPage(tenantId, conversationId, {
+      fromId,
+      toId: conversation.lastEventId,
+      limit: EXPORT_PAGE_EVENTS,
+      maxBytes: EXPORT_PAGE_BYTES,
+      incarnation: conversation.incarnation,
+    });
+    const last = page.events[page.events.length - 1];
+    if (!last) throw new NotFoundError(); // deleted meanwhile
+    return { events: page.events.length, nextId: last.id + 1, taken: sink.write(page.events) };
   }
 }

@@ -64,8 +64,24 @@ function runner(target: pg.Pool | PoolClient, prepare: boolean): Runner {
         ? { name: statementName(sql), text: sql, ...(values ? { values } : {}) }
         : { text: sql, ...(values ? { values } : {}) },
     );
-    return { rows: result.rows as T[], rowCount: result.rowCount ?? 0 };
+    return { rows: detachRows(result) as T[], rowCount: result.rowCount ?? 0 };
   };
+}
+
+/**
+ * The rows of a result, in an array of their own; pg's is emptied. pg
+ * collects every result's rows in an array made at one place (`new Result`)
+ * as they arrive, and a result still arriving when V8 collects its young
+ * generation survives; once enough have, V8 allocates those arrays straight
+ * in the old generation. A dead array there holds its rows as if alive
+ * until a full collection: every row the process reads (with its parsed
+ * jsonb) is then promoted, 2 MB a scavenge during an export, and RSS grew
+ * by 55 MB an export of 100,000 events. Emptied, it holds nothing.
+ */
+function detachRows(result: pg.QueryResult): unknown[] {
+  const rows = result.rows.slice();
+  result.rows.length = 0;
+  return rows;
 }
 
 class PostgresDatabase implements SqlDatabase {
