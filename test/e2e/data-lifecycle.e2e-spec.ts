@@ -630,8 +630,10 @@ describe.each(backends)('retention on the standalone app ($name)', (backend) => 
       expect(created.status).toBe(201);
       return created.body.conversation_id as string;
     };
-    const idle = await create();
+    // Read before the create: the conversation's activity time is stamped
+    // within the request, so this is never later than it, however slow the answer.
     const createdAt = Date.now();
+    const idle = await create();
     const active = await create();
     const socket = await ConversationClient.connect(app.url, token, {
       conversation_id: idle,
