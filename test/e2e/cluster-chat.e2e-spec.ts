@@ -35,14 +35,19 @@ import {
 
 const fixture = clusterPerTest();
 const cluster_ = (options: ClusterOptions) => fixture.start(options);
+/**
+ * Two gateways and two workers for the tests that only chat, stream, count
+ * and stop: on one Redis one cluster for them all, each under a tenant of its
+ * own (see `ClusterPerTest.shared`).
+ */
+const sharedCluster = (queueCount = 1) =>
+  fixture.shared({ gateways: 2, workers: 2, env: queues(queueCount) });
 
 describe('cluster of gateways and workers', () => {
   it.each(QUEUE_COUNTS)(
     'delivers every stored event once and in order to clients on both gateways (%i queues)',
     async (queueCount) => {
-      await chatAcrossGateways(
-        await cluster_({ gateways: 2, workers: 2, env: queues(queueCount) }),
-      );
+      await chatAcrossGateways(await sharedCluster(queueCount));
     },
   );
 
@@ -60,7 +65,7 @@ describe('cluster of gateways and workers', () => {
   });
 
   it('streams live events over SSE from a gateway that has no other subscriber to the conversation', async () => {
-    const c = await cluster_({ gateways: 2, workers: 2 });
+    const c = await sharedCluster();
     const [g1, g2] = c.gateways as [AppProcess, AppProcess];
     const token = await c.token('sse');
     const id = await createConversation(g1.url, token);
@@ -95,7 +100,7 @@ describe('cluster of gateways and workers', () => {
   });
 
   it("counts a conversation's sockets on both gateways; a delete tells each of them once and closes it, on both", async () => {
-    const c = await cluster_({ gateways: 2, workers: 1 });
+    const c = await sharedCluster();
     const [g1, g2] = c.gateways as [AppProcess, AppProcess];
     const token = await c.token('presence');
     const id = await createConversation(g1.url, token);
@@ -411,7 +416,7 @@ describe('cluster of gateways and workers', () => {
   it.each(QUEUE_COUNTS)(
     'stops through one gateway a conversation held behind the other, and starts it again with the next message (%i queues)',
     async (queueCount) => {
-      const c = await cluster_({ gateways: 2, workers: 2, env: queues(queueCount) });
+      const c = await sharedCluster(queueCount);
       const [g1, g2] = c.gateways as [AppProcess, AppProcess];
       const token = await c.token('olga');
       const id = await createConversation(g1.url, token);

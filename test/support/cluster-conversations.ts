@@ -3,10 +3,10 @@
 // conversations driven through it with the contract's checks on what is stored.
 import type { Redis } from 'ioredis';
 import { type Cluster } from 'ioredis';
-import { afterEach, expect, onTestFailed } from 'vitest';
+import { afterAll, afterEach, expect, onTestFailed } from 'vitest';
 import { conversationQueueIndex, conversationQueueNames, leaseTiming } from '@cs/cluster';
 import type { StoredEvent } from '@cs/protocol';
-import { ConversationClient, api, ids, isAgentReply } from './clients.js';
+import { ConversationClient, api, devToken, ids, isAgentReply } from './clients.js';
 import {
   readAllEvents,
   startCluster,
@@ -18,6 +18,7 @@ import {
 import { type AppProcess } from './processes.js';
 import { type PrivatePgBouncer } from './pgbouncer.js';
 import { type PrivateRedis } from './redis-server.js';
+import { uniqueName } from './services.js';
 import { testRedisKind, useTestRedis } from './test-redis.js';
 
 export const LEASE_TTL_MS = 3000;
@@ -34,6 +35,21 @@ export const SLACK_MS = 1000;
 /** The test's cluster, and a private Redis or PgBouncer it started; all stopped after each test. */
 export interface ClusterPerTest {
   start(options: ClusterOptions): Promise<TestCluster>;
+  /**
+   * On one Redis, a cluster of these options shared by the file's tests that
+   * ask for the same ones (started by the first, stopped after the file), for
+   * tests that kill, pause or reconfigure nothing and need no empty database:
+   * each gets it under a tenant of its own, so that they see none of each
+   * other's conversations, limits or sockets. Not for a test that starts
+   * workers (`startWorker`) or closes it.
+   *
+   * On a Redis Cluster, the test's own, as `start` gives: the local Redis
+   * Cluster fails a node over when a busy machine leaves it unscheduled for
+   * its node timeout (2 s), and processes that lived through such a failover
+   * were seen timing out their commands for tens of seconds after it, while
+   * processes started afterwards worked.
+   */
+  shared(options: ClusterOptions): Promise<TestCluster>;
   redis: PrivateRedis | undefined;
   bouncer: PrivatePgBouncer | undefined;
 }
@@ -42,21 +58,42 @@ export interface ClusterPerTest {
 export function clusterPerTest(): ClusterPerTest {
   useTestRedis();
   let cluster: TestCluster | undefined;
+  const shared = new Map<string, Promise<TestCluster>>();
+  const withLease = (options: ClusterOptions): ClusterOptions => ({
+    ...options,
+    env: { LEASE_TTL_MS: String(LEASE_TTL_MS), ...options.env },
+  });
+  const printOnFailure = (started: TestCluster) =>
+    onTestFailed(() => {
+      process.stderr.write(`\n===== process output of the failed test\n${started.outputs()}\n`);
+    });
   const fixture: ClusterPerTest = {
     redis: undefined,
     bouncer: undefined,
     async start(options) {
-      cluster = await startCluster({
-        ...options,
-        env: { LEASE_TTL_MS: String(LEASE_TTL_MS), ...options.env },
-      });
+      cluster = await startCluster(withLease(options));
       const started = cluster;
-      onTestFailed(() => {
-        process.stderr.write(`\n===== process output of the failed test\n${started.outputs()}\n`);
-      });
+      printOnFailure(started);
       return started;
     },
+    async shared(options) {
+      if (testRedisKind() === 'redis-cluster') return fixture.start(options);
+      const key = JSON.stringify(options);
+      let starting = shared.get(key);
+      if (!starting) {
+        starting = startCluster(withLease(options));
+        shared.set(key, starting);
+      }
+      const started = await starting;
+      printOnFailure(started);
+      return ownTenantOf(started);
+    },
   };
+  afterAll(async () => {
+    const started = await Promise.allSettled(shared.values());
+    shared.clear();
+    for (const result of started) if (result.status === 'fulfilled') await result.value.close();
+  });
   afterEach(async () => {
     await cluster?.close();
     cluster = undefined;
@@ -66,6 +103,18 @@ export function clusterPerTest(): ClusterPerTest {
     fixture.bouncer = undefined;
   });
   return fixture;
+}
+
+/** The shared cluster as one test sees it: under a tenant of its own. */
+function ownTenantOf(shared: TestCluster): TestCluster {
+  const tenant = uniqueName('tenant');
+  return {
+    ...shared,
+    tenant,
+    token: (userId) => devToken(shared.gateways[0]!.url, { user_id: userId, tenant_id: tenant }),
+    startWorker: () => Promise.reject(new Error('a shared cluster starts no worker for one test')),
+    close: () => Promise.reject(new Error('a shared cluster is closed after the file')),
+  };
 }
 
 export async function createConversation(baseUrl: string, token: string): Promise<string> {
