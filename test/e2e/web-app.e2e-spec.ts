@@ -2,12 +2,12 @@
 // against the built standalone app started by the test: what a person does,
 // found by the accessible names of docs/protocol.md "Web app".
 //
-// Streaming and approval run on a second app with the test agent module
-// (AGENT_MODULES, test/fixtures/agents/scripted-agents.mjs).
-import { mkdirSync, mkdtempSync, rmSync } from 'node:fs';
+// Streaming and approval use the agents of the test agent module, which the
+// app loads beside its own (AGENT_MODULES, test/fixtures/agents/scripted-agents.mjs);
+// the other tests talk to the default echo agent.
+import { mkdirSync, rmSync } from 'node:fs';
 import { createServer } from 'node:http';
 import type { AddressInfo } from 'node:net';
-import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { SignJWT } from 'jose';
 import type { Browser, BrowserContext, Page } from 'playwright-core';
@@ -44,7 +44,12 @@ describe('web app', () => {
 
   beforeAll(async () => {
     dataDir = standaloneDataDir('cs-web-');
-    env = { DATA_DIR: dataDir, PORT: String(await freePort()), RATE_LIMIT_PER_MINUTE: '0' };
+    env = {
+      DATA_DIR: dataDir,
+      PORT: String(await freePort()),
+      RATE_LIMIT_PER_MINUTE: '0',
+      AGENT_MODULES: AGENT_MODULE,
+    };
     [browser] = await Promise.all([launchChromium(), startService()]);
     mkdirSync(ARTIFACTS, { recursive: true });
   });
@@ -110,37 +115,22 @@ describe('web app', () => {
   }
 
   describe('with agent modules', () => {
-    let agentApp: AppProcess;
-    let agentDataDir: string;
-
-    beforeAll(async () => {
-      agentDataDir = standaloneDataDir('cs-web-agents-');
-      agentApp = await startApp('standalone', {
-        DATA_DIR: agentDataDir,
-        PORT: String(await freePort()),
-        RATE_LIMIT_PER_MINUTE: '0',
-        AGENT_MODULES: AGENT_MODULE,
-      });
-    });
-
-    afterAll(async () => {
-      await agentApp?.stop();
-      if (agentDataDir) rmSync(agentDataDir, { recursive: true, force: true });
-    });
-
-    /** A page signed in on the agent app, opened on a conversation created through the API. */
+    /** A page signed in, opened on a conversation of a test agent created through the API. */
     async function openAgentConversation(body: Record<string, unknown>) {
       const opened = await newPage();
-      const user = await signIn(opened.page, uniqueName('user'), agentApp.url);
-      const token = await devToken(agentApp.url, { user_id: user });
+      const user = await signIn(opened.page);
+      const token = await devToken(app.url, { user_id: user });
       const created = await api<{ conversation_id: string }>(
-        agentApp.url,
+        app.url,
         'POST',
         '/api/conversations',
-        { token, body },
+        {
+          token,
+          body,
+        },
       );
       expect(created.status, JSON.stringify(created.body)).toBe(201);
-      await opened.page.goto(`${agentApp.url}/#/c/${created.body.conversation_id}`);
+      await opened.page.goto(`${app.url}/#/c/${created.body.conversation_id}`);
       await opened.page
         .getByRole('status')
         .filter({ hasText: 'Live' })
@@ -294,29 +284,31 @@ describe('web app', () => {
       return errors;
     };
 
-    // On: the button is there from the start, and only its click asks the service.
-    const on = await newPage();
-    const onRequests = asked(on.page);
-    const onErrors = consoleErrors(on.page);
-    await on.page.goto(app.url);
-    const devSignIn = on.page.getByRole('button', { name: 'Sign in with a development token' });
-    await devSignIn.waitFor({ timeout: TIMEOUT });
-    await on.page.waitForTimeout(300);
-    expect(onRequests).toEqual([]);
-    await devSignIn.click();
-    await on.page.getByRole('button', { name: 'New conversation' }).waitFor({ timeout: TIMEOUT });
-    expect(onRequests).toHaveLength(1);
-    expect(onErrors).toEqual([]);
-
-    // Off (a service with an operator's key): no button, no request, no error; a token signs in.
+    // The service with an operator's key for the second half, started meanwhile
+    // on a copy of the migrated PGlite folder (a new one costs seconds of initdb).
     const secret = 'web-e2e-secret-0123456789abcdef-0123';
-    const offDir = mkdtempSync(join(tmpdir(), 'cs-web-off-'));
-    const offApp = await startApp('standalone', {
-      DATA_DIR: offDir,
-      PORT: String(await freePort()),
-      AUTH_JWT_SECRET: secret,
-    });
+    const offDir = standaloneDataDir('cs-web-off-');
+    const offStarting = freePort().then((port) =>
+      startApp('standalone', { DATA_DIR: offDir, PORT: String(port), AUTH_JWT_SECRET: secret }),
+    );
+    void offStarting.catch(() => undefined); // a failed start fails the test where it is awaited
     try {
+      // On: the button is there from the start, and only its click asks the service.
+      const on = await newPage();
+      const onRequests = asked(on.page);
+      const onErrors = consoleErrors(on.page);
+      await on.page.goto(app.url);
+      const devSignIn = on.page.getByRole('button', { name: 'Sign in with a development token' });
+      await devSignIn.waitFor({ timeout: TIMEOUT });
+      await on.page.waitForTimeout(300);
+      expect(onRequests).toEqual([]);
+      await devSignIn.click();
+      await on.page.getByRole('button', { name: 'New conversation' }).waitFor({ timeout: TIMEOUT });
+      expect(onRequests).toHaveLength(1);
+      expect(onErrors).toEqual([]);
+
+      // Off (a service with an operator's key): no button, no request, no error; a token signs in.
+      const offApp = await offStarting;
       const off = await newPage();
       const offRequests = asked(off.page);
       const offErrors = consoleErrors(off.page);
@@ -339,7 +331,10 @@ describe('web app', () => {
       expect(offRequests).toEqual([]);
       expect(offErrors).toEqual([]);
     } finally {
-      await offApp.stop();
+      await offStarting.then(
+        (offApp) => offApp.stop(),
+        () => undefined,
+      );
       rmSync(offDir, { recursive: true, force: true });
     }
   });
