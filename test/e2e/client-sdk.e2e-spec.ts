@@ -24,7 +24,7 @@ import {
   until,
   type TestCluster,
 } from '../support/cluster.js';
-import { startApp } from '../support/processes.js';
+import { startApp, type AppProcess } from '../support/processes.js';
 import { uniqueName } from '../support/services.js';
 import { TcpProxy } from '../support/tcp-proxy.js';
 import { standaloneDataDir } from '../support/migrated-template.js';
@@ -52,22 +52,39 @@ interface Backend {
   close(): Promise<void>;
 }
 
+/**
+ * The file's standalone app, started by the first describe that asks for it
+ * and stopped after the file: each describe has a tenant of its own on it,
+ * and none kills it.
+ */
+let standalone: Promise<{ app: AppProcess; dir: string }> | undefined;
+
+afterAll(async () => {
+  const started = await standalone?.catch(() => undefined);
+  standalone = undefined;
+  if (!started) return;
+  await started.app.stop();
+  rmSync(started.dir, { recursive: true, force: true });
+});
+
 async function standaloneBackend(): Promise<Backend> {
-  const dir = standaloneDataDir('cs-sdk-');
-  const app = await startApp('standalone', {
-    DATA_DIR: dir,
-    AUTH_JWT_SECRET: STANDALONE_SECRET,
-    RATE_LIMIT_PER_MINUTE: '0',
-    MAX_CONCURRENT_CONVERSATIONS: '50',
-  });
+  standalone ??= (async () => {
+    const dir = standaloneDataDir('cs-sdk-');
+    const app = await startApp('standalone', {
+      DATA_DIR: dir,
+      AUTH_JWT_SECRET: STANDALONE_SECRET,
+      RATE_LIMIT_PER_MINUTE: '0',
+      MAX_CONCURRENT_CONVERSATIONS: '50',
+    });
+    return { app, dir };
+  })();
+  const { app } = await standalone;
   return {
     direct: app.url,
     ports: () => [app.port],
     sign: signer(STANDALONE_SECRET, uniqueName('tenant')),
-    async close() {
-      await app.stop();
-      rmSync(dir, { recursive: true, force: true });
-    },
+    // Stopped after the file.
+    close: async () => undefined,
   };
 }
 
