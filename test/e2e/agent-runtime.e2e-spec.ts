@@ -16,6 +16,7 @@ import {
 } from '../support/agent-runtime.js';
 import { ConversationClient, api, isAgentReply } from '../support/clients.js';
 import { until } from '../support/cluster.js';
+import { standaloneDataDir } from '../support/migrated-template.js';
 import { startApp, type AppProcess } from '../support/processes.js';
 import { createScratchDatabase, uniqueName, type ScratchDatabase } from '../support/services.js';
 
@@ -800,7 +801,9 @@ describe('the budget of a turn across kill -9 and a restart (standalone)', () =>
 
 describe('agent modules', () => {
   it('stops the process with one clear line when a module fails to load', async () => {
-    const dir = mkdtempSync(join(tmpdir(), 'cs-modules-'));
+    // A copy of the migrated PGlite folder: the store opens before the modules
+    // load, and a new folder would cost each start seconds of initdb.
+    const dir = standaloneDataDir('cs-modules-');
     try {
       await expect(
         startApp('standalone', {
