@@ -802,6 +802,10 @@ describe('web app', () => {
     await page
       .getByRole('link', { name: /listed 07/ })
       .waitFor({ state: 'detached', timeout: TIMEOUT });
+    // The confirmation took the link's place at once; it goes once the delete is answered.
+    await page
+      .getByRole('group', { name: 'Delete listed 07?' })
+      .waitFor({ state: 'detached', timeout: TIMEOUT });
     const listed = await api<{ results: Array<{ title: string }> }>(
       app.url,
       'GET',
