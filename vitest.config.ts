@@ -127,6 +127,13 @@ export default defineConfig({
           // on two busy cores.
           testTimeout: 20_000,
           maxWorkers: 2,
+          // Files share their worker and its loaded modules (isolated, each
+          // file paid a new process and the import of its whole module graph:
+          // most of this project's time). A spec restores what it changes of
+          // the process (env, timers, listeners, OpenTelemetry's globals).
+          isolate: false,
+          unstubEnvs: true,
+          unstubGlobals: true,
           sequence: { groupOrder: 0 },
         },
       },
@@ -155,6 +162,9 @@ export default defineConfig({
           testTimeout: 60_000,
           hookTimeout: 60_000,
           maxWorkers: 2,
+          // As for the unit files: a worker and its modules (Nest, PGlite's
+          // WebAssembly, warm after its first database) serve file after file.
+          isolate: false,
           sequence: { groupOrder: 0 },
         },
       },

@@ -6,8 +6,9 @@ import { BadRequestError, ConflictError, NotFoundError } from '@cs/core';
 import { InMemoryConversationStore } from '../fakes/in-memory-conversation-store.js';
 import type { StoredEvent } from '@cs/protocol';
 import type { SqlDatabase } from '@cs/store';
-import { PostgresConversationStore, migrate, openPglite, openPostgres } from '@cs/store';
+import { PostgresConversationStore, migrate, openPostgres } from '@cs/store';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { openMigratedPglite } from '../support/migrated-template.js';
 import { createScratchDatabase, uniqueName } from '../support/services.js';
 
 interface Backend {
@@ -23,7 +24,7 @@ const backends: Backend[] = [
   {
     name: 'Postgres',
     async open() {
-      const scratch = await createScratchDatabase('cs_branching');
+      const scratch = await createScratchDatabase('cs_branching', { migrated: true });
       const database = openPostgres(scratch.url, { poolSize: 8 });
       await migrate(database);
       return {
@@ -39,7 +40,7 @@ const backends: Backend[] = [
   {
     name: 'PGlite',
     async open() {
-      const database = await openPglite(undefined);
+      const database = await openMigratedPglite();
       await migrate(database);
       return {
         store: new PostgresConversationStore(database),

@@ -95,7 +95,7 @@ async function clusterFixture(queueCount: number): Promise<ConversationManagerFi
   let scratch: ScratchDatabase | undefined;
 
   try {
-    scratch = await createScratchDatabase('cs_contract_cl');
+    scratch = await createScratchDatabase('cs_contract_cl', { migrated: true });
     const dropScratch = scratch;
     resources.add(() => dropScratch.drop());
     // Keys go last (closed first is the reverse): a connection of its own.

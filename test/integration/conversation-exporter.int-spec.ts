@@ -8,10 +8,11 @@ import { setFlagsFromString } from 'node:v8';
 import { runInNewContext } from 'node:vm';
 import type { EventDraft, NewConversation } from '@cs/core';
 import type { SqlDatabase } from '@cs/store';
-import { PostgresConversationStore, migrate, openPglite } from '@cs/store';
+import { PostgresConversationStore, migrate } from '@cs/store';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { ConversationExporter } from '../../libs/gateway/src/lifecycle/conversation-exporter.js';
 import type { NdjsonSink } from '../../libs/gateway/src/lifecycle/ndjson-response.js';
+import { openMigratedPglite } from '../support/migrated-template.js';
 import { uniqueName } from '../support/services.js';
 
 setFlagsFromString('--expose-gc');
@@ -50,7 +51,7 @@ describe(ConversationExporter.name, () => {
   let store: PostgresConversationStore;
 
   beforeAll(async () => {
-    database = await openPglite(undefined);
+    database = await openMigratedPglite();
     await migrate(database);
     store = new PostgresConversationStore(database);
   });

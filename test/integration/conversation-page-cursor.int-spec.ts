@@ -5,21 +5,16 @@
 // accepts runs.
 import { BadRequestError, type ConversationStore } from '@cs/core';
 import type { SqlDatabase } from '@cs/store';
-import {
-  PostgresConversationStore,
-  encodeCursor,
-  migrate,
-  openPglite,
-  openPostgres,
-} from '@cs/store';
+import { PostgresConversationStore, encodeCursor, migrate, openPostgres } from '@cs/store';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { openMigratedPglite } from '../support/migrated-template.js';
 import { createEchoConversation, createScratchDatabase, uniqueName } from '../support/services.js';
 
 const backends = [
   {
     name: 'Postgres',
     async open(): Promise<{ database: SqlDatabase; teardown(): Promise<void> }> {
-      const scratch = await createScratchDatabase('cs_cursor');
+      const scratch = await createScratchDatabase('cs_cursor', { migrated: true });
       const database = openPostgres(scratch.url, { poolSize: 2 });
       return {
         database,
@@ -33,7 +28,7 @@ const backends = [
   {
     name: 'PGlite',
     async open(): Promise<{ database: SqlDatabase; teardown(): Promise<void> }> {
-      const database = await openPglite(undefined);
+      const database = await openMigratedPglite();
       return { database, teardown: () => database.close() };
     },
   },

@@ -61,7 +61,7 @@ describe.each(SQL_BACKENDS)('PostgresDataLifecycleStore ($name)', (backend) => {
   let lifecycle: PostgresDataLifecycleStore;
 
   beforeAll(async () => {
-    ({ database, teardown } = await backend.open());
+    ({ database, teardown } = await backend.open({ migrated: true }));
     await migrate(database);
     store = new PostgresConversationStore(database);
     lifecycle = new PostgresDataLifecycleStore(database);

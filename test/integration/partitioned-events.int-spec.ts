@@ -17,20 +17,25 @@ import {
   openPostgres,
 } from '@cs/store';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { openMigratedPglite } from '../support/migrated-template.js';
 import { createScratchDatabase, uniqueName } from '../support/services.js';
 
 const PARTITIONING = '0007_partitioned_events';
 
 interface Backend {
   name: string;
-  open(): Promise<{ database: SqlDatabase; teardown(): Promise<void> }>;
+  /** A new database, empty or (`migrated`) a copy of the migrated template. */
+  open(options?: { migrated?: boolean }): Promise<{
+    database: SqlDatabase;
+    teardown(): Promise<void>;
+  }>;
 }
 
 const backends: Backend[] = [
   {
     name: 'Postgres',
-    async open() {
-      const scratch = await createScratchDatabase('cs_partitions');
+    async open(options) {
+      const scratch = await createScratchDatabase('cs_partitions', options);
       const database = openPostgres(scratch.url, { poolSize: 4 });
       return {
         database,
@@ -43,8 +48,8 @@ const backends: Backend[] = [
   },
   {
     name: 'PGlite',
-    async open() {
-      const database = await openPglite(undefined);
+    async open(options) {
+      const database = options?.migrated ? await openMigratedPglite() : await openPglite(undefined);
       return { database, teardown: () => database.close() };
     },
   },
@@ -136,7 +141,7 @@ describe.each(backends)('partitioned events on $name', (backend) => {
       // state, written by today's store on a database of its own, then put into
       // this one as its schema before the partitioning holds them (the columns
       // later migrations added are left out).
-      const source = await backend.open();
+      const source = await backend.open({ migrated: true });
       const { conversations, tenantId } = await (async () => {
         await migrate(source.database);
         const seeded = await useConversations(source.database);
@@ -215,7 +220,7 @@ describe.each(backends)('partitioned events on $name', (backend) => {
     let teardown: () => Promise<void>;
 
     beforeAll(async () => {
-      ({ database, teardown } = await backend.open());
+      ({ database, teardown } = await backend.open({ migrated: true }));
       await migrate(database);
       if (shardConversations) await partitionConversations(database);
     });

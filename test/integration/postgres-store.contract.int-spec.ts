@@ -14,7 +14,7 @@ async function countEvents(database: SqlDatabase, conversationId: string): Promi
 
 for (const backend of SQL_BACKENDS) {
   conversationStoreContract(`PostgresConversationStore on ${backend.name}`, async () => {
-    const { database, teardown } = await backend.open();
+    const { database, teardown } = await backend.open({ migrated: true });
     await migrate(database);
     return {
       store: new PostgresConversationStore(database),

@@ -1,13 +1,12 @@
 // The ConversationManager contract against the StandaloneConversationManager,
 // on a real Postgres (a scratch database) and on the embedded PGlite, the two
 // stores the standalone app runs on. Published traffic is recorded in-process.
-import { mkdtempSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
+import { rmSync } from 'node:fs';
 import { AgentRegistry } from '@cs/agents';
 import { StandaloneConversationManager } from '@cs/core';
 import { openStore, type OpenedStore } from '@cs/store';
 import { RecordingBroadcaster } from '../../libs/core/src/testing/recording-broadcaster.js';
+import { standaloneDataDir } from '../support/migrated-template.js';
 import { createEchoConversation, createScratchDatabase } from '../support/services.js';
 import {
   conversationManagerContract,
@@ -69,13 +68,13 @@ async function standaloneFixture(
 }
 
 conversationManagerContract('StandaloneConversationManager on Postgres', async () => {
-  const scratch = await createScratchDatabase('cs_contract_sa');
+  const scratch = await createScratchDatabase('cs_contract_sa', { migrated: true });
   const opened = await openStore({ databaseUrl: scratch.url, dataDir: '', migrate: true });
   return standaloneFixture(opened, () => scratch.drop());
 });
 
 conversationManagerContract('StandaloneConversationManager on PGlite', async () => {
-  const dataDir = mkdtempSync(join(tmpdir(), 'cs-contract-'));
+  const dataDir = standaloneDataDir('cs-contract-');
   const opened = await openStore({ dataDir, migrate: true });
   return standaloneFixture(opened, () => {
     rmSync(dataDir, { recursive: true, force: true });

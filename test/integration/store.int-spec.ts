@@ -71,7 +71,7 @@ describe.each(SQL_BACKENDS)('PostgresConversationStore on $name', (backend) => {
   let another: () => SqlDatabase | null;
 
   beforeAll(async () => {
-    ({ database, another, teardown } = await backend.open());
+    ({ database, another, teardown } = await backend.open({ migrated: true }));
     await migrate(database);
     store = new PostgresConversationStore(database);
   });

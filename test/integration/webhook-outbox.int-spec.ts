@@ -104,7 +104,7 @@ describe.each(SQL_BACKENDS)('PostgresWebhookOutbox on $name', (backend) => {
   let turnsTenant: string;
 
   beforeAll(async () => {
-    ({ database, teardown } = await backend.open());
+    ({ database, teardown } = await backend.open({ migrated: true }));
     await migrate(database);
     store = new PostgresConversationStore(database);
     outbox = new PostgresWebhookOutbox(database);

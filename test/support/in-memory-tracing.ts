@@ -1,5 +1,6 @@
 // The OpenTelemetry SDK as tracing.sdk.ts starts it (context manager, W3C
 // propagator), exporting to memory: for unit specs of what spans say.
+import { context, propagation, trace } from '@opentelemetry/api';
 import { NodeSDK } from '@opentelemetry/sdk-node';
 import {
   InMemorySpanExporter,
@@ -14,7 +15,11 @@ export interface InMemoryTracing {
   finished(): Promise<ReadableSpan[]>;
 }
 
-/** Starts the SDK before the tests of the file and shuts it down after them. */
+/**
+ * Starts the SDK before the tests of the file and shuts it down after them,
+ * unregistering its globals: the next file of the same worker (the unit
+ * project shares its workers between files) registers its own.
+ */
 export function useInMemoryTracing(): InMemoryTracing {
   const exporter = new InMemorySpanExporter();
   const processor = new SimpleSpanProcessor(exporter);
@@ -24,7 +29,12 @@ export function useInMemoryTracing(): InMemoryTracing {
     resourceDetectors: [],
   });
   beforeAll(() => sdk.start());
-  afterAll(() => sdk.shutdown());
+  afterAll(async () => {
+    await sdk.shutdown();
+    trace.disable();
+    context.disable();
+    propagation.disable();
+  });
   return {
     exporter,
     async finished() {

@@ -4,7 +4,9 @@
 // CREATE DATABASE … TEMPLATE) and standalone DATA_DIRs: their processes then
 // start on a migrated schema instead of each running every migration again
 // (and PGlite's initdb). Without them a database or folder starts empty and
-// the processes migrate it, as in production.
+// the processes migrate it, as in production. The integration specs start
+// their databases from the same templates where they do not test migrating
+// (`createScratchDatabase(…, { migrated: true })`, `openMigratedPglite()`).
 import { createHash } from 'node:crypto';
 import {
   cpSync,
@@ -14,12 +16,14 @@ import {
   readFileSync,
   renameSync,
   rmSync,
+  writeFileSync,
 } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { PGlite } from '@electric-sql/pglite';
 import pg from 'pg';
-import { migrate, openPglite, openPostgres } from '@cs/store';
+import { migrate, openPglite, openPostgres, type SqlDatabase } from '@cs/store';
 
 const MIGRATIONS = fileURLToPath(new URL('../../libs/store/src/migrations/', import.meta.url));
 const PREFIX = 'cs_template_';
@@ -91,7 +95,11 @@ function pgliteTemplateDir(): string {
  */
 export async function ensurePgliteTemplate(): Promise<void> {
   const target = pgliteTemplateDir();
-  if (existsSync(target)) return;
+  if (!existsSync(target)) await buildPgliteTemplate(target);
+  await ensurePgliteDump(target);
+}
+
+async function buildPgliteTemplate(target: string): Promise<void> {
   const building = `${target}-${process.pid}-${Date.now().toString(36)}`;
   const database = await openPglite(join(building, 'pgdata'));
   try {
@@ -106,6 +114,49 @@ export async function ensurePgliteTemplate(): Promise<void> {
     rmSync(building, { recursive: true, force: true });
   }
 }
+
+/** The migrated PGlite folder as one tarball (PGlite's `dumpDataDir`), for in-memory databases. */
+function pgliteDumpFile(): string {
+  return `${pgliteTemplateDir()}.tar`;
+}
+
+/**
+ * Makes the tarball of the migrated folder unless it exists: dumped from a
+ * copy (the folder itself may be being copied by another run), written under
+ * a name of its own, then renamed.
+ */
+async function ensurePgliteDump(template: string): Promise<void> {
+  const target = pgliteDumpFile();
+  if (existsSync(target)) return;
+  const building = `${target}-${process.pid}-${Date.now().toString(36)}`;
+  cpSync(join(template, 'pgdata'), join(building, 'pgdata'), { recursive: true });
+  try {
+    const db = await PGlite.create({ dataDir: join(building, 'pgdata') });
+    try {
+      const dump = await db.dumpDataDir('none');
+      writeFileSync(`${building}.tar`, Buffer.from(await dump.arrayBuffer()));
+    } finally {
+      await db.close();
+    }
+    renameSync(`${building}.tar`, target);
+  } finally {
+    rmSync(building, { recursive: true, force: true });
+    rmSync(`${building}.tar`, { force: true });
+  }
+}
+
+/**
+ * A new in-memory PGlite, migrated: a copy of the migrated template when the
+ * global setup made it (a load of its tarball instead of initdb and every
+ * migration), else empty, for the caller's `migrate()` to fill.
+ */
+export async function openMigratedPglite(): Promise<SqlDatabase> {
+  const dump = pgliteDumpFile();
+  if (!existsSync(dump)) return openPglite(undefined);
+  pgliteDump ??= new Blob([readFileSync(dump)]);
+  return openPglite(undefined, { loadDataDir: pgliteDump });
+}
+let pgliteDump: Blob | undefined;
 
 /**
  * A new DATA_DIR for a standalone process on PGlite: its `pgdata` a copy of

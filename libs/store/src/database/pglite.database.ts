@@ -13,6 +13,12 @@ import { INT8_OID, parseInt8 } from './sql-database.js';
 export interface PgliteOptions {
   /** Called once the database is closed (the embedded database releases its folder lock). */
   onClose?: () => Promise<void>;
+  /**
+   * A data folder to start from instead of a new one, as the tarball of
+   * PGlite's `dumpDataDir()`: the tests' migrated template, which spares
+   * each in-memory database the seconds of initdb.
+   */
+  loadDataDir?: Blob;
 }
 
 /**
@@ -29,6 +35,7 @@ export async function openPglite(
   if (dataDir !== undefined && !/^[a-z]+:\/\//i.test(dataDir)) makePrivateDir(dataDir);
   const db = await PGlite.create({
     ...(dataDir === undefined ? {} : { dataDir }),
+    ...(options.loadDataDir === undefined ? {} : { loadDataDir: options.loadDataDir }),
     parsers: { [INT8_OID]: parseInt8 },
   });
   return new PgliteDatabase(db, options.onClose);
