@@ -6,7 +6,11 @@ import type {
   WebhookOutbox,
 } from '@cs/core';
 import { describe, expect, it } from 'vitest';
-import { WebhookDispatcher, type WebhookOutcome } from './webhook-dispatcher.js';
+import {
+  WebhookDispatcher,
+  type WebhookDispatcherOptions,
+  type WebhookOutcome,
+} from './webhook-dispatcher.js';
 import type { WebhookAttemptResult } from './webhook-request.js';
 
 const URL_A = 'http://a.example/hook';
@@ -73,6 +77,23 @@ class ScriptedOutbox implements WebhookOutbox {
   countPending = () => Promise.resolve(0);
 }
 
+/**
+ * A dispatcher on one endpoint that never polls on its own (only wake-ups and
+ * its own rounds make it claim), with the test's options on top.
+ */
+function quietDispatcher(
+  outbox: WebhookOutbox,
+  options: Partial<WebhookDispatcherOptions>,
+): WebhookDispatcher {
+  return new WebhookDispatcher(outbox, {
+    endpoints: [{ url: URL_A, secret: 'whsec_x' }],
+    timeoutMs: 1_000,
+    maxAttempts: 3,
+    pollIntervalMs: 60_000,
+    ...options,
+  });
+}
+
 async function settle(check: () => boolean): Promise<void> {
   for (let i = 0; i < 200 && !check(); i += 1) await new Promise((r) => setTimeout(r, 5));
   expect(check()).toBe(true);
@@ -115,11 +136,7 @@ describe(WebhookDispatcher.name, () => {
 
   it('looks again as soon as it is woken, and not before without a wake-up', async () => {
     const outbox = new ScriptedOutbox();
-    const dispatcher = new WebhookDispatcher(outbox, {
-      endpoints: [{ url: URL_A, secret: 'whsec_x' }],
-      timeoutMs: 1_000,
-      maxAttempts: 3,
-      pollIntervalMs: 60_000,
+    const dispatcher = quietDispatcher(outbox, {
       post: () => Promise.resolve({ ok: true }),
     });
     dispatcher.start();
@@ -135,11 +152,7 @@ describe(WebhookDispatcher.name, () => {
   it('records the attempts that ended during a write in one write, and claims once for many wake-ups', async () => {
     const outbox = new ScriptedOutbox();
     const later = gate();
-    const dispatcher = new WebhookDispatcher(outbox, {
-      endpoints: [{ url: URL_A, secret: 'whsec_x' }],
-      timeoutMs: 1_000,
-      maxAttempts: 3,
-      pollIntervalMs: 60_000,
+    const dispatcher = quietDispatcher(outbox, {
       // The first answers at once, the ten others when the test says.
       post: async (delivery) => {
         if (delivery.id !== 'first') await later.opened;
@@ -167,11 +180,7 @@ describe(WebhookDispatcher.name, () => {
   it('leaves the claims of a write that failed to lapse, and goes on', async () => {
     const outbox = new ScriptedOutbox();
     const errors: string[] = [];
-    const dispatcher = new WebhookDispatcher(outbox, {
-      endpoints: [{ url: URL_A, secret: 'whsec_x' }],
-      timeoutMs: 1_000,
-      maxAttempts: 3,
-      pollIntervalMs: 60_000,
+    const dispatcher = quietDispatcher(outbox, {
       onError: (message) => errors.push(message),
       post: () => Promise.resolve({ ok: true }),
     });
@@ -190,11 +199,7 @@ describe(WebhookDispatcher.name, () => {
   it('records the attempts in flight before it stops, and claims nothing more', async () => {
     const outbox = new ScriptedOutbox();
     const answer = gate();
-    const dispatcher = new WebhookDispatcher(outbox, {
-      endpoints: [{ url: URL_A, secret: 'whsec_x' }],
-      timeoutMs: 1_000,
-      maxAttempts: 3,
-      pollIntervalMs: 60_000,
+    const dispatcher = quietDispatcher(outbox, {
       post: async () => {
         await answer.opened;
         return { ok: true };
