@@ -25,7 +25,7 @@ import {
   leaseTiming,
 } from '@cs/cluster';
 import type { ConversationRef, ConversationStore, EventDraft } from '@cs/core';
-import type { StoredEvent } from '@cs/protocol';
+import type { ConversationStatus, StoredEvent } from '@cs/protocol';
 import type { OpenedStore } from '@cs/store';
 import { openScratchBackends, type ScratchBackends } from '../support/scratch-backends.js';
 import { createEchoConversation, uniqueName } from '../support/services.js';
@@ -192,6 +192,21 @@ describe(ConversationHost.name, () => {
       timeout: 10_000,
       interval: 50,
     });
+  }
+
+  /**
+   * Waits until the stored status is `status`. A started session's loop may
+   * answer a stored message before the run has written RUNNING, so an answer
+   * alone does not tell that the status is written yet.
+   */
+  async function untilStatus(ref: ConversationRef, status: ConversationStatus): Promise<void> {
+    await vi.waitFor(
+      async () =>
+        expect((await opened.store.getConversation(ref.tenantId, ref.conversationId))?.status).toBe(
+          status,
+        ),
+      { timeout: 10_000, interval: 50 },
+    );
   }
 
   /** Waits until the conversation's agent awaits user input (restored, or done answering). */
@@ -489,9 +504,7 @@ describe(ConversationHost.name, () => {
     // Not failed for good: a message starts it again (a clean start, no failover).
     const sent = await userSays(ref, 'are you back?');
     await answersTo(ref, sent);
-    expect((await opened.store.getConversation(ref.tenantId, ref.conversationId))?.status).toBe(
-      'RUNNING',
-    );
+    await untilStatus(ref, 'RUNNING');
   });
 
   it('does not count crashes of holders that were not working on the conversation', async () => {
@@ -510,9 +523,7 @@ describe(ConversationHost.name, () => {
     await untilHosted(ref);
     const sent = await userSays(ref, 'fine?');
     expect(await answersTo(ref, sent)).toHaveLength(1);
-    expect((await opened.store.getConversation(ref.tenantId, ref.conversationId))?.status).toBe(
-      'RUNNING',
-    );
+    await untilStatus(ref, 'RUNNING');
   });
 
   it('keeps renewing the newer run when a stalled job is handed to the worker still running it', async () => {
