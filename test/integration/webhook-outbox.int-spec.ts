@@ -362,6 +362,45 @@ describe.each(SQL_BACKENDS)('PostgresWebhookOutbox on $name', (backend) => {
       expect(next[0]!.seq).toBeGreaterThan(headOfA.seq);
     });
 
+    it('hands out, when asked for some conversations, the heads of theirs alone', async () => {
+      const tenantId = uniqueName('tenant');
+      const ids: string[] = [];
+      for (let i = 0; i < 3; i += 1) {
+        const { conversation } = await store.createConversation(newConversation(tenantId));
+        await store.setStatus(tenantId, conversation.id, 'STARTING');
+        ids.push(conversation.id);
+      }
+      const [first, second, third] = ids as [string, string, string];
+      const claimOf = (conversationIds: string[]) =>
+        outbox.claimDue({ endpointUrls: [ALL], limit: 100, claimMs: 60_000, conversationIds });
+
+      const heads = await claimOf([first, third, 'not-a-uuid']);
+      expect(heads.map((row) => [row.conversationId, row.type]).sort()).toEqual(
+        [
+          [first, 'conversation.created'],
+          [third, 'conversation.created'],
+        ].sort(),
+      );
+      // The head of each queue only: the status changes wait behind the claimed heads.
+      expect(await claimOf([first, third])).toEqual([]);
+      expect(await claimOf(['not-a-uuid'])).toEqual([]);
+      expect(await claimOf([])).toEqual([]);
+      for (const head of heads) expect(await record(head, { delivered: true })).toBe('delivered');
+      expect((await claimOf([first])).map((row) => [row.conversationId, row.type])).toEqual([
+        [first, 'conversation.status_changed'],
+      ]);
+      // Untouched by the targeted claims, the second's head is still there for a claim from all.
+      const fromAll = (
+        await outbox.claimDue({ endpointUrls: [ALL], limit: 1000, claimMs: 60_000 })
+      ).filter((row) => ids.includes(row.conversationId));
+      expect(fromAll.map((row) => [row.conversationId, row.type]).sort()).toEqual(
+        [
+          [second, 'conversation.created'],
+          [third, 'conversation.status_changed'],
+        ].sort(),
+      );
+    });
+
     it('records the outcomes of many attempts in one statement, each as its claim allows', async () => {
       const tenantId = uniqueName('tenant');
       const ids: string[] = [];

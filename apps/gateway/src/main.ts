@@ -106,7 +106,8 @@ async function main({ config, logger: root }: ServiceContext): Promise<RunningSe
       ? metrics.instrument(opened.store)
       : hintWebhookWrites(
           metrics.instrument(opened.store),
-          () => void redis.publish(wakeChannel, '').catch(() => undefined),
+          (conversationId) =>
+            void redis.publish(wakeChannel, conversationId ?? '').catch(() => undefined),
           WEBHOOK_WRITES.filter((write) => write !== 'append'),
         );
   const timing = leaseTiming(config.cluster.leaseTtlMs);

@@ -45,7 +45,9 @@ export const StandaloneModule = {
     metrics: ServiceMetrics,
   ): { module: DynamicModule; shutdown: () => Promise<void> } {
     // Writes that may enqueue webhook deliveries wake the dispatcher at once.
-    const store = hintWebhookWrites(metrics.instrument(opened.store), () => webhooks.wake());
+    const store = hintWebhookWrites(metrics.instrument(opened.store), (conversationId) =>
+      webhooks.wake(conversationId),
+    );
     const { agents } = runtime;
     let manager: StandaloneConversationManager | undefined;
     const logger = new Logger('ConversationManager');

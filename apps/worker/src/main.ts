@@ -80,7 +80,9 @@ async function main({ config, logger: root }: ServiceContext): Promise<RunningSe
   const webhookHints = webhooks.enabled ? openRedis(redisUrl, `${workerId}:webhooks`) : null;
   if (webhookHints) {
     const channel = webhookWakeChannel(config.redis.keyPrefix);
-    webhookHints.on('message', () => webhooks.wake());
+    webhookHints.on('message', (_channel: string, conversationId: string) =>
+      webhooks.wake(conversationId === '' ? undefined : conversationId),
+    );
     await webhookHints.subscribe(channel);
   }
   const clusterMetrics = metrics.cluster();
@@ -100,7 +102,9 @@ async function main({ config, logger: root }: ServiceContext): Promise<RunningSe
     }),
   });
   const store = webhooks.enabled
-    ? hintWebhookWrites(metrics.instrument(opened.store), () => webhooks.wake())
+    ? hintWebhookWrites(metrics.instrument(opened.store), (conversationId) =>
+        webhooks.wake(conversationId),
+      )
     : metrics.instrument(opened.store);
   const broadcaster = new RedisRoomBroadcaster(publisher, keys);
   const inbox = new ConversationInbox(publisher, subscriber, keys, {

@@ -62,6 +62,8 @@ export class PostgresWebhookOutbox implements WebhookOutbox {
 
   async claimDue(request: WebhookClaimRequest): Promise<ClaimedWebhookDelivery[]> {
     if (request.endpointUrls.length === 0 || request.limit < 1) return [];
+    const conversationIds = request.conversationIds?.filter(isUuid) ?? null;
+    if (conversationIds?.length === 0) return [];
     const now = this.now();
     const claim = randomUUID();
     const rows = await this.deliveries.claimDue(
@@ -70,6 +72,7 @@ export class PostgresWebhookOutbox implements WebhookOutbox {
       new Date(now.getTime() + request.claimMs),
       claim,
       request.limit,
+      conversationIds,
     );
     return rows.map((row) => ({ ...toDelivery(row), claim }));
   }

@@ -15,11 +15,11 @@ import type { WebhookAttemptResult } from './webhook-request.js';
 
 const URL_A = 'http://a.example/hook';
 
-function claimed(id: string, attempts = 0): ClaimedWebhookDelivery {
+function claimed(id: string, attempts = 0, conversationId = 'c'): ClaimedWebhookDelivery {
   return {
     id,
     claim: `claim-${id}`,
-    conversationId: 'c',
+    conversationId,
     endpointUrl: URL_A,
     seq: 1,
     tenantId: 't',
@@ -175,6 +175,76 @@ describe(WebhookDispatcher.name, () => {
     expect(outbox.writes).toEqual([['first'], Array.from({ length: 10 }, (_, i) => `d${i}`)]);
     // At start, after the first write, after the second: not one per wake-up or attempt.
     expect(outbox.requests).toHaveLength(3);
+  });
+
+  it('claims from the conversations it was told of, and from those whose attempts it recorded', async () => {
+    const outbox = new ScriptedOutbox();
+    const dispatcher = quietDispatcher(outbox, { post: () => Promise.resolve({ ok: true }) });
+    dispatcher.start();
+    await settle(() => outbox.requests.length === 1);
+    expect(outbox.requests[0]?.conversationIds).toBeUndefined();
+
+    outbox.queue.push(claimed('one', 0, 'c1'));
+    dispatcher.wake('c1');
+    dispatcher.wake('c2');
+    dispatcher.wake('c1');
+    await settle(() => outbox.recorded.length === 1);
+    // The delivery behind the one recorded is looked for in its conversation alone.
+    await settle(() => outbox.requests.length === 3);
+    await dispatcher.stop();
+    expect(outbox.requests.slice(1).map((request) => request.conversationIds)).toEqual([
+      ['c1', 'c2'],
+      ['c1'],
+    ]);
+  });
+
+  it('claims from every conversation once a poll interval has passed, even while hints keep it busy', async () => {
+    const outbox = new ScriptedOutbox();
+    let now = 0;
+    const dispatcher = quietDispatcher(outbox, {
+      pollIntervalMs: 1_000,
+      now: () => now,
+      post: () => Promise.resolve({ ok: true }),
+    });
+    dispatcher.start();
+    await settle(() => outbox.requests.length === 1);
+    dispatcher.wake('c1');
+    await settle(() => outbox.requests.length === 2);
+    now = 1_000;
+    dispatcher.wake('c2');
+    await settle(() => outbox.requests.length === 3);
+    await dispatcher.stop();
+    expect(outbox.requests.map((request) => request.conversationIds)).toEqual([
+      undefined,
+      ['c1'],
+      undefined,
+    ]);
+  });
+
+  it('claims again from the conversations of a full batch', async () => {
+    const outbox = new ScriptedOutbox();
+    const answer = gate();
+    const dispatcher = quietDispatcher(outbox, {
+      concurrency: 2,
+      post: async () => {
+        await answer.opened;
+        return { ok: true };
+      },
+    });
+    dispatcher.start();
+    await settle(() => outbox.requests.length === 1);
+    // Deliveries of c1 and c2 fill the batch (the scripted outbox ignores the filter).
+    outbox.queue.push(claimed('a', 0, 'c1'), claimed('b', 0, 'c2'));
+    dispatcher.wake('c3');
+    await settle(() => outbox.requests.length === 2);
+    answer.open();
+    await settle(() => outbox.recorded.length === 2);
+    await settle(() => outbox.requests.length === 3);
+    await dispatcher.stop();
+    // The full batch may have left some of c3's behind: c3 is claimed from again,
+    // beside the conversations whose attempts were recorded.
+    expect(outbox.requests[1]?.conversationIds).toEqual(['c3']);
+    expect(outbox.requests[2]?.conversationIds?.slice().sort()).toEqual(['c1', 'c2', 'c3']);
   });
 
   it('leaves the claims of a write that failed to lapse, and goes on', async () => {

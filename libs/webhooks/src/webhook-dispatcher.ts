@@ -18,9 +18,13 @@
  * carry more of them, and the statements per delivery fall instead of
  * the database's load rising with them.
  *
- * `wake()` says that deliveries may have been written; without it the
- * dispatcher still looks every `pollIntervalMs` (retries come due so, and
- * writes of other processes are found so when no hint reaches this one).
+ * `wake(conversationId)` says that deliveries of that conversation may have
+ * been written: the next claim looks at the queues of the conversations so
+ * named (and those whose attempts were just recorded), through their index,
+ * at a cost that does not grow with the outbox. `wake()` and the poll, every
+ * `pollIntervalMs` even while hints keep the dispatcher busy, claim from
+ * every conversation, oldest first: retries come due so, and writes of other
+ * processes are found so when no hint reaches this one.
  */
 import type { ClaimedWebhookDelivery, WebhookAttemptRecord, WebhookOutbox } from '@cs/core';
 import { retryDelayMs } from './webhook-backoff.js';
@@ -69,8 +73,12 @@ export class WebhookDispatcher {
   /** Ended attempts whose outcome the next round records. */
   private ended: WebhookAttemptRecord[] = [];
   private running = false;
-  /** Deliveries may be due: the next round claims. */
+  /** Deliveries of any conversation may be due: the next round claims from all. */
   private claimWanted = false;
+  /** Conversations whose deliveries may be due: the next round claims theirs. */
+  private readonly hinted = new Set<string>();
+  /** When the last claim from every conversation began (`now()`). */
+  private claimedAllAt = 0;
   /** Something happened since the loop last looked (a wake-up, an attempt ended). */
   private news = false;
   private wakeUp: (() => void) | null = null;
@@ -99,9 +107,13 @@ export class WebhookDispatcher {
     this.loop = this.run();
   }
 
-  /** Deliveries may have been written: look now rather than at the next poll. */
-  wake(): void {
-    this.claimWanted = true;
+  /**
+   * Deliveries may have been written, of `conversationId` when given: look
+   * now rather than at the next poll.
+   */
+  wake(conversationId?: string): void {
+    if (conversationId === undefined) this.claimWanted = true;
+    else this.hinted.add(conversationId);
     this.notify();
   }
 
@@ -140,17 +152,15 @@ export class WebhookDispatcher {
     while (this.active) {
       this.news = false;
       if (this.ended.length > 0) {
-        await this.record(this.ended.splice(0));
-        // The deliveries behind those may be due now, and slots are free.
-        this.claimWanted = true;
+        const records = this.ended.splice(0);
+        await this.record(records);
+        // The deliveries behind those may be due now.
+        for (const { delivery } of records) this.hinted.add(delivery.conversationId);
       }
+      if (this.now() - this.claimedAllAt >= this.pollIntervalMs) this.claimWanted = true;
       const free = this.concurrency - this.posting;
-      if (this.running && this.claimWanted && free > 0) {
-        this.claimWanted = false;
-        const claimed = await this.claim(urls, free);
-        for (const delivery of claimed) this.attempt(delivery);
-        // A full batch may leave more behind it.
-        if (claimed.length === free) this.claimWanted = true;
+      if (this.running && free > 0 && (this.claimWanted || this.hinted.size > 0)) {
+        await this.claimRound(urls, free);
         continue;
       }
       // Stopped with nothing left, news since the round began, or else wait for some.
@@ -159,9 +169,34 @@ export class WebhookDispatcher {
     }
   }
 
-  private async claim(urls: string[], limit: number): Promise<ClaimedWebhookDelivery[]> {
+  /** Claims from every conversation when wanted, else from the hinted ones, and sends. */
+  private async claimRound(urls: string[], free: number): Promise<void> {
+    const everyConversation = this.claimWanted;
+    const conversationIds = everyConversation ? undefined : [...this.hinted];
+    this.claimWanted = false;
+    // Found by a claim from all too: those written before it began are among its candidates.
+    this.hinted.clear();
+    if (everyConversation) this.claimedAllAt = this.now();
+    const claimed = await this.claim(urls, free, conversationIds);
+    for (const delivery of claimed) this.attempt(delivery);
+    // A full batch may leave more behind it.
+    if (claimed.length < free) return;
+    if (conversationIds) for (const id of conversationIds) this.hinted.add(id);
+    else this.claimWanted = true;
+  }
+
+  private async claim(
+    urls: string[],
+    limit: number,
+    conversationIds: string[] | undefined,
+  ): Promise<ClaimedWebhookDelivery[]> {
     try {
-      return await this.outbox.claimDue({ endpointUrls: urls, limit, claimMs: this.claimMs });
+      return await this.outbox.claimDue({
+        endpointUrls: urls,
+        limit,
+        claimMs: this.claimMs,
+        ...(conversationIds ? { conversationIds } : {}),
+      });
     } catch (error) {
       this.options.onError?.('could not claim webhook deliveries', error);
       return [];

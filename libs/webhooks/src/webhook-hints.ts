@@ -18,10 +18,14 @@ export const WEBHOOK_WRITES: readonly WebhookWrite[] = [
   'append',
 ];
 
-/** The store, calling `written` after each write of `writes` (also when it failed). */
+/**
+ * The store, calling `written` after each write of `writes` (also when it
+ * failed) with the conversation written to, or none when the write is not
+ * of one conversation (a reset of every running one, a creation that failed).
+ */
 export function hintWebhookWrites(
   store: ConversationStore,
-  written: () => void,
+  written: (conversationId?: string) => void,
   writes: readonly WebhookWrite[] = WEBHOOK_WRITES,
 ): ConversationStore {
   const hinted = new Set<string | symbol>(writes);
@@ -32,19 +36,43 @@ export function hintWebhookWrites(
       const method = (value as (...args: unknown[]) => unknown).bind(target);
       if (!hinted.has(property)) return method;
       return async (...args: unknown[]) => {
+        let conversationId: string | undefined;
         try {
-          return await method(...args);
+          const result = await method(...args);
+          conversationId = writtenConversation(property as WebhookWrite, args, result);
+          return result;
         } finally {
-          written();
+          written(conversationId);
         }
       };
     },
   });
 }
 
+/** The conversation a write of `WEBHOOK_WRITES` went to, when it was one. */
+function writtenConversation(
+  write: WebhookWrite,
+  args: unknown[],
+  result: unknown,
+): string | undefined {
+  switch (write) {
+    case 'createConversation':
+      return (result as Awaited<ReturnType<ConversationStore['createConversation']>>).conversation
+        .id;
+    case 'resetRunningStatuses':
+      return undefined;
+    // (tenantId, conversationId, …)
+    case 'deleteConversation':
+    case 'setStatus':
+    case 'append':
+      return typeof args[1] === 'string' ? args[1] : undefined;
+  }
+}
+
 /**
  * The Redis channel on which gateways tell workers that deliveries may wait
- * (a hint, classic pub/sub: rare, and lost ones only delay to the next poll).
+ * (a hint, classic pub/sub: rare, and lost ones only delay to the next poll);
+ * a message is the conversation written to, or empty when not one.
  */
 export function webhookWakeChannel(keyPrefix: string): string {
   return `${keyPrefix}:webhooks:wake`;

@@ -43,6 +43,12 @@ export interface WebhookClaimRequest {
   limit: number;
   /** The claim lasts this long: past it (the process died), another takes the delivery over. */
   claimMs: number;
+  /**
+   * Only deliveries of these conversations (those this process has just
+   * written to): found through their queues' index, whatever the outbox holds
+   * besides. Absent: every conversation's, oldest first.
+   */
+  conversationIds?: readonly string[];
 }
 
 /** What an attempt came to. */

@@ -79,12 +79,17 @@ export class WebhookDeliveryRepository {
    * Claims the heads of the (conversation, endpoint) queues that are due, the
    * oldest first: a pending delivery with no pending one before it in its
    * queue, whose retry time has come and which no live claim holds.
-   * Walked in `seq` order on the index of pending deliveries (the head test is
-   * one probe of the queue's index per row), so that the cost follows the
-   * rows handed out, not the rows waiting: a backlog does not make each claim
-   * dearer, which would slow sending just when it must catch up.
    * `FOR UPDATE … SKIP LOCKED` with the conditions checked again on the
    * locked row: two dispatchers never claim one delivery.
+   *
+   * With `conversationIds`, only those conversations' queues, each found
+   * through the index of pending deliveries by queue: the cost follows those
+   * conversations alone. Without, the walk goes in `seq` order on the index of
+   * every pending delivery (the head test is one probe of the queue's index
+   * per row), so that the cost follows the rows handed out rather than the
+   * backlog; but that index also keeps an entry for each delivery sent since
+   * the table was last vacuumed, which every walk steps over, so dispatchers
+   * take it on their poll and use the targeted claim after their own writes.
    */
   async claimDue(
     endpointUrls: readonly string[],
@@ -92,12 +97,16 @@ export class WebhookDeliveryRepository {
     until: Date,
     claim: string,
     limit: number,
+    conversationIds: readonly string[] | null = null,
   ): Promise<WebhookDeliveryRow[]> {
+    const params: unknown[] = [endpointUrls, now.toISOString(), until.toISOString(), claim, limit];
+    if (conversationIds) params.push(conversationIds);
     const { rows } = await this.db.query<WebhookDeliveryRow>(
       `WITH due AS (
          SELECT d.conversation_id, d.endpoint_url, d.seq
            FROM webhook_deliveries d
           WHERE d.status = 'pending' AND d.endpoint_url = ANY ($1::text[])
+            ${conversationIds ? 'AND d.conversation_id = ANY ($6::uuid[])' : ''}
             AND (d.next_attempt_at IS NULL OR d.next_attempt_at <= $2::timestamptz)
             AND (d.claimed_until IS NULL OR d.claimed_until <= $2::timestamptz)
             AND NOT EXISTS (
@@ -114,7 +123,7 @@ export class WebhookDeliveryRepository {
         WHERE d.conversation_id = due.conversation_id AND d.endpoint_url = due.endpoint_url
           AND d.seq = due.seq
        RETURNING ${COLUMNS}`,
-      [endpointUrls, now.toISOString(), until.toISOString(), claim, limit],
+      params,
     );
     return rows;
   }
