@@ -8,7 +8,7 @@
 import { randomUUID } from 'node:crypto';
 import type { EventDraft, NewConversation } from '@cs/core';
 import { AgentBusyError } from '@cs/core';
-import type { SqlDatabase, SqlTransaction } from '@cs/store';
+import type { SqlDatabase } from '@cs/store';
 import {
   PostgresConversationStore,
   loadMigrations,
@@ -18,6 +18,7 @@ import {
 } from '@cs/store';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { openMigratedPglite } from '../support/migrated-template.js';
+import { recordingDatabase, relationsOf } from '../support/recorded-statements.js';
 import { createScratchDatabase, uniqueName } from '../support/services.js';
 
 const PARTITIONING = '0007_partitioned_events';
@@ -319,57 +320,6 @@ describe.each(backends)('partitioned events on $name', (backend) => {
     });
   });
 });
-
-interface Recorded {
-  sql: string;
-  params: readonly unknown[] | undefined;
-}
-
-/** The database, recording every statement the store runs (in transactions too). */
-function recordingDatabase(database: SqlDatabase): {
-  database: SqlDatabase;
-  statements: Recorded[];
-} {
-  const statements: Recorded[] = [];
-  const recorded = Object.create(database) as SqlDatabase;
-  recorded.query = (sql, params, options) => {
-    statements.push({ sql, params });
-    return database.query(sql, params, options);
-  };
-  recorded.transaction = (fn) =>
-    database.transaction((tx) => {
-      const recordedTx = Object.create(tx) as SqlTransaction;
-      recordedTx.query = (sql, params, options) => {
-        statements.push({ sql, params });
-        return tx.query(sql, params, options);
-      };
-      return fn(recordedTx);
-    });
-  return { database: recorded, statements };
-}
-
-/** The relations the plan of `statement` reads or writes, with its parameters bound. */
-async function relationsOf(database: SqlDatabase, statement: Recorded): Promise<string[]> {
-  const { rows } = await database.query<{ 'QUERY PLAN': unknown }>(
-    `EXPLAIN (FORMAT JSON) ${statement.sql}`,
-    statement.params,
-  );
-  const plan = rows[0]?.['QUERY PLAN'];
-  const found: string[] = [];
-  const walk = (node: unknown): void => {
-    if (Array.isArray(node)) {
-      node.forEach(walk);
-    } else if (typeof node === 'object' && node !== null) {
-      for (const [key, value] of Object.entries(node)) {
-        if (key === 'Relation Name' && typeof value === 'string') found.push(value);
-        else walk(value);
-      }
-    }
-  };
-  // pg parses the JSON plan; PGlite may hand it over as text.
-  walk(typeof plan === 'string' ? JSON.parse(plan) : plan);
-  return found;
-}
 
 /**
  * `conversations` hash-partitioned by id into 16 partitions, beside `events`

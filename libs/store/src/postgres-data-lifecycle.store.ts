@@ -91,7 +91,7 @@ export class PostgresDataLifecycleStore implements DataLifecycleStore {
       // Its events go with it (ON DELETE CASCADE), in the same statement.
       const { rowCount } = await tx.query(
         `DELETE FROM conversations c
-          WHERE c.tenant_id = $1 AND c.id = $2
+          WHERE c.id = $2 AND c.tenant_id IS NOT DISTINCT FROM $1
             AND ($3::text IS NULL OR c.incarnation = $3::uuid)
             AND ($4::bigint IS NULL OR NOT EXISTS (
                   SELECT 1 FROM events e

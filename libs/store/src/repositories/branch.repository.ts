@@ -47,7 +47,7 @@ export class BranchRepository {
     }>(
       `SELECT last_event_id, incarnation, user_id, state
          FROM conversations
-        WHERE tenant_id = $1 AND id = $2
+        WHERE id = $2 AND tenant_id IS NOT DISTINCT FROM $1
         ${mode === 'share' ? 'FOR SHARE' : 'FOR UPDATE'}`,
       [tenantId, id],
     );
@@ -170,7 +170,7 @@ export class BranchRepository {
               $8::jsonb, $9::text, $7::bigint, $7::bigint, s.lease_epoch,
               s.id, $7::bigint, $10::timestamptz, $10::timestamptz
          FROM conversations s
-        WHERE s.tenant_id = $1 AND s.id = $2
+        WHERE s.id = $2 AND s.tenant_id IS NOT DISTINCT FROM $1
        ON CONFLICT (id) DO NOTHING`,
       [
         row.tenantId,
@@ -250,7 +250,7 @@ export class BranchRepository {
               answered_through = $4::bigint,
               turn_cause = CASE WHEN $5::boolean THEN NULL ELSE turn_cause END,
               turn_cost_usd = CASE WHEN $5::boolean THEN 0 ELSE turn_cost_usd END
-        WHERE tenant_id = $1 AND id = $2`,
+        WHERE id = $2 AND tenant_id IS NOT DISTINCT FROM $1`,
       [tenantId, id, state, answeredThrough, answerAgain],
     );
   }

@@ -102,7 +102,7 @@ export class EventAppendRepository {
                   ELSE $17::numeric END,
                 turn_cause = coalesce($16::bigint, turn_cause),
                 updated_at = greatest(updated_at, $19::timestamptz)
-          WHERE tenant_id = $1 AND id = $2
+          WHERE id = $2 AND tenant_id IS NOT DISTINCT FROM $1
             AND ($4::bigint IS NULL OR lease_epoch = $4::bigint)
             AND ($14::uuid IS NULL OR incarnation = $14::uuid)
             AND NOT ($20::boolean AND multitask_strategy IS NOT DISTINCT FROM 'reject')

@@ -1,0 +1,92 @@
+// Every statement about one conversation finds it through the primary key of
+// `conversations`, whatever the statistics say, on real Postgres and on
+// PGlite. Its generic plan (kept by a pooled connection once a prepared
+// statement has run five times) was built here on a small table that was
+// never analyzed, as on a new deployment or a Postgres without autovacuum:
+// with `tenant_id = $1 AND id = $2`, the owner index (tenant_id, user_id)
+// tied with the primary key there and won, and every append of that
+// connection then read all the tenant's conversations.
+import { randomUUID } from 'node:crypto';
+import type { EventDraft, NewConversation } from '@cs/core';
+import type { SqlDatabase } from '@cs/store';
+import { PostgresConversationStore } from '@cs/store';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { genericPlanIndexes, recordingDatabase } from '../support/recorded-statements.js';
+import { uniqueName } from '../support/services.js';
+import { SQL_BACKENDS } from '../support/sql-backends.js';
+
+function newConversation(tenantId: string, userId = 'alice'): NewConversation {
+  return {
+    id: randomUUID(),
+    tenantId,
+    userId,
+    appName: 'chat',
+    title: 'a conversation',
+    metadata: {},
+    agent: { name: 'echo', config: {} },
+    instructions: null,
+  };
+}
+
+const message = (content: string): EventDraft => ({
+  source: 'user',
+  body: { action: 'message', args: { content, image_urls: [], file_urls: [] }, message: content },
+});
+
+const reply = (cause: number, content: string): EventDraft => ({
+  source: 'agent',
+  body: { action: 'message', args: { content }, message: content },
+  cause,
+  answers: cause,
+});
+
+describe.each(SQL_BACKENDS.filter((backend) => !backend.name.includes('PgBouncer')))(
+  'statements about one conversation on $name',
+  (backend) => {
+    let database: SqlDatabase;
+    let teardown: () => Promise<void>;
+
+    beforeAll(async () => {
+      ({ database, teardown } = await backend.open({ migrated: true }));
+    });
+
+    afterAll(async () => {
+      await teardown?.();
+    });
+
+    it('go through the primary key in their generic plans, never through the owner index', async () => {
+      const recorded = recordingDatabase(database);
+      const store = new PostgresConversationStore(recorded.database);
+      const tenantId = uniqueName('tenant');
+      for (let i = 0; i < 20; i += 1)
+        await store.createConversation(newConversation(tenantId, `user-${i % 3}`));
+      const { conversation } = await store.createConversation(newConversation(tenantId));
+      const { id } = conversation;
+      recorded.statements.length = 0;
+
+      const epoch = await store.acquireLease(tenantId, id, 'worker-a');
+      await store.setStatus(tenantId, id, 'RUNNING', ['STOPPED', 'STARTING']);
+      await store.append(tenantId, id, [message('hello')]);
+      await store.append(tenantId, id, [reply(1, 'hi')], { leaseEpoch: epoch });
+      await store.getConversation(tenantId, id);
+      await store.getSnapshot(tenantId, id);
+      await store.updateConversation(tenantId, id, { title: 'renamed' });
+      await store.rewind(tenantId, id, { toEventId: 1, answerAgain: true });
+      await store.fork(tenantId, id, { conversationId: randomUUID(), userId: 'bob' });
+      await store.releaseLease(tenantId, id, 'worker-a', epoch);
+      await store.deleteConversation(tenantId, id);
+
+      const aboutConversations = recorded.statements.filter((statement) =>
+        /\bconversations\b/.test(statement.sql),
+      );
+      expect(aboutConversations.length).toBeGreaterThan(10);
+      const used = new Set<string>();
+      for (const statement of aboutConversations) {
+        const indexes = await genericPlanIndexes(database, statement);
+        for (const index of indexes) used.add(index);
+        expect(indexes, statement.sql).not.toContain('conversations_owner_idx');
+      }
+      expect(used).toContain('conversations_pkey');
+    });
+  },
+);
