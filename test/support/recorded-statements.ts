@@ -85,8 +85,16 @@ function text(value: unknown): string {
     );
     return `{${items.join(',')}}`;
   }
-  if (typeof value === 'object') return JSON.stringify(value);
-  return String(value as string | number | boolean | bigint);
+  switch (typeof value) {
+    case 'string':
+      return value;
+    case 'number':
+    case 'boolean':
+    case 'bigint':
+      return String(value);
+    default:
+      return JSON.stringify(value);
+  }
 }
 
 /** Every value of `key` in a JSON plan. */
