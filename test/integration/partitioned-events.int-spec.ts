@@ -18,7 +18,7 @@ import {
 } from '@cs/store';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { openMigratedPglite } from '../support/migrated-template.js';
-import { recordingDatabase, relationsOf } from '../support/recorded-statements.js';
+import { type Recorded, recordingDatabase, relationsOf } from '../support/recorded-statements.js';
 import { createScratchDatabase, uniqueName } from '../support/services.js';
 
 const PARTITIONING = '0007_partitioned_events';
