@@ -1,6 +1,6 @@
 // The statements a store runs, recorded so that a spec can ask Postgres (or
 // PGlite) how it plans each of them: the relations a plan touches, and the
-// indexes of its generic plan (the one a pooled connection keeps once a
+// nodes of its generic plan (the one a pooled connection keeps once a
 // prepared statement has run five times).
 import type { SqlDatabase, SqlTransaction } from '@cs/store';
 
@@ -38,20 +38,27 @@ export async function relationsOf(database: SqlDatabase, statement: Recorded): P
     `EXPLAIN (FORMAT JSON) ${statement.sql}`,
     statement.params,
   );
-  return valuesOf(rows[0]?.['QUERY PLAN'], 'Relation Name');
+  return nodesOf(rows[0]?.['QUERY PLAN']).flatMap((node) => node['Relation Name'] ?? []);
 }
 
 let probes = 0;
 
+/** A node of a JSON plan: what it does, and to which relation through which index. */
+export interface PlanNode {
+  'Node Type': string;
+  'Relation Name'?: string;
+  'Index Name'?: string;
+}
+
 /**
- * The indexes the generic plan of `statement` goes through: the plan built
- * without its parameters' values, as a prepared statement's is once it has
- * run a few times, and then kept for the life of the connection.
+ * The nodes of the generic plan of `statement`: the plan built without its
+ * parameters' values, as a prepared statement's is once it has run a few
+ * times, and then kept for the life of the connection.
  */
-export async function genericPlanIndexes(
+export async function genericPlanNodes(
   database: SqlDatabase,
   statement: Recorded,
-): Promise<string[]> {
+): Promise<PlanNode[]> {
   const params = statement.params ?? [];
   // EXECUTE takes its arguments as literals (a utility statement has no parameters).
   const args = params.map(literal).join(', ');
@@ -64,7 +71,7 @@ export async function genericPlanIndexes(
       `EXPLAIN (FORMAT JSON) EXECUTE ${name}${params.length > 0 ? `(${args})` : ''}`,
     );
     await tx.query(`DEALLOCATE ${name}`);
-    return valuesOf(rows[0]?.['QUERY PLAN'], 'Index Name');
+    return nodesOf(rows[0]?.['QUERY PLAN']);
   });
 }
 
@@ -97,20 +104,17 @@ function text(value: unknown): string {
   }
 }
 
-/** Every value of `key` in a JSON plan. */
-function valuesOf(plan: unknown, key: string): string[] {
-  const found: string[] = [];
+/** Every node of a JSON plan (pg parses it; PGlite may hand it over as text). */
+function nodesOf(plan: unknown): PlanNode[] {
+  const found: PlanNode[] = [];
   const walk = (node: unknown): void => {
     if (Array.isArray(node)) {
       node.forEach(walk);
     } else if (typeof node === 'object' && node !== null) {
-      for (const [name, value] of Object.entries(node)) {
-        if (name === key && typeof value === 'string') found.push(value);
-        else walk(value);
-      }
+      if ('Node Type' in node) found.push(node as PlanNode);
+      Object.values(node).forEach(walk);
     }
   };
-  // pg parses the JSON plan; PGlite may hand it over as text.
   walk(typeof plan === 'string' ? JSON.parse(plan) : plan);
   return found;
 }

@@ -225,10 +225,14 @@ export class EventAppendRepository {
             AND (b.lease_epoch IS NULL OR c.lease_epoch = b.lease_epoch)
             AND (b.incarnation IS NULL OR c.incarnation = b.incarnation)
             AND NOT (b.undone_under_reject AND c.multitask_strategy IS NOT DISTINCT FROM 'reject')
-            AND NOT EXISTS (
+            -- Under OR, the key check stays a probe of the conversation's key index,
+            -- made only for a row with keys. Alone, the planner could make it an anti
+            -- join over every partition of events, and did in generic plans built on
+            -- small tables: each batch of a busy worker then read the whole log.
+            AND (cardinality(b.client_event_ids) = 0 OR NOT EXISTS (
               SELECT 1 FROM events e
                WHERE e.conversation_id = b.conversation_id
-                 AND e.client_event_id = ANY (b.client_event_ids))
+                 AND e.client_event_id = ANY (b.client_event_ids)))
        ), head AS (
          UPDATE conversations c
             SET last_event_id = c.last_event_id + b.count,
