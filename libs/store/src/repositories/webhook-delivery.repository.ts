@@ -90,6 +90,9 @@ export class WebhookDeliveryRepository {
    * backlog; but that index also keeps an entry for each delivery sent since
    * the table was last vacuumed, which every walk steps over, so dispatchers
    * take it on their poll and use the targeted claim after their own writes.
+   * Not a prepared statement: each claim is planned with its values and the
+   * table's size at the time (a generic plan kept from when the table was
+   * small could walk that index for the targeted claim too).
    */
   async claimDue(
     endpointUrls: readonly string[],
