@@ -7,6 +7,8 @@ import type { SqlDatabase, SqlTransaction } from '@cs/store';
 export interface Recorded {
   sql: string;
   params: readonly unknown[] | undefined;
+  /** Sent as a named prepared statement (`PREPARED`): planned generically after a few runs. */
+  prepared: boolean;
 }
 
 /** The database, recording every statement the store runs (in transactions too). */
@@ -17,14 +19,14 @@ export function recordingDatabase(database: SqlDatabase): {
   const statements: Recorded[] = [];
   const recorded = Object.create(database) as SqlDatabase;
   recorded.query = (sql, params, options) => {
-    statements.push({ sql, params });
+    statements.push({ sql, params, prepared: options?.prepare === true });
     return database.query(sql, params, options);
   };
   recorded.transaction = (fn) =>
     database.transaction((tx) => {
       const recordedTx = Object.create(tx) as SqlTransaction;
       recordedTx.query = (sql, params, options) => {
-        statements.push({ sql, params });
+        statements.push({ sql, params, prepared: options?.prepare === true });
         return tx.query(sql, params, options);
       };
       return fn(recordedTx);

@@ -10,7 +10,7 @@
  * table was small and never analyzed (a new deployment; a Postgres without
  * autovacuum), went through the owner index (tenant_id, user_id) instead,
  * and every append of that connection read all the tenant's conversations
- * (test/integration/conversation-lookups.int-spec.ts).
+ * (test/integration/prepared-plans.int-spec.ts).
  */
 import type {
   ConversationPatch,
@@ -331,8 +331,10 @@ export class ConversationRepository {
          FROM conversations c
         WHERE c.id = ANY ($2::uuid[])
           AND (c.tenant_id, c.id) IN (SELECT * FROM unnest($1::text[], $2::uuid[]))`,
+      // Not prepared: its best plan depends on how many ids it gets against how
+      // many conversations there are (a generic plan, kept from when the table
+      // was small, read the whole table on every catch-up).
       [tenantIds, ids],
-      PREPARED,
     );
     return new Map(rows.map((row) => [row.id, row.last_event_id]));
   }
