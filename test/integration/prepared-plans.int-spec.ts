@@ -89,6 +89,9 @@ describe.each(SQL_BACKENDS.filter((backend) => !backend.name.includes('PgBouncer
       await store.readEventPage(tenantId, id, { fromId: 0, limit: 100, maxBytes: 1 << 22 });
       await store.findEventByClientEventId(tenantId, id, 'k1');
       await store.lastEventIds([{ tenantId, conversationId: id }]);
+      const days = { from: '2026-01-01', to: '2026-12-31' };
+      await store.usageCost(tenantId, { ...days, userId: 'alice' });
+      await store.usageReport(tenantId, { ...days, groupBy: 'user' });
       await store.updateConversation(tenantId, id, { title: 'renamed' });
       await store.rewind(tenantId, id, { toEventId: 1, answerAgain: true });
       await store.fork(tenantId, id, { conversationId: randomUUID(), userId: 'bob' });
@@ -112,7 +115,7 @@ describe.each(SQL_BACKENDS.filter((backend) => !backend.name.includes('PgBouncer
           nodes.filter(
             (node) =>
               node['Node Type'] === 'Seq Scan' &&
-              /^(events|conversations)/.test(node['Relation Name']!),
+              /^(events|conversations|model_usage)/.test(node['Relation Name']!),
           ),
           statement.sql,
         ).toEqual([]);
