@@ -10,31 +10,14 @@
 // appends checked its idempotency keys with an anti join over every
 // partition of events.
 import { randomUUID } from 'node:crypto';
-import type { EventDraft, NewConversation } from '@cs/core';
+import type { EventDraft } from '@cs/core';
 import type { SqlDatabase } from '@cs/store';
 import { PostgresConversationStore } from '@cs/store';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { genericPlanNodes, recordingDatabase } from '../support/recorded-statements.js';
 import { uniqueName } from '../support/services.js';
 import { SQL_BACKENDS } from '../support/sql-backends.js';
-
-function newConversation(tenantId: string, userId = 'alice'): NewConversation {
-  return {
-    id: randomUUID(),
-    tenantId,
-    userId,
-    appName: 'chat',
-    title: 'a conversation',
-    metadata: {},
-    agent: { name: 'echo', config: {} },
-    instructions: null,
-  };
-}
-
-const message = (content: string): EventDraft => ({
-  source: 'user',
-  body: { action: 'message', args: { content, image_urls: [], file_urls: [] }, message: content },
-});
+import { message, newConversation } from './store.contract.js';
 
 const reply = (cause: number, content: string): EventDraft => ({
   source: 'agent',
@@ -64,11 +47,11 @@ describe.each(SQL_BACKENDS.filter((backend) => !backend.name.includes('PgBouncer
       const others: string[] = [];
       for (let i = 0; i < 20; i += 1) {
         const { conversation } = await store.createConversation(
-          newConversation(tenantId, `user-${i % 3}`),
+          newConversation({ tenantId, userId: `user-${i % 3}` }),
         );
         others.push(conversation.id);
       }
-      const { conversation } = await store.createConversation(newConversation(tenantId));
+      const { conversation } = await store.createConversation(newConversation({ tenantId }));
       const { id } = conversation;
       recorded.statements.length = 0;
 
