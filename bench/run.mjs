@@ -108,6 +108,8 @@ const USAGE = `usage: npm run bench -- [options]
   --capacity-conversations N     conversations they are spread over (default 300; --quick: 60)
   --webhook-conversations N      conversations of the webhooks scenario (default 1000)
   --webhook-rates a,b,…          offered turns/s of its paced levels (default 100,250,500)
+  --webhook-cpu-rate N           the level at which the outbox's CPU is compared with webhooks
+                                 off (default 250)
   --retention-conversations N    idle conversations of 100 events the retention sweep deletes
                                  under the load of --sustained-conversations (default 10000)
   --profile                      run the services with --cpu-prof and print where their CPU went
@@ -151,6 +153,7 @@ function parseOptions(argv) {
       'capacity-conversations': { type: 'string', default: '300' },
       'webhook-conversations': { type: 'string', default: '1000' },
       'webhook-rates': { type: 'string', default: '100,250,500' },
+      'webhook-cpu-rate': { type: 'string', default: '250' },
       'retention-conversations': { type: 'string', default: '10000' },
       'worker-concurrency': { type: 'string', default: '10000' },
       keep: { type: 'boolean', default: false },
@@ -234,6 +237,7 @@ function parseOptions(argv) {
       .filter(Boolean)
       .map((s) => Number(s))
       .filter((n) => Number.isFinite(n) && n > 0),
+    webhookCpuRate: int('webhook-cpu-rate', 1, 100_000),
     capacityConversations: int('capacity-conversations', 1, 5000),
     retentionConversations: int('retention-conversations', 2, 100_000),
     workerConcurrency: int('worker-concurrency', 1, 100_000),

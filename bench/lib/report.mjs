@@ -616,6 +616,15 @@ function targetsTable(s, blocks) {
       hooked.lag.p50 <= 20 && hooked.lag.p99 <= 200 && hooked.throughput.value >= 450,
     );
   }
+  const outbox = hooks?.outboxCost;
+  if (outbox && outbox.addedPercent !== null) {
+    add(
+      `the outbox's CPU per turn with webhooks on, at ${outbox.offeredRate} turns/s over ${outbox.conversations} conversations (gateways, workers, Postgres, Redis)`,
+      '≤ 10 % more than off',
+      `${outbox.onMsPerTurn} ms vs ${outbox.offMsPerTurn} ms a turn (${outbox.addedPercent > 0 ? '+' : ''}${outbox.addedPercent} %)`,
+      outbox.addedPercent <= 10 && outbox.errors === 0,
+    );
+  }
   const model = s['model-turn'];
   if (model) {
     for (const [level, floor] of [
