@@ -160,8 +160,14 @@ describe('conversations whose job Redis lost', () => {
     await sendMessage(gateway.url, token, id, 'first');
     await expectAnsweredOnce(c, token, id, 15_000);
     await holderOf(c.workers, id);
+    // A run writes RUNNING once its session has started, which may be after its first answer.
+    await until(
+      async () => (await conversationRow(c, id)).status === 'RUNNING',
+      'the conversation RUNNING',
+      5_000,
+      50,
+    );
     const before = await conversationRow(c, id);
-    expect(before.status).toBe('RUNNING');
 
     await deleteActiveJob(c, id);
     expect(await jobState(c, id)).toBe('unknown');
@@ -178,7 +184,12 @@ describe('conversations whose job Redis lost', () => {
     await sendMessage(gateway.url, token, id, 'second');
     const events = await expectAnsweredOnce(c, token, id, 15_000);
     expect(userMessages(events)).toHaveLength(2);
-    expect((await conversationRow(c, id)).status).toBe('RUNNING');
+    await until(
+      async () => (await conversationRow(c, id)).status === 'RUNNING',
+      'the conversation RUNNING under its new job',
+      5_000,
+      50,
+    );
   });
 
   it('starts nothing for a stopped conversation, and answers nothing twice', async () => {
