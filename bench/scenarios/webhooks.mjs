@@ -108,10 +108,8 @@ export async function runWebhooks(ctx) {
  */
 async function measureOutboxCost(ctx, levels, count, durationS) {
   const { options, log } = ctx;
-  const hooked =
-    levels.find((level) => level.offeredRate === options.webhookCpuRate) ??
-    levels.find((level) => level.offeredRate < 500) ??
-    levels[0];
+  // The level at --webhook-cpu-rate, or the first (--quick runs one).
+  const hooked = levels.find((level) => level.offeredRate === options.webhookCpuRate) ?? levels[0];
   if (!hooked) return null;
   const rate = hooked.offeredRate;
   const conversations = await openConversations(ctx, UNHOOKED_TENANT, count);

@@ -20,6 +20,7 @@ import { ERASED_USER } from '@cs/protocol';
 import { isUuid } from './conversation-page.cursor.js';
 import type { SqlDatabase, SqlQueryable } from './database/sql-database.js';
 import { UNIQUE_VIOLATION, sqlErrorCode } from './database/sql-database.js';
+import { oneConversation } from './repositories/conversation-key-sql.js';
 
 /** Where activity hours are binned from (migration 0011). */
 export const HOUR_ORIGIN = '2000-01-01T00:00:00Z';
@@ -91,7 +92,7 @@ export class PostgresDataLifecycleStore implements DataLifecycleStore {
       // Its events go with it (ON DELETE CASCADE), in the same statement.
       const { rowCount } = await tx.query(
         `DELETE FROM conversations c
-          WHERE c.id = $2 AND c.tenant_id IS NOT DISTINCT FROM $1
+          WHERE ${oneConversation('c')}
             AND ($3::text IS NULL OR c.incarnation = $3::uuid)
             AND ($4::bigint IS NULL OR NOT EXISTS (
                   SELECT 1 FROM events e

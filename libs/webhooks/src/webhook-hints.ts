@@ -4,7 +4,7 @@
  * them, so that a delivery leaves within milliseconds instead of at the next
  * poll.
  */
-import type { ConversationStore } from '@cs/core';
+import type { ConversationStore, NewConversation } from '@cs/core';
 
 export type WebhookWrite =
   'createConversation' | 'deleteConversation' | 'setStatus' | 'resetRunningStatuses' | 'append';
@@ -20,8 +20,8 @@ export const WEBHOOK_WRITES: readonly WebhookWrite[] = [
 
 /**
  * The store, calling `written` after each write of `writes` (also when it
- * failed) with the conversation written to, or none when the write is not
- * of one conversation (a reset of every running one, a creation that failed).
+ * failed) with the conversation written to, or none when the write is not of
+ * one conversation (the reset of every running one).
  */
 export function hintWebhookWrites(
   store: ConversationStore,
@@ -36,36 +36,28 @@ export function hintWebhookWrites(
       const method = (value as (...args: unknown[]) => unknown).bind(target);
       if (!hinted.has(property)) return method;
       return async (...args: unknown[]) => {
-        let conversationId: string | undefined;
         try {
-          const result = await method(...args);
-          conversationId = writtenConversation(property as WebhookWrite, args, result);
-          return result;
+          return await method(...args);
         } finally {
-          written(conversationId);
+          written(writtenConversation(property as WebhookWrite, args));
         }
       };
     },
   });
 }
 
-/** The conversation a write of `WEBHOOK_WRITES` went to, when it was one. */
-function writtenConversation(
-  write: WebhookWrite,
-  args: unknown[],
-  result: unknown,
-): string | undefined {
+/** The conversation a write of `WEBHOOK_WRITES` goes to, from its arguments. */
+function writtenConversation(write: WebhookWrite, args: unknown[]): string | undefined {
   switch (write) {
     case 'createConversation':
-      return (result as Awaited<ReturnType<ConversationStore['createConversation']>>).conversation
-        .id;
+      return (args[0] as NewConversation).id;
     case 'resetRunningStatuses':
       return undefined;
     // (tenantId, conversationId, …)
     case 'deleteConversation':
     case 'setStatus':
     case 'append':
-      return typeof args[1] === 'string' ? args[1] : undefined;
+      return args[1] as string;
   }
 }
 

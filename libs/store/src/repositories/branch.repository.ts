@@ -7,6 +7,7 @@
 import type { StoredEvent } from '@cs/protocol';
 import type { SqlQueryable } from '../database/sql-database.js';
 import { toStoredEvent } from './event.repository.js';
+import { oneConversation } from './conversation-key-sql.js';
 
 /** What a fork or a rewind reads of its conversation, under a lock. */
 export interface BranchHead {
@@ -47,7 +48,7 @@ export class BranchRepository {
     }>(
       `SELECT last_event_id, incarnation, user_id, state
          FROM conversations
-        WHERE id = $2 AND tenant_id IS NOT DISTINCT FROM $1
+        WHERE ${oneConversation()}
         ${mode === 'share' ? 'FOR SHARE' : 'FOR UPDATE'}`,
       [tenantId, id],
     );
@@ -170,7 +171,7 @@ export class BranchRepository {
               $8::jsonb, $9::text, $7::bigint, $7::bigint, s.lease_epoch,
               s.id, $7::bigint, $10::timestamptz, $10::timestamptz
          FROM conversations s
-        WHERE s.id = $2 AND s.tenant_id IS NOT DISTINCT FROM $1
+        WHERE ${oneConversation('s')}
        ON CONFLICT (id) DO NOTHING`,
       [
         row.tenantId,
@@ -250,7 +251,7 @@ export class BranchRepository {
               answered_through = $4::bigint,
               turn_cause = CASE WHEN $5::boolean THEN NULL ELSE turn_cause END,
               turn_cost_usd = CASE WHEN $5::boolean THEN 0 ELSE turn_cost_usd END
-        WHERE id = $2 AND tenant_id IS NOT DISTINCT FROM $1`,
+        WHERE ${oneConversation()}`,
       [tenantId, id, state, answeredThrough, answerAgain],
     );
   }

@@ -2,15 +2,8 @@
  * SQL of the `conversations` table. Every statement filters by tenant_id,
  * except the start-up reset, which is process-wide by design.
  *
- * A statement about one conversation says `id = $2 AND tenant_id IS NOT
- * DISTINCT FROM $1` (here and in the other repositories): the same rows as
- * `=` (tenant_id is never null), but a condition no index takes, so that the
- * primary key is the planner's only way in. With `=`, the generic plan a
- * pooled connection keeps for a prepared statement, when built while the
- * table was small and never analyzed (a new deployment; a Postgres without
- * autovacuum), went through the owner index (tenant_id, user_id) instead,
- * and every append of that connection read all the tenant's conversations
- * (test/integration/prepared-plans.int-spec.ts).
+ * A statement about one conversation finds it with `oneConversation()`
+ * (conversation-key-sql.ts), through its primary key whatever the statistics.
  */
 import type {
   ConversationPatch,
@@ -28,6 +21,7 @@ import type {
 import type { SqlQueryable } from '../database/sql-database.js';
 import { PREPARED } from '../database/sql-database.js';
 import { metricsPlus } from './metrics-sql.js';
+import { oneConversation } from './conversation-key-sql.js';
 
 /** The metrics plus the counters in parameters $8 to $11. */
 const METRICS_PLUS_USAGE = metricsPlus(8);
@@ -135,7 +129,7 @@ export class ConversationRepository {
 
   async find(tenantId: string, id: string): Promise<ConversationRecord | null> {
     const { rows } = await this.db.query<ConversationRow>(
-      `SELECT ${COLUMNS} FROM conversations WHERE id = $2 AND tenant_id IS NOT DISTINCT FROM $1`,
+      `SELECT ${COLUMNS} FROM conversations WHERE ${oneConversation()}`,
       [tenantId, id],
       PREPARED,
     );
@@ -166,7 +160,7 @@ export class ConversationRepository {
            ON a.tenant_id = c.tenant_id AND a.app_name = c.app_name
          LEFT JOIN user_states u
            ON u.tenant_id = c.tenant_id AND u.app_name = c.app_name AND u.user_id = c.user_id
-        WHERE c.id = $2 AND c.tenant_id IS NOT DISTINCT FROM $1`,
+        WHERE ${oneConversation('c')}`,
       [tenantId, id],
       PREPARED,
     );
@@ -219,7 +213,7 @@ export class ConversationRepository {
               multitask_strategy = coalesce($6::text, multitask_strategy),
               metrics = CASE WHEN $7::boolean THEN ${METRICS_PLUS_USAGE} ELSE metrics END,
               updated_at = greatest(updated_at, $12::timestamptz)
-        WHERE id = $2 AND tenant_id IS NOT DISTINCT FROM $1
+        WHERE ${oneConversation()}
         RETURNING ${COLUMNS}`,
       [
         tenantId,
@@ -242,7 +236,7 @@ export class ConversationRepository {
   /** Its events go with it (ON DELETE CASCADE), in the same statement. */
   async delete(tenantId: string, id: string): Promise<boolean> {
     const { rowCount } = await this.db.query(
-      'DELETE FROM conversations WHERE id = $2 AND tenant_id IS NOT DISTINCT FROM $1',
+      `DELETE FROM conversations WHERE ${oneConversation()}`,
       [tenantId, id],
     );
     return rowCount > 0;
@@ -257,7 +251,7 @@ export class ConversationRepository {
   ): Promise<boolean> {
     const { rowCount } = await this.db.query(
       `UPDATE conversations SET status = $3
-        WHERE id = $2 AND tenant_id IS NOT DISTINCT FROM $1 AND ($4::text[] IS NULL OR status = ANY($4::text[]))`,
+        WHERE ${oneConversation()} AND ($4::text[] IS NULL OR status = ANY($4::text[]))`,
       [tenantId, id, status, expected],
     );
     return rowCount > 0;
@@ -344,7 +338,7 @@ export class ConversationRepository {
     const { rows } = await this.db.query<{ lease_epoch: number }>(
       `UPDATE conversations
           SET lease_epoch = lease_epoch + 1, lease_owner = $3
-        WHERE id = $2 AND tenant_id IS NOT DISTINCT FROM $1
+        WHERE ${oneConversation()}
         RETURNING lease_epoch`,
       [tenantId, id, owner],
     );
@@ -355,7 +349,7 @@ export class ConversationRepository {
   async releaseLease(tenantId: string, id: string, owner: string, epoch: number): Promise<boolean> {
     const { rowCount } = await this.db.query(
       `UPDATE conversations SET lease_owner = NULL
-        WHERE id = $2 AND tenant_id IS NOT DISTINCT FROM $1 AND lease_owner = $3 AND lease_epoch = $4`,
+        WHERE ${oneConversation()} AND lease_owner = $3 AND lease_epoch = $4`,
       [tenantId, id, owner, epoch],
     );
     return rowCount > 0;
@@ -379,7 +373,7 @@ export class ConversationRepository {
       `SELECT user_id, app_name, last_event_id, lease_epoch, incarnation, agent_state,
               answered_through, multitask_strategy
          FROM conversations
-        WHERE id = $2 AND tenant_id IS NOT DISTINCT FROM $1
+        WHERE ${oneConversation()}
         FOR UPDATE`,
       [tenantId, id],
       PREPARED,

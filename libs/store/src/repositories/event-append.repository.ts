@@ -8,6 +8,7 @@ import type { ConversationMetrics, StoredEvent } from '@cs/protocol';
 import type { SqlQueryable } from '../database/sql-database.js';
 import { PREPARED } from '../database/sql-database.js';
 import { metricsPlus } from './metrics-sql.js';
+import { oneConversation } from './conversation-key-sql.js';
 
 /** The metrics plus the counters in parameters $8 to $11. */
 const METRICS_PLUS_USAGE = metricsPlus(8);
@@ -102,7 +103,7 @@ export class EventAppendRepository {
                   ELSE $17::numeric END,
                 turn_cause = coalesce($16::bigint, turn_cause),
                 updated_at = greatest(updated_at, $19::timestamptz)
-          WHERE id = $2 AND tenant_id IS NOT DISTINCT FROM $1
+          WHERE ${oneConversation()}
             AND ($4::bigint IS NULL OR lease_epoch = $4::bigint)
             AND ($14::uuid IS NULL OR incarnation = $14::uuid)
             AND NOT ($20::boolean AND multitask_strategy IS NOT DISTINCT FROM 'reject')
