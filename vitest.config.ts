@@ -32,7 +32,10 @@ const MANIFESTS = ['test/integration/deploy-manifests.int-spec.ts'];
 // End-to-end files that run one at a time, after everything else, because
 // they measure time (a failover, a stop, a drain, a refusal "at once" is
 // asserted in milliseconds and would fail on a machine busy with other
-// files' processes) or load the machine on purpose:
+// files' processes) or load the machine on purpose. Files that kill only
+// processes of their own and bound nothing from above (a redelivery after a
+// killed worker's claim lapsed, a rewind's turn after its holder died) run
+// with the others:
 const E2E_SERIAL = [
   // a worker killed or paused: failover within LEASE_TTL_MS + 2 s, hand-off
   // within 2.5 s, a drained gateway's exit within 4 s
@@ -53,10 +56,6 @@ const E2E_SERIAL = [
   'test/e2e/bench.e2e-spec.ts',
   // Kills and fails over Redis masters under load.
   'test/e2e/redis-cluster.e2e-spec.ts',
-  // Kills a worker mid-delivery; a redelivery is awaited after its claim lapses.
-  'test/e2e/webhooks-cluster.e2e-spec.ts',
-  // kills a worker right after a rewind
-  'test/e2e/branching.e2e-spec.ts',
   // Lost jobs answered within the reconciler's bound.
   'test/e2e/lost-jobs.e2e-spec.ts',
 ];

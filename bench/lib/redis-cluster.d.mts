@@ -41,7 +41,10 @@ export interface LocalRedisCluster {
 
 /** True when Debian's redis-server and redis-cli are installed (`.ci/run` installs them). */
 export declare function redisClusterAvailable(): boolean;
-export declare function startRedisCluster(): Promise<LocalRedisCluster>;
+/** `nodeTimeoutMs`: the nodes' `cluster-node-timeout` (default CLUSTER_NODE_TIMEOUT_MS). */
+export declare function startRedisCluster(options?: {
+  nodeTimeoutMs?: number;
+}): Promise<LocalRedisCluster>;
 export declare function parseCommandStats(text: string): Array<[string, number]>;
 /** Calls of each command so far on the Redis (node) on `port` (INFO commandstats); {} when down. */
 export declare function commandCallsAt(port: number): Promise<Record<string, number>>;

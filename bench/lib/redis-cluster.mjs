@@ -26,7 +26,7 @@ export function redisClusterAvailable() {
 }
 
 /** The server of one node: its port, bus port and files in `dir` (the same on a restart). */
-function launch(dir, port, busPort) {
+function launch(dir, port, busPort, nodeTimeoutMs) {
   return spawn(
     'redis-server',
     [
@@ -41,7 +41,7 @@ function launch(dir, port, busPort) {
       '--cluster-config-file',
       join(dir, `nodes-${port}.conf`),
       '--cluster-node-timeout',
-      String(CLUSTER_NODE_TIMEOUT_MS),
+      String(nodeTimeoutMs),
       // A replica that has not finished its first sync may still take over.
       '--cluster-replica-validity-factor',
       '0',
@@ -70,7 +70,13 @@ function killNow(child) {
   });
 }
 
-export async function startRedisCluster() {
+/**
+ * `nodeTimeoutMs` (default CLUSTER_NODE_TIMEOUT_MS): how long a node may go
+ * unanswered before the others fail it over. Suites that inject no Redis
+ * fault give a long one, so that a machine too busy to schedule a node for
+ * 2 s does not fail it over under them.
+ */
+export async function startRedisCluster({ nodeTimeoutMs = CLUSTER_NODE_TIMEOUT_MS } = {}) {
   const dir = mkdtempSync(join(tmpdir(), 'cs-redis-cluster-'));
   const nodes = [];
   const stop = async () => {
@@ -78,16 +84,7 @@ export async function startRedisCluster() {
     rmSync(dir, { recursive: true, force: true });
   };
   try {
-    for (let i = 0; i < NODES; i++) {
-      const [port = 0, busPort = 0] = await freePorts(2);
-      nodes.push({
-        port,
-        busPort,
-        url: `redis://127.0.0.1:${port}`,
-        process: launch(dir, port, busPort),
-      });
-    }
-    await Promise.all(nodes.map((node) => waitForPing(node.port)));
+    await Promise.all(Array.from({ length: NODES }, () => startNode(dir, nodeTimeoutMs, nodes)));
     const created = spawnSync(
       'redis-cli',
       [
@@ -125,7 +122,7 @@ export async function startRedisCluster() {
       kill: (node) => killNow(node.process),
       async restart(node) {
         await killNow(node.process);
-        node.process = launch(dir, node.port, node.busPort);
+        node.process = launch(dir, node.port, node.busPort, nodeTimeoutMs);
         await waitForPing(node.port);
       },
       async failover(replica) {
@@ -167,6 +164,33 @@ export function parseCommandStats(text) {
   return result;
 }
 
+/**
+ * Launches a node on ports free a moment ago and waits for its answer. Another
+ * process may bind a port between its pick and the node's bind (the node then
+ * exits at once): the node is launched again on other ports, up to 3 times.
+ * The node is in `nodes` from its launch on, so that a failed start stops it.
+ */
+async function startNode(dir, nodeTimeoutMs, nodes) {
+  for (let attempt = 1; ; attempt++) {
+    const [port = 0, busPort = 0] = await freePorts(2);
+    const node = {
+      port,
+      busPort,
+      url: `redis://127.0.0.1:${port}`,
+      process: launch(dir, port, busPort, nodeTimeoutMs),
+    };
+    nodes.push(node);
+    try {
+      await waitForPing(port, 10_000, node.process);
+      return;
+    } catch (error) {
+      if (attempt === 3) throw error;
+      await killNow(node.process);
+      nodes.splice(nodes.indexOf(node), 1);
+    }
+  }
+}
+
 /** Ports nobody listens on now (the OS picks them; closed again at once). */
 async function freePorts(count) {
   const servers = await Promise.all(
@@ -204,9 +228,15 @@ async function withNode(port, run) {
   }
 }
 
-async function waitForPing(port, timeoutMs = 10_000) {
+/** Waits until the node on `port` answers; gives up at once if its `child` process exited. */
+async function waitForPing(port, timeoutMs = 10_000, child = undefined) {
   const deadline = Date.now() + timeoutMs;
   for (;;) {
+    if (child && exited(child)) {
+      throw new Error(
+        `redis-server on port ${port} exited (${child.exitCode ?? child.signalCode})`,
+      );
+    }
     try {
       await withNode(port, (redis) => redis.ping());
       return;

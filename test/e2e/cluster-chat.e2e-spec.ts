@@ -37,8 +37,8 @@ const fixture = clusterPerTest();
 const cluster_ = (options: ClusterOptions) => fixture.start(options);
 /**
  * Two gateways and two workers for the tests that only chat, stream, count
- * and stop: on one Redis one cluster for them all, each under a tenant of its
- * own (see `ClusterPerTest.shared`).
+ * and stop: one cluster for them all, each under a tenant of its own (see
+ * `ClusterPerTest.shared`).
  */
 const sharedCluster = (queueCount = 1) =>
   fixture.shared({ gateways: 2, workers: 2, env: queues(queueCount) });

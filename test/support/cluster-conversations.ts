@@ -36,18 +36,12 @@ export const SLACK_MS = 1000;
 export interface ClusterPerTest {
   start(options: ClusterOptions): Promise<TestCluster>;
   /**
-   * On one Redis, a cluster of these options shared by the file's tests that
-   * ask for the same ones (started by the first, stopped after the file), for
-   * tests that kill, pause or reconfigure nothing and need no empty database:
+   * A cluster of these options shared by the file's tests that ask for the
+   * same ones (started by the first, stopped after the file), for tests that
+   * kill, pause or reconfigure nothing and need no empty database:
    * each gets it under a tenant of its own, so that they see none of each
    * other's conversations, limits or sockets. Not for a test that starts
    * workers (`startWorker`) or closes it.
-   *
-   * On a Redis Cluster, the test's own, as `start` gives: the local Redis
-   * Cluster fails a node over when a busy machine leaves it unscheduled for
-   * its node timeout (2 s), and processes that lived through such a failover
-   * were seen timing out their commands for tens of seconds after it, while
-   * processes started afterwards worked.
    */
   shared(options: ClusterOptions): Promise<TestCluster>;
   redis: PrivateRedis | undefined;
@@ -77,7 +71,6 @@ export function clusterPerTest(): ClusterPerTest {
       return started;
     },
     async shared(options) {
-      if (testRedisKind() === 'redis-cluster') return fixture.start(options);
       const key = JSON.stringify(options);
       let starting = shared.get(key);
       if (!starting) {
