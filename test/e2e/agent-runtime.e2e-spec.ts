@@ -189,15 +189,26 @@ describe('agent runtime (standalone)', () => {
       agent_config: { tool: 'set_state', arguments: { key: 'user:color', value: 'teal' } },
       initial_user_msg: 'remember my color',
     });
-    await until(
-      async () =>
-        (await api(app.url, 'GET', `/api/conversations/${id}`, { token })).body.agent_state ===
-        'awaiting_user_input',
-      'the turn',
-    );
-    const { events } = (
-      await api(app.url, 'GET', `/api/conversations/${id}/events?limit=100`, { token })
-    ).body as { events: StoredEvent[] };
+    // The end of the turn: the state after its answer. (The session's start
+    // settles at awaiting_user_input too, before it takes up the first message.)
+    const eventsOf = async () =>
+      (
+        (await api(app.url, 'GET', `/api/conversations/${id}/events?limit=100`, { token }))
+          .body as { events: StoredEvent[] }
+      ).events;
+    let events: StoredEvent[] = [];
+    await until(async () => {
+      events = await eventsOf();
+      const answered = events.findIndex(
+        (e) => 'action' in e && e.source === 'agent' && e.action === 'message',
+      );
+      return (
+        answered !== -1 &&
+        events
+          .slice(answered)
+          .some((e) => 'observation' in e && e.extras?.['agent_state'] === 'awaiting_user_input')
+      );
+    }, 'the turn');
     const call = events.find((e) => 'action' in e && e.action === 'tool_call')!;
     expect(call).toMatchObject({
       source: 'agent',
