@@ -123,7 +123,7 @@ export async function startRedisCluster({ nodeTimeoutMs = CLUSTER_NODE_TIMEOUT_M
       async restart(node) {
         await killNow(node.process);
         node.process = launch(dir, node.port, node.busPort, nodeTimeoutMs);
-        await waitForPing(node.port);
+        await waitForPing(node.port, 10_000, node.process);
       },
       async failover(replica) {
         await withNode(replica.port, (redis) => redis.cluster('FAILOVER'));

@@ -70,6 +70,14 @@ describe('agent runtime (standalone)', () => {
     return created.body.conversation_id as string;
   }
 
+  /** The conversation's stored events (the first hundred). */
+  async function storedEvents(token: string, id: string): Promise<StoredEvent[]> {
+    const response = await api(app.url, 'GET', `/api/conversations/${id}/events?limit=100`, {
+      token,
+    });
+    return (response.body as { events: StoredEvent[] }).events;
+  }
+
   const userToken = () => signFor(SECRET, uniqueName('user'), tenant);
 
   it("runs the README's example module: each turn calls for the time and answers with it, also a turn that waited behind another", async () => {
@@ -127,10 +135,7 @@ describe('agent runtime (standalone)', () => {
     const [stored] = agentMessages(early.events, cause);
     expect(stored?.args['content']).toBe(text);
     // Deltas are never stored.
-    const history = await api(app.url, 'GET', `/api/conversations/${id}/events?limit=100`, {
-      token,
-    });
-    expect(JSON.stringify(history.body.events)).not.toContain('"stream"');
+    expect(JSON.stringify(await storedEvents(token, id))).not.toContain('"stream"');
 
     const lateDeltas = deltasOf(late.events, cause);
     expect(lateDeltas[0]?.offset).toBe(0);
@@ -191,14 +196,9 @@ describe('agent runtime (standalone)', () => {
     });
     // The end of the turn: the state after its answer. (The session's start
     // settles at awaiting_user_input too, before it takes up the first message.)
-    const eventsOf = async () =>
-      (
-        (await api(app.url, 'GET', `/api/conversations/${id}/events?limit=100`, { token }))
-          .body as { events: StoredEvent[] }
-      ).events;
     let events: StoredEvent[] = [];
     await until(async () => {
-      events = await eventsOf();
+      events = await storedEvents(token, id);
       const answered = events.findIndex(
         (e) => 'action' in e && e.source === 'agent' && e.action === 'message',
       );
@@ -235,13 +235,8 @@ describe('agent runtime (standalone)', () => {
 
   it("shows a running conversation's next step the user: key another conversation of the user set", async () => {
     const token = await userToken();
-    const eventsOf = async (id: string) =>
-      (
-        (await api(app.url, 'GET', `/api/conversations/${id}/events?limit=100`, { token }))
-          .body as { events: StoredEvent[] }
-      ).events;
     const answersOf = async (id: string) =>
-      (await eventsOf(id)).flatMap((e) =>
+      (await storedEvents(token, id)).flatMap((e) =>
         e.source === 'agent' && 'action' in e && e.action === 'message' ? [e.args['content']] : [],
       );
     const teller = await conversation(token, {
@@ -264,7 +259,7 @@ describe('agent runtime (standalone)', () => {
 
     expect(await answersOf(teller)).toEqual(['user:color is null', 'user:color is "teal"']);
     // One session all along: it was told of the change, it did not start afresh.
-    const loadings = (await eventsOf(teller)).filter(
+    const loadings = (await storedEvents(token, teller)).filter(
       (e) => 'observation' in e && e.extras?.['agent_state'] === 'loading',
     );
     expect(loadings).toHaveLength(1);
@@ -282,14 +277,10 @@ describe('agent runtime (standalone)', () => {
         initial_user_msg: 'try',
       });
       await until(async () => {
-        const { events } = (
-          await api(app.url, 'GET', `/api/conversations/${id}/events?limit=100`, { token })
-        ).body as { events: StoredEvent[] };
+        const events = await storedEvents(token, id);
         return events.some((e) => e.source === 'agent' && 'action' in e && e.action === 'message');
       }, 'the answer');
-      const { events } = (
-        await api(app.url, 'GET', `/api/conversations/${id}/events?limit=100`, { token })
-      ).body as { events: StoredEvent[] };
+      const events = await storedEvents(token, id);
       const result = events.find((e) => 'observation' in e && e.observation === 'tool_result');
       expect(result).toMatchObject({ extras: { is_error: true } });
       expect(
@@ -502,9 +493,7 @@ describe('agent runtime (standalone)', () => {
     });
     expect(rest.status).toBe(409);
     expect(rest.body).toMatchObject({ error: { code: 'AGENT_BUSY' } });
-    const { events } = (
-      await api(app.url, 'GET', `/api/conversations/${rejecting}/events?limit=100`, { token })
-    ).body as { events: StoredEvent[] };
+    const events = await storedEvents(token, rejecting);
     expect(events.filter((e) => e.source === 'user')).toHaveLength(1);
     expect(
       await busy.send({ action: 'change_agent_state', args: { agent_state: 'stopped' } }),
@@ -527,9 +516,7 @@ describe('agent runtime (standalone)', () => {
     );
     const statuses = sends.map((send) => send.status).sort();
     expect(statuses.filter((status) => status === 409)).toHaveLength(7);
-    const { events } = (
-      await api(app.url, 'GET', `/api/conversations/${id}/events?limit=100`, { token })
-    ).body as { events: StoredEvent[] };
+    const events = await storedEvents(token, id);
     expect(events.filter((e) => e.source === 'user')).toHaveLength(1);
     expect(
       await client.send({ action: 'change_agent_state', args: { agent_state: 'stopped' } }),
@@ -568,9 +555,7 @@ describe('agent runtime (standalone)', () => {
     const stopped = await api(app.url, 'POST', `/api/conversations/${id}/stop`, { token });
     expect(stopped.body).toEqual({ conversation_status: 'STOPPED' });
 
-    const { events } = (
-      await api(app.url, 'GET', `/api/conversations/${id}/events?limit=100`, { token })
-    ).body as { events: StoredEvent[] };
+    const events = await storedEvents(token, id);
     const call = events.find((e) => isCallOf(e, first)) as ActionEvent;
     const results = events.filter(
       (e) => 'observation' in e && e.observation === 'tool_result' && e.cause === call.id,

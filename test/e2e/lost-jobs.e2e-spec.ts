@@ -84,6 +84,19 @@ async function conversationRow(
   return { status: rows[0]!.status, epoch: Number(rows[0]!.lease_epoch) };
 }
 
+/**
+ * Waits for RUNNING to be stored: a run writes it once its session has
+ * started, which may be after the session's first answer.
+ */
+async function untilRunning(c: TestCluster, conversationId: string): Promise<void> {
+  await until(
+    async () => (await conversationRow(c, conversationId)).status === 'RUNNING',
+    `${conversationId} RUNNING`,
+    5_000,
+    50,
+  );
+}
+
 /** The conversation's job, as BullMQ sees it (`unknown`: none). */
 async function jobState(c: TestCluster, conversationId: string): Promise<string> {
   const redis = openTestRedis();
@@ -160,13 +173,7 @@ describe('conversations whose job Redis lost', () => {
     await sendMessage(gateway.url, token, id, 'first');
     await expectAnsweredOnce(c, token, id, 15_000);
     await holderOf(c.workers, id);
-    // A run writes RUNNING once its session has started, which may be after its first answer.
-    await until(
-      async () => (await conversationRow(c, id)).status === 'RUNNING',
-      'the conversation RUNNING',
-      5_000,
-      50,
-    );
+    await untilRunning(c, id);
     const before = await conversationRow(c, id);
 
     await deleteActiveJob(c, id);
@@ -184,12 +191,7 @@ describe('conversations whose job Redis lost', () => {
     await sendMessage(gateway.url, token, id, 'second');
     const events = await expectAnsweredOnce(c, token, id, 15_000);
     expect(userMessages(events)).toHaveLength(2);
-    await until(
-      async () => (await conversationRow(c, id)).status === 'RUNNING',
-      'the conversation RUNNING under its new job',
-      5_000,
-      50,
-    );
+    await untilRunning(c, id);
   });
 
   it('starts nothing for a stopped conversation, and answers nothing twice', async () => {
