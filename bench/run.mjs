@@ -35,6 +35,7 @@ import { runBrowser, runSizes } from './scenarios/web-client.mjs';
 import { runRedisCluster } from './scenarios/redis-cluster.mjs';
 import { runCapacity } from './scenarios/capacity.mjs';
 import { runRestWait } from './scenarios/rest-wait.mjs';
+import { runStop } from './scenarios/stop.mjs';
 import { WEBHOOK_TENANT, runWebhooks } from './scenarios/webhooks.mjs';
 import { startWebhookReceiver } from './lib/webhook-receiver.mjs';
 import { runRetention, runUserExport } from './scenarios/data-lifecycle.mjs';
@@ -46,6 +47,7 @@ const SCENARIOS = [
   { name: 'cold-start', title: 'Cold start', run: runColdStart },
   { name: 'process-start', title: 'Process start (spawn → ready)', run: runProcessStart },
   { name: 'replay', title: 'Reconnect replay', run: runReplay },
+  { name: 'stop', title: 'Turn cut by a stop or an interrupt', run: runStop },
   { name: 'failover', title: 'Failover (kill -9)', run: (ctx) => runFailover(ctx, 'SIGKILL') },
   { name: 'handoff', title: 'Hand-off (SIGTERM)', run: (ctx) => runFailover(ctx, 'SIGTERM') },
   { name: 'sustained', title: 'Sustained load', run: runSustained },

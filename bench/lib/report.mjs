@@ -542,6 +542,21 @@ function targetsTable(s, blocks) {
       handoff.afterSend.max <= 1000,
     );
   }
+  const cut = s.stop;
+  if (cut) {
+    for (const [name, what] of [
+      ['stop', 'a stop'],
+      ['interrupt', 'an interrupting message'],
+    ]) {
+      const latency = cut[name].latency;
+      add(
+        `turn cut by ${what} (sent → interrupted answer at the client), every turn`,
+        `≤ ${cut.bound / 1000} s`,
+        `max ${ms(latency.max)} of ${latency.n} (p50 ${ms(latency.p50)})`,
+        latency.n > 0 && cut[name].errors === 0 && latency.max <= cut.bound,
+      );
+    }
+  }
   const memory = s.memory;
   if (memory) {
     add(
@@ -978,6 +993,21 @@ export function renderMarkdown(data, chart) {
         `n=${replay.latency.n}; first event p50 ${ms(replay.first.p50)}; out of order ${replay.outOfOrder}`,
       ),
     );
+  }
+  const cut = s.stop;
+  if (cut) {
+    for (const name of ['stop', 'interrupt']) {
+      lines.push(
+        latencyRow(
+          'Turn cut',
+          `${name === 'stop' ? 'stop' : 'interrupting message'} sent → the turn's interrupted answer at the client`,
+          cut[name].latency,
+          '–',
+          '–',
+          `n=${cut[name].latency.n}, errors ${cut[name].errors}; one conversation, a 20 deltas/s turn cut after 3 deltas`,
+        ),
+      );
+    }
   }
   for (const name of ['failover', 'handoff']) {
     const f = s[name];

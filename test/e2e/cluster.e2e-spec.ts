@@ -1,7 +1,7 @@
 // The cluster's failover, fencing, hand-off and drain as clients and operators
 // see them, each within its bound in milliseconds: real gateway and worker
 // processes from dist/, workers killed, paused and drained, a gateway drained
-// mid-conversation. Run one file at a time (vitest.config.ts: E2E_SERIAL).
+// mid-conversation. The figures themselves are the bench's (failover.mjs).
 import { describe, expect, it } from 'vitest';
 import { ClusterKeys } from '@cs/cluster';
 import { ConversationClient, api, ids } from '../support/clients.js';
@@ -15,10 +15,10 @@ import {
 } from '../support/cluster.js';
 import { type AppProcess } from '../support/processes.js';
 import { openTestRedis } from '../support/test-redis.js';
+import { SLACK_MS } from '../support/bounds.js';
 import {
   LEASE_TTL_MS,
   QUEUE_COUNTS,
-  SLACK_MS,
   clusterPerTest,
   queues,
   createConversation,
@@ -35,6 +35,8 @@ import {
 } from '../support/cluster-conversations.js';
 
 const fixture = clusterPerTest();
+/** The hand-off test's lease: three times what the hand-off may take with its slack. */
+const HAND_OFF_LEASE_TTL_MS = 3 * (2000 + SLACK_MS);
 const cluster_ = (options: ClusterOptions) => fixture.start(options);
 
 describe('a cluster failing over and draining', () => {
@@ -201,7 +203,13 @@ describe('a cluster failing over and draining', () => {
   it.each(QUEUE_COUNTS)(
     'hands conversations over on SIGTERM and exits, ignoring a second SIGTERM (%i queues)',
     async (queueCount) => {
-      const c = await cluster_({ gateways: 1, workers: 2, env: queues(queueCount) });
+      // A lease that would take far longer to lapse than a hand-off may take:
+      // an answer within the bound came through the hand-off.
+      const c = await cluster_({
+        gateways: 1,
+        workers: 2,
+        env: { ...queues(queueCount), LEASE_TTL_MS: String(HAND_OFF_LEASE_TTL_MS) },
+      });
       const gateway = c.gateways[0]!;
       const token = await c.token('erin');
       const id = await createConversation(gateway.url, token);
@@ -233,7 +241,7 @@ describe('a cluster failing over and draining', () => {
         await client.waitForReply(eventId, 10_000);
         const handOffMs = Date.now() - sentAt;
         process.stdout.write(`message after SIGTERM answered in ${handOffMs} ms\n`);
-        expect(handOffMs).toBeLessThanOrEqual(2000 + SLACK_MS / 2);
+        expect(handOffMs).toBeLessThanOrEqual(2000 + SLACK_MS);
 
         // The answer came from the other worker, under its lease.
         const lease = await leaseOf(c, id);
@@ -360,10 +368,10 @@ describe('a cluster failing over and draining', () => {
     try {
       const signalledAt = Date.now();
       gateway.signal('SIGTERM');
-      // Well within the drain's deadline (9 s), which it waited out for the frozen client.
-      const code = await Promise.race([gateway.exited, sleep(8_000).then(() => 'still running')]);
+      // Before the drain's deadline (9 s), which it would have waited out for the frozen client.
+      const code = await Promise.race([gateway.exited, sleep(10_000).then(() => 'still running')]);
       expect(code, gateway.output()).toBe(0);
-      expect(Date.now() - signalledAt).toBeLessThan(4_000);
+      expect(Date.now() - signalledAt).toBeLessThan(8_000);
       expect(gateway.output()).not.toMatch(/drain timed out/);
     } finally {
       frozen.destroy();

@@ -18,13 +18,14 @@ import {
 } from '../support/cluster.js';
 import { openTestRedis, useTestRedis } from '../support/test-redis.js';
 import { createConversation, sendMessage, userMessages } from '../support/cluster-conversations.js';
+import { SLACK_MS } from '../support/bounds.js';
 
 const LEASE_TTL_MS = 2000;
 /**
  * A lost job is found once its conversation has been idle for a lease TTL, by
  * the next pass (every 2 × LEASE_TTL_MS ± 25 %), then picked up at once.
  */
-const REPAIR_BOUND_MS = LEASE_TTL_MS + 2.5 * LEASE_TTL_MS + 4_000;
+const REPAIR_BOUND_MS = LEASE_TTL_MS + 2.5 * LEASE_TTL_MS + 2 * SLACK_MS;
 
 useTestRedis();
 

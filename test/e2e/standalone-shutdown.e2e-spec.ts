@@ -1,6 +1,5 @@
 // A standalone's SIGTERM with a socket client that stopped reading: it exits
-// within 4 s, saying goodbye to the live clients. Measures time: one file at
-// a time (vitest.config.ts: E2E_SERIAL).
+// without waiting out its drain's deadline, saying goodbye to the live clients.
 import { rmSync } from 'node:fs';
 import type { Socket } from 'node:net';
 import { setTimeout as sleep } from 'node:timers/promises';
@@ -41,11 +40,11 @@ describe('standalone service shutdown', () => {
       app.signal('SIGTERM');
       // The server said goodbye to the live one (a cut connection would be "transport close").
       await expect(liveDisconnect).resolves.toBe('io server disconnect');
-      // Well within the drain's deadline (9 s), which it waited out for the frozen one.
-      const code = await Promise.race([app.exited, sleep(8_000).then(() => 'still running')]);
+      // Before the drain's deadline (9 s), which it would have waited out for the frozen one.
+      const code = await Promise.race([app.exited, sleep(10_000).then(() => 'still running')]);
       const exitMs = Date.now() - signalledAt;
       expect(code, app.output()).toBe(0);
-      expect(exitMs).toBeLessThan(4_000);
+      expect(exitMs).toBeLessThan(8_000);
       expect(app.output()).not.toMatch(/drain timed out/);
     } finally {
       frozen?.destroy();

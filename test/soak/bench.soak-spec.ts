@@ -48,6 +48,8 @@ describe('npm run bench', () => {
       /message → echo +p50 [\d.]+ ms .*\(n=100\)/,
       /connect → awaiting_user_input +p50 [\d.]+ ms .*\(n=10\)/,
       /connect → last of 500 events +p50 [\d.]+ ms/,
+      /stop → interrupted answer +p50 [\d.]+ ms .*\(n=5\)/,
+      /interrupt → interrupted answer +p50 [\d.]+ ms .*\(n=5\)/,
       /Failover[^]*10\/10 answered/,
       /round trip p50: [\d.]+ ms on the cluster vs [\d.]+ ms on one Redis/,
       /\d+ messages acknowledged, 0 unanswered; \d+ refused \(not stored\)/,

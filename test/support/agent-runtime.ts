@@ -6,6 +6,7 @@ import { SignJWT } from 'jose';
 import { expect } from 'vitest';
 import type { ServerEvent, StreamDelta } from '@cs/protocol';
 import { ConversationClient } from './clients.js';
+import { PROMPTLY_MS } from './bounds.js';
 import { until } from './cluster.js';
 import { ROOT } from './processes.js';
 
@@ -107,7 +108,7 @@ export async function expectSignalAbortedOnlyWhenCut(
       const aborted = rollbacks(toolLog, id);
       if (strategy === 'interrupt') {
         expect([...aborted.keys()], strategy).toEqual([first]);
-        expect(aborted.get(first)! - sentAt, strategy).toBeLessThan(1_000);
+        expect(aborted.get(first)! - sentAt, strategy).toBeLessThan(PROMPTLY_MS);
       } else {
         expect([...aborted.keys()], strategy).toEqual([]);
       }

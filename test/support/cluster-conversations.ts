@@ -29,8 +29,6 @@ export const LEASE_TTL_MS = 3000;
  */
 export const QUEUE_COUNTS: readonly number[] = testRedisKind() === 'redis-cluster' ? [8] : [1];
 export const queues = (count: number) => ({ CONVERSATION_QUEUES: String(count) });
-/** What a bound measured from outside may exceed the contract's by (polling, scheduling). */
-export const SLACK_MS = 1000;
 
 /** The test's cluster, and a private Redis or PgBouncer it started; all stopped after each test. */
 export interface ClusterPerTest {
