@@ -1,6 +1,6 @@
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, afterEach, beforeAll, describe, expect, it, vi } from 'vitest';
 import { SignJWT, exportJWK, generateKeyPair, type CryptoKey, type JWTPayload } from 'jose';
 import { loadConfig } from '@cs/config';
 import { TokenService, UnauthorizedError, bearerToken } from './token.service.js';
@@ -69,6 +69,65 @@ describe(TokenService.name, () => {
         await token(secret, 'HS256', undefined, { exp: now - 60 }),
       );
       expect(error.message).toBe('the token has expired');
+    });
+
+    describe('verifying a token once while it is reused', () => {
+      afterEach(() => {
+        vi.restoreAllMocks();
+        vi.useRealTimers();
+      });
+      /** A service of its own, whose full checks of a signature are counted. */
+      function countedService() {
+        const service = new TokenService(
+          loadConfig('gateway', { ...clusterEnv(), AUTH_JWT_SECRET: SECRET }),
+        );
+        const checks = vi.spyOn(
+          service as unknown as { verifySignature: (token: string) => Promise<unknown> },
+          'verifySignature',
+        );
+        return { service, checks };
+      }
+
+      it('checks the signature of a token it accepted once, and of every other token each time', async () => {
+        const { service, checks } = countedService();
+        const first = await token(secret, 'HS256', { tid: 'tenant-1', roles: ['admin'] });
+        const principals = [
+          await service.verify(first),
+          await service.verify(first),
+          await service.verify(first),
+        ];
+        expect(checks).toHaveBeenCalledTimes(1);
+        expect(new Set(principals.map((p) => JSON.stringify(p))).size).toBe(1);
+        expect(principals[2]).toMatchObject({ userId: 'user-1', isAdmin: true });
+
+        const other = await token(secret, 'HS256', { tid: 'tenant-2' }, { sub: 'user-2' });
+        expect(await service.verify(other)).toMatchObject({
+          tenantId: 'tenant-2',
+          userId: 'user-2',
+        });
+        expect(checks).toHaveBeenCalledTimes(2);
+
+        // A refused token is checked again each time: only accepted ones are kept.
+        const forged = await token(new TextEncoder().encode('another-secret-of-16-chars'), 'HS256');
+        await refusal(service, forged);
+        await refusal(service, forged);
+        expect(checks).toHaveBeenCalledTimes(4);
+      });
+
+      it('refuses a token it accepted before once it has expired past the tolerance', async () => {
+        const { service } = countedService();
+        const exp = Math.floor(Date.now() / 1000) + 5;
+        const soon = await token(secret, 'HS256', undefined, { exp });
+        await expect(service.verify(soon)).resolves.toMatchObject({ expiresAt: exp * 1000 });
+        vi.useFakeTimers({ toFake: ['Date'] });
+        // Within the tolerance, as a first check would accept it: it lasts to the tolerance's end.
+        vi.setSystemTime((exp + 10) * 1000);
+        await expect(service.verify(soon)).resolves.toMatchObject({
+          expiresAt: (exp + 30) * 1000,
+        });
+        vi.setSystemTime((exp + 31) * 1000);
+        expect((await refusal(service, soon)).message).toBe('the token has expired');
+      });
     });
 
     it('refuses tokens without exp, sub or tid, signed with another secret, or not tokens at all', async () => {
