@@ -9,7 +9,7 @@ import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { StoredEvent } from '@cs/protocol';
 import { ConversationClient, api } from '../support/clients.js';
-import { PROMPTLY_MS } from '../support/bounds.js';
+import { MID_STEP_DELAY_MS, PROMPTLY_MS } from '../support/bounds.js';
 import { holderOf, startCluster, until, type TestCluster } from '../support/cluster.js';
 import { uniqueName } from '../support/services.js';
 import {
@@ -77,7 +77,7 @@ describe('agent runtime (cluster)', () => {
     const text = 'Two gateways, one stream: every client sees each piece once and in order.';
     const id = await conversation(token, {
       agent: 'streamer',
-      agent_config: { text, chunks: 15, delay_ms: 60 },
+      agent_config: { text, chunks: 15, delay_ms: MID_STEP_DELAY_MS },
     });
     const onA = await ConversationClient.connect(a.url, token, { conversation_id: id });
     const onB = await ConversationClient.connect(b.url, token, {
@@ -112,7 +112,7 @@ describe('agent runtime (cluster)', () => {
     const text = 'Nobody was here: the holder tells this gateway what the step has said so far.';
     const id = await conversation(token, {
       agent: 'streamer',
-      agent_config: { text, chunks: 15, delay_ms: 60 },
+      agent_config: { text, chunks: 15, delay_ms: MID_STEP_DELAY_MS },
     });
     const onA = await ConversationClient.connect(a.url, token, { conversation_id: id });
     const cause = ((await onA.message('go')) as { event_id: number }).event_id;

@@ -15,7 +15,7 @@ import {
   watchSse,
 } from '../support/agent-runtime.js';
 import { ConversationClient, api, isAgentReply } from '../support/clients.js';
-import { PROMPTLY_MS } from '../support/bounds.js';
+import { MID_STEP_DELAY_MS, PROMPTLY_MS } from '../support/bounds.js';
 import { until } from '../support/cluster.js';
 import { standaloneDataDir } from '../support/migrated-template.js';
 import { startApp, type AppProcess } from '../support/processes.js';
@@ -112,7 +112,7 @@ describe('agent runtime (standalone)', () => {
     const text = 'Streaming is the art of saying a long thing one small piece at a time.';
     const id = await conversation(token, {
       agent: 'streamer',
-      agent_config: { text, chunks: 20, delay_ms: 60 },
+      agent_config: { text, chunks: 20, delay_ms: MID_STEP_DELAY_MS },
     });
     const early = await ConversationClient.connect(app.url, token, { conversation_id: id });
     const ack = await early.message('go');
@@ -154,7 +154,7 @@ describe('agent runtime (standalone)', () => {
     const text = 'A reconnecting client sees the whole answer being written, from its start.';
     const id = await conversation(token, {
       agent: 'streamer',
-      agent_config: { text, chunks: 20, delay_ms: 60 },
+      agent_config: { text, chunks: 20, delay_ms: MID_STEP_DELAY_MS },
     });
     const only = await ConversationClient.connect(app.url, token, { conversation_id: id });
     const cause = ((await only.message('go')) as { event_id: number }).event_id;

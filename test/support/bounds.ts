@@ -10,3 +10,9 @@
 export const SLACK_MS = 4_000;
 /** A step the contract bounds by 1 s: a stop or an interrupt reaching the agent or the model. */
 export const PROMPTLY_MS = 1_000 + SLACK_MS;
+/**
+ * The pause between a streamed step's deltas in the tests that join it
+ * mid-step: long enough that a client connecting after its first few deltas
+ * still finds it running on a busy machine (a 20-delta step lasts 3 s).
+ */
+export const MID_STEP_DELAY_MS = 150;
