@@ -7,8 +7,8 @@ import { mkdirSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
 import type { Browser, BrowserContext, Locator, Page } from 'playwright-core';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
-import { launchChromium } from '../support/browser.js';
-import { freePort, ROOT, startApp, type AppProcess } from '../support/processes.js';
+import { ARTIFACTS, launchChromium } from '../support/browser.js';
+import { freePort, startApp, type AppProcess } from '../support/processes.js';
 import { uniqueName } from '../support/services.js';
 import { standaloneDataDir } from '../support/migrated-template.js';
 
@@ -20,7 +20,6 @@ const isFocused = (target: Locator) =>
   );
 
 const TIMEOUT = 15_000;
-const SCREENSHOTS = join(ROOT, 'bench', 'results');
 
 describe('web app: branching', () => {
   let app: AppProcess;
@@ -32,7 +31,7 @@ describe('web app: branching', () => {
     dataDir = standaloneDataDir('cs-web-branching-');
     const env = { DATA_DIR: dataDir, PORT: String(await freePort()), RATE_LIMIT_PER_MINUTE: '0' };
     [browser, app] = await Promise.all([launchChromium(), startApp('standalone', env)]);
-    mkdirSync(SCREENSHOTS, { recursive: true });
+    mkdirSync(ARTIFACTS, { recursive: true });
   });
 
   afterEach(async () => {
@@ -131,7 +130,7 @@ describe('web app: branching', () => {
     await article(page, 'echo: changed').waitFor({ timeout: TIMEOUT });
     await expect(shownTexts(page)).resolves.toEqual(['changed', 'echo: changed']);
     await expect(earlier.count()).resolves.toBeGreaterThanOrEqual(1);
-    await page.screenshot({ path: join(SCREENSHOTS, 'branching-web-app.png') });
+    await page.screenshot({ path: join(ARTIFACTS, 'branching-web-app.png') });
     expect(errors).toEqual([]);
   });
 

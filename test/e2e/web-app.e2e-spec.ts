@@ -14,8 +14,8 @@ import type { Browser, BrowserContext, Page } from 'playwright-core';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { AGENT_MODULE } from '../support/agent-runtime.js';
 import { api, devToken } from '../support/clients.js';
-import { launchChromium } from '../support/browser.js';
-import { freePort, ROOT, startApp, type AppProcess } from '../support/processes.js';
+import { ARTIFACTS, launchChromium } from '../support/browser.js';
+import { freePort, startApp, type AppProcess } from '../support/processes.js';
 import { uniqueName } from '../support/services.js';
 import { standaloneDataDir } from '../support/migrated-template.js';
 
@@ -28,7 +28,6 @@ declare const document: {
   createElement(tag: string): { src: string; onload: unknown; onerror: unknown };
 };
 
-const ARTIFACTS = join(ROOT, 'test', 'artifacts');
 const TIMEOUT = 15_000;
 
 describe('web app', () => {

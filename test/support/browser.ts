@@ -3,9 +3,13 @@
 // fetched from the network by the browser itself. Playwright gives every
 // launch a fresh user-data-dir of its own.
 import { existsSync } from 'node:fs';
+import { join } from 'node:path';
 import { chromium, type Browser } from 'playwright-core';
+import { ROOT } from './processes.js';
 
 export const CHROMIUM = process.env.CHROMIUM_PATH ?? '/usr/bin/chromium';
+/** Where the browser tests leave their screenshots (ignored by git: a test run changes no tracked file). */
+export const ARTIFACTS = join(ROOT, 'test', 'artifacts');
 
 export async function launchChromium(): Promise<Browser> {
   if (!existsSync(CHROMIUM)) {
