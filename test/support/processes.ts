@@ -20,19 +20,36 @@ export interface AppProcess {
   stop(): Promise<number | string>;
 }
 
+/**
+ * Where `freePort` picks: below Linux's ephemeral range (32768–60999), from
+ * which every outgoing connection of the machine takes its local port, so
+ * that a port picked for a listener is not one a connection holds a moment
+ * later. A listener may still take it between the pick and the bind:
+ * `startApp` picks again then.
+ */
+const PICKED_PORTS = { from: 20_000, to: 32_000 };
+
 /** A TCP port that was free a moment ago. */
 export async function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
+  for (let attempt = 0; attempt < 100; attempt += 1) {
+    const span = PICKED_PORTS.to - PICKED_PORTS.from;
+    const port = PICKED_PORTS.from + Math.floor(Math.random() * span);
+    if (await canListen(port)) return port;
+  }
+  throw new Error(`no free port between ${PICKED_PORTS.from} and ${PICKED_PORTS.to}`);
+}
+
+function canListen(port: number): Promise<boolean> {
+  return new Promise((resolve) => {
     const server = createServer();
     server.unref();
-    server.on('error', reject);
-    server.listen(0, '127.0.0.1', () => {
-      const address = server.address();
-      const port = typeof address === 'object' && address ? address.port : 0;
-      server.close(() => resolve(port));
-    });
+    server.once('error', () => resolve(false));
+    server.listen(port, '127.0.0.1', () => server.close(() => resolve(true)));
   });
 }
+
+/** Starts of an app whose port another process took between its pick and its bind. */
+const PORT_ATTEMPTS = 3;
 
 export async function startApp(
   app: AppName,
@@ -47,7 +64,32 @@ export async function startApp(
   } = {},
 ): Promise<AppProcess> {
   const portVar = options.portVar ?? (app === 'worker' ? 'WORKER_HTTP_PORT' : 'PORT');
-  const port = env[portVar] ? Number(env[portVar]) : await freePort();
+  // A port the test chose is used as it is; one picked here is picked again when
+  // another process (a file beside this one) bound it first.
+  const chosen = env[portVar] ? Number(env[portVar]) : undefined;
+  for (let attempt = 1; ; attempt += 1) {
+    const { proc, closed } = spawnApp(app, env, options, portVar, chosen ?? (await freePort()));
+    try {
+      await waitForHealthy(proc, options.healthPath ?? '/healthz', options.timeoutMs ?? 60_000);
+      return proc;
+    } catch (error) {
+      if (chosen !== undefined || attempt === PORT_ATTEMPTS || proc.child.exitCode === null) {
+        throw error;
+      }
+      // Its last lines may still be in the pipes when it exits.
+      await closed;
+      if (!/EADDRINUSE/.test(proc.output())) throw error;
+    }
+  }
+}
+
+function spawnApp(
+  app: AppName,
+  env: Record<string, string>,
+  options: { name?: string; nodeArgs?: string[] },
+  portVar: string,
+  port: number,
+): { proc: AppProcess; closed: Promise<void> } {
   const child = spawn(
     process.execPath,
     [...(options.nodeArgs ?? []), `dist/apps/${app}/src/main.js`],
@@ -63,10 +105,10 @@ export async function startApp(
   const exited = new Promise<number | string>((resolve) =>
     child.on('exit', (code, signal) => resolve(code ?? signal ?? -1)),
   );
-  const url = `http://127.0.0.1:${port}`;
+  const closed = new Promise<void>((resolve) => child.on('close', () => resolve()));
   const proc: AppProcess = {
     name: options.name ?? app,
-    url,
+    url: `http://127.0.0.1:${port}`,
     port,
     child,
     output: () => output,
@@ -82,8 +124,7 @@ export async function startApp(
       return result;
     },
   };
-  await waitForHealthy(proc, options.healthPath ?? '/healthz', options.timeoutMs ?? 60_000);
-  return proc;
+  return { proc, closed };
 }
 
 async function waitForHealthy(proc: AppProcess, path: string, timeoutMs: number): Promise<void> {
@@ -97,7 +138,8 @@ async function waitForHealthy(proc: AppProcess, path: string, timeoutMs: number)
       );
     }
     try {
-      const response = await fetch(proc.url + path);
+      // Bounded: what holds the port may not be an HTTP server that answers.
+      const response = await fetch(proc.url + path, { signal: AbortSignal.timeout(2_000) });
       if (response.ok) return;
     } catch {
       // not listening yet
