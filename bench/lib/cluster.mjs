@@ -3,10 +3,10 @@
 // down again (also on errors and Ctrl-C).
 import { spawn } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
-import { createServer } from 'node:net';
 import { fileURLToPath } from 'node:url';
 import pg from 'pg';
 import { Redis } from 'ioredis';
+import { freePort } from './ports.mjs';
 import { processTable } from './proc.mjs';
 import {
   conversationQueueIndex,
@@ -35,18 +35,7 @@ export const defaultDatabaseUrl = () =>
   process.env.DATABASE_URL ?? 'postgres://postgres@127.0.0.1:5432/postgres';
 export const defaultRedisUrl = () => process.env.REDIS_URL ?? 'redis://127.0.0.1:6379';
 
-/** A TCP port on the loopback interface that was free a moment ago. */
-export function freePort() {
-  return new Promise((resolve, reject) => {
-    const server = createServer();
-    server.unref();
-    server.on('error', reject);
-    server.listen(0, '127.0.0.1', () => {
-      const address = server.address();
-      server.close(() => resolve(typeof address === 'object' && address ? address.port : 0));
-    });
-  });
-}
+export { freePort };
 
 export const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
 

@@ -7,10 +7,10 @@
 // masters ran (`commandCalls`).
 import { spawn, spawnSync } from 'node:child_process';
 import { mkdtempSync, rmSync } from 'node:fs';
-import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Redis } from 'ioredis';
+import { freePorts } from './ports.mjs';
 
 /** Node timeout of the local cluster: a master is failed over about 2 × this after it dies. */
 export const CLUSTER_NODE_TIMEOUT_MS = 2_000;
@@ -167,7 +167,8 @@ export function parseCommandStats(text) {
 /**
  * Launches a node on ports free a moment ago and waits for its answer. Another
  * process may bind a port between its pick and the node's bind (the node then
- * exits at once): the node is launched again on other ports, up to 3 times.
+ * exits at once): the node is launched again on other ports, up to 3 times
+ * (ports.mjs).
  * The node is in `nodes` from its launch on, so that a failed start stops it.
  */
 async function startNode(dir, nodeTimeoutMs, nodes) {
@@ -189,24 +190,6 @@ async function startNode(dir, nodeTimeoutMs, nodes) {
       nodes.splice(nodes.indexOf(node), 1);
     }
   }
-}
-
-/** Ports nobody listens on now (the OS picks them; closed again at once). */
-async function freePorts(count) {
-  const servers = await Promise.all(
-    Array.from(
-      { length: count },
-      () =>
-        new Promise((resolve, reject) => {
-          const server = createServer();
-          server.once('error', reject);
-          server.listen(0, '127.0.0.1', () => resolve(server));
-        }),
-    ),
-  );
-  const ports = servers.map((server) => server.address().port);
-  await Promise.all(servers.map((server) => new Promise((resolve) => server.close(resolve))));
-  return ports;
 }
 
 async function withNode(port, run) {

@@ -1,8 +1,8 @@
 // Spawns the built apps (dist/) as real processes for end-to-end tests, waits
 // for them to be healthy, and stops them. Output is kept for failure messages.
 import { spawn, type ChildProcess } from 'node:child_process';
-import { createServer } from 'node:net';
 import { fileURLToPath } from 'node:url';
+import { freePort } from '../../bench/lib/ports.mjs';
 
 export const ROOT = fileURLToPath(new URL('../..', import.meta.url));
 
@@ -20,33 +20,7 @@ export interface AppProcess {
   stop(): Promise<number | string>;
 }
 
-/**
- * Where `freePort` picks: below Linux's ephemeral range (32768–60999), from
- * which every outgoing connection of the machine takes its local port, so
- * that a port picked for a listener is not one a connection holds a moment
- * later. A listener may still take it between the pick and the bind:
- * `startApp` picks again then.
- */
-const PICKED_PORTS = { from: 20_000, to: 32_000 };
-
-/** A TCP port that was free a moment ago. */
-export async function freePort(): Promise<number> {
-  for (let attempt = 0; attempt < 100; attempt += 1) {
-    const span = PICKED_PORTS.to - PICKED_PORTS.from;
-    const port = PICKED_PORTS.from + Math.floor(Math.random() * span);
-    if (await canListen(port)) return port;
-  }
-  throw new Error(`no free port between ${PICKED_PORTS.from} and ${PICKED_PORTS.to}`);
-}
-
-function canListen(port: number): Promise<boolean> {
-  return new Promise((resolve) => {
-    const server = createServer();
-    server.unref();
-    server.once('error', () => resolve(false));
-    server.listen(port, '127.0.0.1', () => server.close(() => resolve(true)));
-  });
-}
+export { freePort };
 
 /** Starts of an app whose port another process took between its pick and its bind. */
 const PORT_ATTEMPTS = 3;
