@@ -174,21 +174,7 @@ export class ConversationSocket {
     const acked = performance.now();
     if (!ack?.ok) throw new Error(`user action refused: ${JSON.stringify(ack?.error)}`);
     const cause = ack.event_id;
-    let answered = this.answers.get(cause);
-    if (answered === undefined) {
-      answered = await new Promise((resolve, reject) => {
-        const timer = setTimeout(() => {
-          this.answerWaiters.delete(cause);
-          reject(new Error(`no answer to event ${cause} within ${timeoutMs} ms`));
-        }, timeoutMs);
-        this.answerWaiters.set(cause, (at) => {
-          clearTimeout(timer);
-          resolve(at);
-        });
-      });
-    } else {
-      this.answers.delete(cause);
-    }
+    const answered = await this.answerTo(cause, timeoutMs);
     const wall = (t) => performance.timeOrigin + t;
     return {
       ack: acked - started,
@@ -196,6 +182,25 @@ export class ConversationSocket {
       eventId: cause,
       wall: { sent: wall(started), acked: wall(acked), answered: wall(answered) },
     };
+  }
+
+  /** The time the agent's answer to event `cause` arrived, whether before this call or after. */
+  answerTo(cause, timeoutMs) {
+    const answered = this.answers.get(cause);
+    if (answered !== undefined) {
+      this.answers.delete(cause);
+      return Promise.resolve(answered);
+    }
+    return new Promise((resolve, reject) => {
+      const timer = setTimeout(() => {
+        this.answerWaiters.delete(cause);
+        reject(new Error(`no answer to event ${cause} within ${timeoutMs} ms`));
+      }, timeoutMs);
+      this.answerWaiters.set(cause, (at) => {
+        clearTimeout(timer);
+        resolve(at);
+      });
+    });
   }
 
   close() {

@@ -161,6 +161,9 @@ const levelName = (level) =>
   level.offeredRate
     ? `${clients(level.clients)} at ${level.offeredRate} msg/s`
     : clients(level.clients);
+/** The `stop` scenario's two ways of cutting a turn, as the tables name them. */
+const TURN_CUTS = { stop: 'a stop', interrupt: 'an interrupting message' };
+
 const ms = (value) => (value === null || value === undefined ? '–' : `${value} ms`);
 const ratio = (value, budget) =>
   value === null || value === undefined || !budget ? '–' : `×${(value / budget).toFixed(1)}`;
@@ -544,10 +547,7 @@ function targetsTable(s, blocks) {
   }
   const cut = s.stop;
   if (cut) {
-    for (const [name, what] of [
-      ['stop', 'a stop'],
-      ['interrupt', 'an interrupting message'],
-    ]) {
+    for (const [name, what] of Object.entries(TURN_CUTS)) {
       const latency = cut[name].latency;
       add(
         `turn cut by ${what} (sent → interrupted answer at the client), every turn`,
@@ -996,11 +996,11 @@ export function renderMarkdown(data, chart) {
   }
   const cut = s.stop;
   if (cut) {
-    for (const name of ['stop', 'interrupt']) {
+    for (const [name, what] of Object.entries(TURN_CUTS)) {
       lines.push(
         latencyRow(
           'Turn cut',
-          `${name === 'stop' ? 'stop' : 'interrupting message'} sent → the turn's interrupted answer at the client`,
+          `${what} sent → the turn's interrupted answer at the client`,
           cut[name].latency,
           '–',
           '–',

@@ -26,16 +26,6 @@ const isInterruptedAnswerTo = (cause) => (event) =>
   event.cause === cause &&
   event.args?.interrupted === true;
 
-/** Resolves once the agent has answered event `cause` (or had, before the call). */
-function answerTo(socket, cause) {
-  if (socket.answers.has(cause)) return Promise.resolve();
-  return socket.waitFor(
-    (event) => event.source === 'agent' && event.action === 'message' && event.cause === cause,
-    CUT_TIMEOUT_MS,
-    `the answer to event ${cause}`,
-  );
-}
-
 /**
  * Starts the long turn, waits for its first deltas, cuts it with `cut`, and
  * times the cut; returns once the conversation has settled after it (the
@@ -70,7 +60,7 @@ async function timeOneCut(socket, strategy) {
   );
   if (!cutAck?.ok) throw new Error(`the cut was refused: ${JSON.stringify(cutAck?.error)}`);
   const ms = (await answered) - sentAt;
-  await (stopped ?? answerTo(socket, cutAck.event_id));
+  await (stopped ?? socket.answerTo(cutAck.event_id, CUT_TIMEOUT_MS));
   return ms;
 }
 

@@ -14,6 +14,7 @@ import {
   signFor,
   watchSse,
 } from '../support/agent-runtime.js';
+import { storedEvents } from '../support/agent-e2e.js';
 import { ConversationClient, api, isAgentReply } from '../support/clients.js';
 import { MID_STEP_DELAY_MS, PROMPTLY_MS } from '../support/bounds.js';
 import { until } from '../support/cluster.js';
@@ -69,14 +70,6 @@ describe('agent runtime (standalone)', () => {
     const created = await api(app.url, 'POST', '/api/conversations', { token, body });
     expect(created.status, JSON.stringify(created.body)).toBe(201);
     return created.body.conversation_id as string;
-  }
-
-  /** The conversation's stored events (the first hundred). */
-  async function storedEvents(token: string, id: string): Promise<StoredEvent[]> {
-    const response = await api(app.url, 'GET', `/api/conversations/${id}/events?limit=100`, {
-      token,
-    });
-    return (response.body as { events: StoredEvent[] }).events;
   }
 
   const userToken = () => signFor(SECRET, uniqueName('user'), tenant);
@@ -136,7 +129,7 @@ describe('agent runtime (standalone)', () => {
     const [stored] = agentMessages(early.events, cause);
     expect(stored?.args['content']).toBe(text);
     // Deltas are never stored.
-    expect(JSON.stringify(await storedEvents(token, id))).not.toContain('"stream"');
+    expect(JSON.stringify(await storedEvents(app.url, token, id))).not.toContain('"stream"');
 
     const lateDeltas = deltasOf(late.events, cause);
     expect(lateDeltas[0]?.offset).toBe(0);
@@ -199,7 +192,7 @@ describe('agent runtime (standalone)', () => {
     // settles at awaiting_user_input too, before it takes up the first message.)
     let events: StoredEvent[] = [];
     await until(async () => {
-      events = await storedEvents(token, id);
+      events = await storedEvents(app.url, token, id);
       const answered = events.findIndex(
         (e) => 'action' in e && e.source === 'agent' && e.action === 'message',
       );
@@ -237,7 +230,7 @@ describe('agent runtime (standalone)', () => {
   it("shows a running conversation's next step the user: key another conversation of the user set", async () => {
     const token = await userToken();
     const answersOf = async (id: string) =>
-      (await storedEvents(token, id)).flatMap((e) =>
+      (await storedEvents(app.url, token, id)).flatMap((e) =>
         e.source === 'agent' && 'action' in e && e.action === 'message' ? [e.args['content']] : [],
       );
     const teller = await conversation(token, {
@@ -260,7 +253,7 @@ describe('agent runtime (standalone)', () => {
 
     expect(await answersOf(teller)).toEqual(['user:color is null', 'user:color is "teal"']);
     // One session all along: it was told of the change, it did not start afresh.
-    const loadings = (await storedEvents(token, teller)).filter(
+    const loadings = (await storedEvents(app.url, token, teller)).filter(
       (e) => 'observation' in e && e.extras?.['agent_state'] === 'loading',
     );
     expect(loadings).toHaveLength(1);
@@ -278,10 +271,10 @@ describe('agent runtime (standalone)', () => {
         initial_user_msg: 'try',
       });
       await until(async () => {
-        const events = await storedEvents(token, id);
+        const events = await storedEvents(app.url, token, id);
         return events.some((e) => e.source === 'agent' && 'action' in e && e.action === 'message');
       }, 'the answer');
-      const events = await storedEvents(token, id);
+      const events = await storedEvents(app.url, token, id);
       const result = events.find((e) => 'observation' in e && e.observation === 'tool_result');
       expect(result).toMatchObject({ extras: { is_error: true } });
       expect(
@@ -494,7 +487,7 @@ describe('agent runtime (standalone)', () => {
     });
     expect(rest.status).toBe(409);
     expect(rest.body).toMatchObject({ error: { code: 'AGENT_BUSY' } });
-    const events = await storedEvents(token, rejecting);
+    const events = await storedEvents(app.url, token, rejecting);
     expect(events.filter((e) => e.source === 'user')).toHaveLength(1);
     expect(
       await busy.send({ action: 'change_agent_state', args: { agent_state: 'stopped' } }),
@@ -517,7 +510,7 @@ describe('agent runtime (standalone)', () => {
     );
     const statuses = sends.map((send) => send.status).sort();
     expect(statuses.filter((status) => status === 409)).toHaveLength(7);
-    const events = await storedEvents(token, id);
+    const events = await storedEvents(app.url, token, id);
     expect(events.filter((e) => e.source === 'user')).toHaveLength(1);
     expect(
       await client.send({ action: 'change_agent_state', args: { agent_state: 'stopped' } }),
@@ -556,7 +549,7 @@ describe('agent runtime (standalone)', () => {
     const stopped = await api(app.url, 'POST', `/api/conversations/${id}/stop`, { token });
     expect(stopped.body).toEqual({ conversation_status: 'STOPPED' });
 
-    const events = await storedEvents(token, id);
+    const events = await storedEvents(app.url, token, id);
     const call = events.find((e) => isCallOf(e, first)) as ActionEvent;
     const results = events.filter(
       (e) => 'observation' in e && e.observation === 'tool_result' && e.cause === call.id,

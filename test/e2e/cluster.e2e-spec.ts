@@ -1,7 +1,7 @@
 // The cluster's failover, fencing, hand-off and drain as clients and operators
-// see them, each within its bound in milliseconds: real gateway and worker
-// processes from dist/, workers killed, paused and drained, a gateway drained
-// mid-conversation. The figures themselves are the bench's (failover.mjs).
+// see them, each within a bound that tells it from its fallback: real gateway
+// and worker processes from dist/, workers killed, paused and drained, a
+// gateway drained mid-conversation. The figures are the bench's (failover.mjs).
 import { describe, expect, it } from 'vitest';
 import { ClusterKeys } from '@cs/cluster';
 import { ConversationClient, api, ids } from '../support/clients.js';
@@ -15,7 +15,7 @@ import {
 } from '../support/cluster.js';
 import { type AppProcess } from '../support/processes.js';
 import { openTestRedis } from '../support/test-redis.js';
-import { SLACK_MS } from '../support/bounds.js';
+import { DRAIN_DEADLINE_MS, SLACK_MS } from '../support/bounds.js';
 import {
   LEASE_TTL_MS,
   QUEUE_COUNTS,
@@ -368,10 +368,13 @@ describe('a cluster failing over and draining', () => {
     try {
       const signalledAt = Date.now();
       gateway.signal('SIGTERM');
-      // Before the drain's deadline (9 s), which it would have waited out for the frozen client.
-      const code = await Promise.race([gateway.exited, sleep(10_000).then(() => 'still running')]);
+      // Before the drain's deadline, which it would have waited out for the frozen client.
+      const code = await Promise.race([
+        gateway.exited,
+        sleep(DRAIN_DEADLINE_MS + 1_000).then(() => 'still running'),
+      ]);
       expect(code, gateway.output()).toBe(0);
-      expect(Date.now() - signalledAt).toBeLessThan(8_000);
+      expect(Date.now() - signalledAt).toBeLessThan(DRAIN_DEADLINE_MS - 1_000);
       expect(gateway.output()).not.toMatch(/drain timed out/);
     } finally {
       frozen.destroy();

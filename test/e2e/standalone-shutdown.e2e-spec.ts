@@ -5,6 +5,7 @@ import type { Socket } from 'node:net';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { describe, expect, it } from 'vitest';
 import { ConversationClient, api, devToken } from '../support/clients.js';
+import { DRAIN_DEADLINE_MS } from '../support/bounds.js';
 import { openFrozenSocket } from '../support/frozen-socket.js';
 import { startApp } from '../support/processes.js';
 import { uniqueName } from '../support/services.js';
@@ -40,11 +41,14 @@ describe('standalone service shutdown', () => {
       app.signal('SIGTERM');
       // The server said goodbye to the live one (a cut connection would be "transport close").
       await expect(liveDisconnect).resolves.toBe('io server disconnect');
-      // Before the drain's deadline (9 s), which it would have waited out for the frozen one.
-      const code = await Promise.race([app.exited, sleep(10_000).then(() => 'still running')]);
+      // Before the drain's deadline, which it would have waited out for the frozen one.
+      const code = await Promise.race([
+        app.exited,
+        sleep(DRAIN_DEADLINE_MS + 1_000).then(() => 'still running'),
+      ]);
       const exitMs = Date.now() - signalledAt;
       expect(code, app.output()).toBe(0);
-      expect(exitMs).toBeLessThan(8_000);
+      expect(exitMs).toBeLessThan(DRAIN_DEADLINE_MS - 1_000);
       expect(app.output()).not.toMatch(/drain timed out/);
     } finally {
       frozen?.destroy();
