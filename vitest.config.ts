@@ -71,6 +71,11 @@ function e2eProject(project: {
       globalSetup: needsServices,
       testTimeout: 120_000,
       hookTimeout: 120_000,
+      // As for the unit and integration files: a worker keeps its loaded
+      // modules (vitest, the test support, the libs through SWC) from file to
+      // file instead of a new process importing them for each. What a file
+      // starts (processes, a Redis Cluster, PgBouncer) its own hooks stop.
+      isolate: false,
       sequence: { groupOrder },
     },
   };
