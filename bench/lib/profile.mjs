@@ -2,6 +2,15 @@
 // profile when it exits. This prints where each process spent its CPU (self
 // time by package or file, then by function); open a profile in Chrome
 // DevTools for the whole picture.
+//
+// Read the system calls' shares with care. V8 samples on a wall-clock timer,
+// so a thread that another process preempted inside a system call is counted
+// as busy in that call: a socket write that wakes its reader (Postgres, Redis,
+// a client) on the same core often is. On a saturated 2-core machine the
+// profiles gave `writev` 22–35 % of the gateways' and workers' busy time,
+// where `perf record -a` over the same load gave the node processes' kernel
+// time as about 15 % of theirs (2026-12-07): measure a change to the writes
+// with `perf` or `strace -c`, not with these shares.
 import { readFileSync, readdirSync } from 'node:fs';
 import { join } from 'node:path';
 
