@@ -3,13 +3,15 @@ import { IoAdapter } from '@nestjs/platform-socket.io';
 import type { IncomingMessage } from 'node:http';
 import type { Server, ServerOptions } from 'socket.io';
 import { HANDSHAKE_TIMEOUT_MS, PendingHandshakes } from './pending-handshakes.js';
+import { writeWebSocketBatchesAtOnce } from './websocket-batches.js';
 
 /**
  * Socket.IO with the operator's origin policy, and a bound on connections
  * that never finish their handshake (`PendingHandshakes`): a browser page of another
  * origin may open a socket only when `CORS_ORIGINS` names it (WebSockets
  * are not covered by CORS, so the `Origin` header is checked here). Clients
- * that send no `Origin` (servers, SDKs in Node) are let in.
+ * that send no `Origin` (servers, SDKs in Node) are let in. Packets queued
+ * for a WebSocket go out in one write (`writeWebSocketBatchesAtOnce`).
  */
 export class ConfiguredIoAdapter extends IoAdapter {
   constructor(
@@ -31,6 +33,7 @@ export class ConfiguredIoAdapter extends IoAdapter {
     };
     const server: Server = super.createIOServer(port, configured as ServerOptions);
     countPendingHandshakes(server, pending);
+    writeWebSocketBatchesAtOnce(server);
     return server;
   }
 }
