@@ -4,7 +4,8 @@ import { spawn } from 'node:child_process';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { ROOT, freePort, sleep } from '../bench/lib/cluster.mjs';
+import { ROOT, sleep } from '../bench/lib/cluster.mjs';
+import { freePort } from '../bench/lib/ports.mjs';
 
 export { freePort, sleep };
 

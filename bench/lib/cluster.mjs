@@ -35,8 +35,6 @@ export const defaultDatabaseUrl = () =>
   process.env.DATABASE_URL ?? 'postgres://postgres@127.0.0.1:5432/postgres';
 export const defaultRedisUrl = () => process.env.REDIS_URL ?? 'redis://127.0.0.1:6379';
 
-export { freePort };
-
 export const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
 
 function databaseUrlFor(baseUrl, database) {

@@ -4,6 +4,7 @@
 // gateway drained mid-conversation. The figures are the bench's (failover.mjs).
 import { describe, expect, it } from 'vitest';
 import { ClusterKeys } from '@cs/cluster';
+import { CLIENT_DRAIN_TIMEOUT_MS } from '@cs/process';
 import { ConversationClient, api, ids } from '../support/clients.js';
 import { openFrozenSocket } from '../support/frozen-socket.js';
 import {
@@ -15,7 +16,7 @@ import {
 } from '../support/cluster.js';
 import { type AppProcess } from '../support/processes.js';
 import { openTestRedis } from '../support/test-redis.js';
-import { DRAIN_DEADLINE_MS, SLACK_MS } from '../support/bounds.js';
+import { SLACK_MS } from '../support/bounds.js';
 import {
   LEASE_TTL_MS,
   QUEUE_COUNTS,
@@ -371,10 +372,10 @@ describe('a cluster failing over and draining', () => {
       // Before the drain's deadline, which it would have waited out for the frozen client.
       const code = await Promise.race([
         gateway.exited,
-        sleep(DRAIN_DEADLINE_MS + 1_000).then(() => 'still running'),
+        sleep(CLIENT_DRAIN_TIMEOUT_MS + 1_000).then(() => 'still running'),
       ]);
       expect(code, gateway.output()).toBe(0);
-      expect(Date.now() - signalledAt).toBeLessThan(DRAIN_DEADLINE_MS - 1_000);
+      expect(Date.now() - signalledAt).toBeLessThan(CLIENT_DRAIN_TIMEOUT_MS - 1_000);
       expect(gateway.output()).not.toMatch(/drain timed out/);
     } finally {
       frozen.destroy();

@@ -4,8 +4,8 @@ import { rmSync } from 'node:fs';
 import type { Socket } from 'node:net';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { describe, expect, it } from 'vitest';
+import { CLIENT_DRAIN_TIMEOUT_MS } from '@cs/process';
 import { ConversationClient, api, devToken } from '../support/clients.js';
-import { DRAIN_DEADLINE_MS } from '../support/bounds.js';
 import { openFrozenSocket } from '../support/frozen-socket.js';
 import { startApp } from '../support/processes.js';
 import { uniqueName } from '../support/services.js';
@@ -44,11 +44,11 @@ describe('standalone service shutdown', () => {
       // Before the drain's deadline, which it would have waited out for the frozen one.
       const code = await Promise.race([
         app.exited,
-        sleep(DRAIN_DEADLINE_MS + 1_000).then(() => 'still running'),
+        sleep(CLIENT_DRAIN_TIMEOUT_MS + 1_000).then(() => 'still running'),
       ]);
       const exitMs = Date.now() - signalledAt;
       expect(code, app.output()).toBe(0);
-      expect(exitMs).toBeLessThan(DRAIN_DEADLINE_MS - 1_000);
+      expect(exitMs).toBeLessThan(CLIENT_DRAIN_TIMEOUT_MS - 1_000);
       expect(app.output()).not.toMatch(/drain timed out/);
     } finally {
       frozen?.destroy();

@@ -11,12 +11,6 @@ export const SLACK_MS = 4_000;
 /** A step the contract bounds by 1 s: a stop or an interrupt reaching the agent or the model. */
 export const PROMPTLY_MS = 1_000 + SLACK_MS;
 /**
- * How long the standalone app and a gateway wait for their clients on SIGTERM
- * (`SHUTDOWN_TIMEOUT_MS` of their main.ts): an exit well before it did not wait
- * one out for a client that stopped answering.
- */
-export const DRAIN_DEADLINE_MS = 9_000;
-/**
  * The pause between a streamed step's deltas in the tests that join it
  * mid-step: long enough that a client connecting after its first few deltas
  * still finds it running on a busy machine (a 20-delta step lasts 3 s).

@@ -52,13 +52,16 @@ import {
 } from '@cs/gateway';
 import { conversationOfRoom } from '@cs/core';
 import { currentTraceparent, databaseCheck, redisCheck } from '@cs/observability';
-import { runService, type RunningService, type ServiceContext } from '@cs/process';
+import {
+  CLIENT_DRAIN_TIMEOUT_MS,
+  runService,
+  type RunningService,
+  type ServiceContext,
+} from '@cs/process';
 import { openStore } from '@cs/store';
 import { WEBHOOK_WRITES, hintWebhookWrites, webhookWakeChannel } from '@cs/webhooks';
 import { RedisIoAdapter, checkShardedPubSub } from './redis-io.adapter.js';
 
-/** Within the 10 s the contract gives a gateway to exit after SIGTERM. */
-const SHUTDOWN_TIMEOUT_MS = 9_000;
 const GATEWAY_LIVENESS_MS = 15_000;
 
 async function main({ config, logger: root }: ServiceContext): Promise<RunningService> {
@@ -202,4 +205,4 @@ async function main({ config, logger: root }: ServiceContext): Promise<RunningSe
   };
 }
 
-runService({ role: 'gateway', drainTimeoutMs: SHUTDOWN_TIMEOUT_MS }, main);
+runService({ role: 'gateway', drainTimeoutMs: CLIENT_DRAIN_TIMEOUT_MS }, main);

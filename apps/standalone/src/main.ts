@@ -11,16 +11,18 @@ import {
   DEV_TENANT_ID,
   DEV_USER_ID,
 } from '@cs/gateway';
-import { runService, type RunningService, type ServiceContext } from '@cs/process';
+import {
+  CLIENT_DRAIN_TIMEOUT_MS,
+  runService,
+  type RunningService,
+  type ServiceContext,
+} from '@cs/process';
 import { openStore } from '@cs/store';
 import { standaloneJwtSecret } from './jwt-secret.js';
 import { budgetHoldTtlMs, createAgentRuntime } from '@cs/agents';
 import { ServiceMetrics, conversationLogFields } from '@cs/observability';
 import { setUpWebhookDelivery } from '@cs/webhooks';
 import { StandaloneModule } from './standalone.module.js';
-
-/** Within the 10 s the contract gives the standalone process to exit after SIGTERM. */
-const SHUTDOWN_TIMEOUT_MS = 9_000;
 
 async function main(context: ServiceContext): Promise<RunningService> {
   const { logger } = context;
@@ -111,4 +113,4 @@ async function main(context: ServiceContext): Promise<RunningService> {
   };
 }
 
-runService({ role: 'standalone', drainTimeoutMs: SHUTDOWN_TIMEOUT_MS }, main);
+runService({ role: 'standalone', drainTimeoutMs: CLIENT_DRAIN_TIMEOUT_MS }, main);

@@ -26,6 +26,12 @@ export interface RunningService {
   logger?: ServiceLogger;
 }
 
+/**
+ * How long a process that holds clients' sockets (a gateway, the standalone
+ * app) drains after SIGTERM: within the 10 s the contract gives it to exit.
+ */
+export const CLIENT_DRAIN_TIMEOUT_MS = 9_000;
+
 export interface ServiceOptions {
   role: Exclude<ProcessRole, 'tool'>;
   /** Past this the drain is abandoned and the process exits with 1. */
