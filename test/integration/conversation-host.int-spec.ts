@@ -6,7 +6,8 @@
 // conversation again after a stop ended its own run, after a stop that landed
 // while a previous run was finishing, or after an eviction of its own job; a
 // message sent while a stop was under way starts it again once stopped, one
-// stored before the stop began does not.
+// stored before the stop began does not; one stored as an idle session closed
+// is answered.
 import type { Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { AgentRegistry } from '@cs/agents';
@@ -95,6 +96,8 @@ describe(ConversationHost.name, () => {
   let slowAppend: Hold<readonly EventDraft[]> | null = null;
   /** A conversation whose run, once it let go of the conversation, holds before its job ends. */
   let slowFinish: Hold | null = null;
+  /** A conversation whose host, once it read its events, holds before it goes on. */
+  let slowLook: Hold | null = null;
 
   beforeAll(async () => {
     backends = await openScratchBackends('cs_host', 'host-test');
@@ -123,6 +126,11 @@ describe(ConversationHost.name, () => {
       getConversation: async (...args: Parameters<ConversationStore['getConversation']>) => {
         await pass(slowTake, args[1], undefined, () => (slowTake = null));
         return store.getConversation(...args);
+      },
+      readEvents: async (...args: Parameters<ConversationStore['readEvents']>) => {
+        const events = await store.readEvents(...args);
+        await pass(slowLook, args[1], undefined, () => (slowLook = null));
+        return events;
       },
       // A run's last step, in holdJob: after it stopped listening, before its job completes.
       releaseLease: async (...args: Parameters<ConversationStore['releaseLease']>) => {
@@ -192,6 +200,16 @@ describe(ConversationHost.name, () => {
       timeout: 10_000,
       interval: 50,
     });
+  }
+
+  /** The open session of a conversation the host holds (the heartbeat closes it once idle). */
+  function hostedSession(ref: ConversationRef): { close(): Promise<void> } {
+    const { hosted } = host as unknown as {
+      hosted: Map<string, { session: { close(): Promise<void> } | null }>;
+    };
+    const session = hosted.get(ref.conversationId)?.session;
+    if (!session) throw new Error(`${ref.conversationId} has no session here`);
+    return session;
   }
 
   /**
@@ -387,6 +405,30 @@ describe(ConversationHost.name, () => {
       'loading',
     ]);
     expect(answer?.id).toBeGreaterThan(events[4]?.id ?? Infinity);
+    expect(await manager.stop(ref)).toBe('STOPPED');
+  });
+
+  it('answers a message stored as its idle session closed, after the run looked for one to answer', async () => {
+    const ref = await hostedConversation('messaged while closing');
+    await untilAwaitingInput(ref);
+    // The session closes as the heartbeat closes an idle one; the run, looking
+    // for a message left to answer before it lets go, holds once it has looked.
+    const looked = withResolvers();
+    const goOn = withResolvers();
+    slowLook = holdFor(ref.conversationId, looked, goOn);
+    await hostedSession(ref).close();
+    await looked.promise;
+    expect(slowLook).toBeNull();
+
+    // A gateway stores a message now: a run that still listens hears its
+    // wake-up (and would answer nothing), one that does not gets it started
+    // again, once it has let go (within the start's wait for a finishing run).
+    const sending = userSays(ref, 'sent as it closed');
+    await Promise.race([sending, new Promise((resolve) => setTimeout(resolve, 300))]);
+    goOn.resolve();
+    const sent = await sending;
+    const [answer] = await answersTo(ref, sent);
+    expect(answer).toMatchObject({ source: 'agent', action: 'message' });
     expect(await manager.stop(ref)).toBe('STOPPED');
   });
 

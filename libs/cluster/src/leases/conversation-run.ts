@@ -91,25 +91,29 @@ export class ConversationRun {
       earlier.leaseLost = true;
       await earlier.session?.close();
     }
-    const previousHolderCrashed = record.leaseOwner !== null;
+    let previousHolderCrashed = record.leaseOwner !== null;
 
-    this.context.hosted.set(id, hosted);
-    await inbox.listen(id, (message) => {
-      // A gateway opened the room mid-step: it gets the text so far.
-      if (message.type === 'catch_up') broadcaster.publishCatchUp(roomKey(ref));
-      else deliverToHosted(hosted, message);
-    });
     let outcome: SessionEndReason | 'failed' | 'evicted';
-    try {
-      // Subscribed first: from here on an eviction reaches this run through the inbox.
-      outcome = (await this.holdsSlot(previousHolderCrashed))
-        ? await this.hold(previousHolderCrashed, record.agent)
-        : 'evicted';
-    } finally {
-      if (this.context.hosted.get(id) === hosted) {
-        this.context.hosted.delete(id);
-        await inbox.unlisten(id).catch(() => undefined);
+    for (;;) {
+      this.context.hosted.set(id, hosted);
+      await inbox.listen(id, (message) => {
+        // A gateway opened the room mid-step: it gets the text so far.
+        if (message.type === 'catch_up') broadcaster.publishCatchUp(roomKey(ref));
+        else deliverToHosted(hosted, message);
+      });
+      try {
+        // Subscribed first: from here on an eviction reaches this run through the inbox.
+        outcome = (await this.holdsSlot(previousHolderCrashed))
+          ? await this.hold(previousHolderCrashed, record.agent)
+          : 'evicted';
+      } finally {
+        if (this.context.hosted.get(id) === hosted) {
+          this.context.hosted.delete(id);
+          await inbox.unlisten(id).catch(() => undefined);
+        }
       }
+      if (!(await this.closedWithMessageToAnswer(outcome))) break;
+      previousHolderCrashed = false;
     }
 
     if (outcome === 'evicted') {
@@ -130,6 +134,21 @@ export class ConversationRun {
   }
 
   /**
+   * A session that closed on its own (idle) leaves a message stored meanwhile
+   * unanswered: its gateway woke this run, which still listened, so it
+   * started nothing. Looked for only once this run no longer listens, so
+   * that a message stored after the look found nobody listening and its
+   * gateway starts the conversation itself; one stored before is answered
+   * here, by a new session.
+   */
+  private async closedWithMessageToAnswer(outcome: string): Promise<boolean> {
+    const { hosted, context } = this;
+    if (outcome !== 'closed' || hosted.handOff || hosted.leaseLost || context.isDraining())
+      return false;
+    return hasUnansweredMessage(context.deps.store, hosted.ref);
+  }
+
+  /**
    * Whether the conversation may run here: it must hold one of its user's
    * slots. A start overtaken by an eviction (or a stop) before any worker held
    * the conversation leaves a job whose slot is gone; running it would exceed
@@ -144,7 +163,7 @@ export class ConversationRun {
     return previousHolderCrashed && (await limiter.reclaim(tenantId, userId, conversationId));
   }
 
-  /** Takes the lease and runs sessions until one ends for good. */
+  /** Takes the lease and runs a session until it ends. */
   private async hold(
     previousHolderCrashed: boolean,
     agent: AgentSpec,
@@ -162,17 +181,12 @@ export class ConversationRun {
       hosted.epoch = await store.acquireLease(ref.tenantId, ref.conversationId, options.workerId);
       context.metrics.leaseAcquired();
       if (previousHolderCrashed) context.metrics.failover();
-      for (;;) {
-        const outcome = await this.runSession(agent);
-        if (outcome === 'start_failed') {
-          await this.endInError('start_failed');
-          return 'failed';
-        }
-        // A message stored while the session was closing must still be answered.
-        if (outcome !== 'closed' || hosted.handOff || hosted.leaseLost || context.isDraining())
-          return outcome;
-        if (!(await hasUnansweredMessage(store, ref))) return outcome;
+      const outcome = await this.runSession(agent);
+      if (outcome === 'start_failed') {
+        await this.endInError('start_failed');
+        return 'failed';
       }
+      return outcome;
     } catch (error) {
       if (error instanceof LeaseLostError) return 'lease_lost';
       log('error', `conversation ${ref.conversationId}: ${describeError(error)}`, idsOf(hosted));
