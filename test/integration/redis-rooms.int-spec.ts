@@ -239,3 +239,35 @@ describe(RedisRoomSubscriber.name, () => {
     await vi.waitFor(() => expect(recorder.of(id)).toHaveLength(1));
   });
 });
+
+describe(ConversationInbox.name, () => {
+  it('tells its holder that wake-ups may be missed while its subscription is down, and hears them again once it is back', async () => {
+    const keys = new ClusterKeys(uniqueName('cs_inbox'));
+    const publisher = openPublisher(testRedisUrl(), `${keys.prefix}:publisher`);
+    const connection = openRedis(testRedisUrl(), `${keys.prefix}:inbox`);
+    try {
+      const clientId = await connection.client('ID');
+      const gateway = new ConversationInbox(publisher, null, keys);
+      const holder = new ConversationInbox(publisher, connection, keys);
+      let troubles = 0;
+      holder.onListenTrouble(() => (troubles += 1));
+      const id = randomUUID();
+      const heard: string[] = [];
+      await holder.listen(id, (message) => heard.push(message.type));
+      expect(await gateway.send(id, { type: 'settings' })).toBe(1);
+      expect(troubles).toBe(0);
+
+      await publisher.client('KILL', 'ID', String(clientId));
+      await vi.waitFor(() => expect(troubles).toBeGreaterThan(0), { timeout: 10_000 });
+      // Subscribed again: wake-ups reach it as before.
+      await vi.waitFor(async () => expect(await gateway.send(id, { type: 'stop' })).toBe(1), {
+        timeout: 10_000,
+      });
+      await vi.waitFor(() => expect(heard).toContain('stop'));
+      expect(heard[0]).toBe('settings');
+    } finally {
+      publisher.disconnect();
+      connection.disconnect();
+    }
+  });
+});

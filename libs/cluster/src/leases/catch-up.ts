@@ -10,6 +10,15 @@ import {
 export const CATCH_UP_INTERVAL_MS = 3_000;
 
 /**
+ * How often, and for how long after the last sign of it, they are checked
+ * while wake-ups are being lost (the inbox's subscription dropped: Redis
+ * restarting, a Redis Cluster master failing over): a message whose wake-up
+ * failed waits a quarter of a second for its answer, not three.
+ */
+export const HURRIED_CATCH_UP_INTERVAL_MS = 250;
+export const HURRIED_CATCH_UP_WINDOW_MS = 15_000;
+
+/**
  * A wake-up lost (Redis away, a holder just subscribing) must delay a
  * message, never lose it: one read of every hosted conversation's last
  * event id finds the sessions that are behind, and only those read. A
@@ -18,6 +27,11 @@ export const CATCH_UP_INTERVAL_MS = 3_000;
  */
 export class LostWakeUpCatchUp {
   private timer: NodeJS.Timeout | undefined;
+  private hurryTimer: NodeJS.Timeout | undefined;
+  private hurriedUntil = 0;
+  private stopped = false;
+  /** The pass under way: a pass never starts while another runs. */
+  private running: Promise<void> | null = null;
 
   constructor(
     private readonly store: Pick<ConversationStore, 'lastEventIds'>,
@@ -26,15 +40,40 @@ export class LostWakeUpCatchUp {
   ) {}
 
   start(intervalMs = CATCH_UP_INTERVAL_MS): void {
+    this.stopped = false;
     this.timer = setInterval(() => void this.catchUp(), intervalMs);
     this.timer.unref();
   }
 
   stop(): void {
+    this.stopped = true;
     clearInterval(this.timer);
+    this.stopHurrying();
   }
 
-  async catchUp(): Promise<void> {
+  /** Wake-ups may be getting lost: check every `HURRIED_CATCH_UP_INTERVAL_MS` for a while. */
+  hurry(): void {
+    if (this.stopped) return;
+    this.hurriedUntil = Date.now() + HURRIED_CATCH_UP_WINDOW_MS;
+    if (this.hurryTimer) return;
+    this.hurryTimer = setInterval(() => {
+      if (Date.now() > this.hurriedUntil) this.stopHurrying();
+      else void this.catchUp();
+    }, HURRIED_CATCH_UP_INTERVAL_MS);
+    this.hurryTimer.unref();
+  }
+
+  private stopHurrying(): void {
+    clearInterval(this.hurryTimer);
+    this.hurryTimer = undefined;
+  }
+
+  catchUp(): Promise<void> {
+    this.running ??= this.pass().finally(() => (this.running = null));
+    return this.running;
+  }
+
+  private async pass(): Promise<void> {
     const live = hostedSessions(this.hosted());
     if (live.length === 0) return;
     try {

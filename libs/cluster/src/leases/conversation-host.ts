@@ -62,6 +62,7 @@ export class ConversationHost {
       log,
     });
     this.catchUp = new LostWakeUpCatchUp(deps.store, () => this.hosted.values(), log);
+    deps.inbox.onListenTrouble(() => this.catchUp.hurry());
   }
 
   /** Conversations whose session runs here (what `/healthz` lists). */

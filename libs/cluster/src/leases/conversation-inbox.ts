@@ -85,6 +85,17 @@ export class ConversationInbox {
     ) as Promise<number>;
   }
 
+  /**
+   * Calls `listener` on every sign that wake-ups may be missed: the
+   * subscriber connection (or, on a Redis Cluster, one of its per-master
+   * subscribers) failed or dropped. Messages published meanwhile reach no
+   * one, and its channels are subscribed again only once it is back.
+   */
+  onListenTrouble(listener: () => void): void {
+    for (const event of ['error', 'close', '-subscriber', 'nodeError'])
+      this.subscriber?.on(event, () => listener());
+  }
+
   /** How many holders listen to the conversation right now. */
   async holders(conversationId: string): Promise<number> {
     const channel = this.keys.conversationChannel(conversationId);
