@@ -82,7 +82,7 @@ const USAGE = `usage: npm run bench -- [options]
                                  (default: all, in this order)
   --quick                        short run (fewer iterations; results go to <date>-quick.json)
   --gateways N, --workers M      cluster size (default 2 and 2)
-  --lease-ttl-ms MS              LEASE_TTL_MS of the cluster (default 10000)
+  --lease-ttl-ms MS              LEASE_TTL_MS of the cluster (default 5000)
   --round-trips N                round trip iterations (default 500)
   --round-trip-warmup N          round trips sent first and not counted, so that the services'
                                  code is compiled by V8's optimizing compiler (default 2000)
