@@ -629,6 +629,25 @@ describe(ConversationHost.name, () => {
     await answersTo(ref, stored!.event.id);
   });
 
+  it('acknowledges a message to a running conversation whose wake-up Redis never answers, and its holder answers it from its catch-up', async () => {
+    const ref = await hostedConversation('wake-up hangs');
+    await untilStatus(ref, 'RUNNING');
+    // A publish that never returns, as to a Redis Cluster master that died.
+    const hanging = Object.assign(Object.create(managerDeps.inbox) as ConversationInbox, {
+      send: () => new Promise<number>(() => undefined),
+    });
+    const gateway = new ClusteredConversationManager({ ...managerDeps, inbox: hanging });
+    const sent = await gateway.sendUserAction(
+      ref,
+      { action: 'message', args: { content: 'are you there?', image_urls: [], file_urls: [] } },
+      undefined,
+      { status: 'RUNNING' },
+    );
+    const [answer] = await answersTo(ref, sent.event.id);
+    expect(answer).toMatchObject({ source: 'agent', action: 'message' });
+    expect(await manager.stop(ref)).toBe('STOPPED');
+  });
+
   it('tries a failed write again from its periodic catch-up, with no new event to wake it', async () => {
     const ref = await hostedConversation('flaky');
     failingAgentAppends = 1;
