@@ -11,6 +11,8 @@ import {
   connected,
   masterFor,
   mastersOf,
+  REQUEST_COMMAND_TIMEOUT_MS,
+  REQUEST_REDIRECTIONS,
   openRedis,
   openRequestRedis,
   pingEveryMaster,
@@ -105,6 +107,27 @@ describe(checkRedisTarget.name, () => {
 
 // Last in this file: it kills a master of the file's cluster.
 describe('readiness on a Redis Cluster after a failover', () => {
+  it("retries a request's command about REQUEST_COMMAND_TIMEOUT_MS in all through a failover, and waits longer on other connections", async () => {
+    const target = { clusterUrls: cluster.urls.split(',') };
+    const request = openRequestRedis(target, uniqueName('request')) as Cluster;
+    const commands = openRedis(target, uniqueName('commands')) as Cluster;
+    try {
+      const {
+        maxRedirections = 0,
+        retryDelayOnFailover = 0,
+        retryDelayOnClusterDown = 0,
+      } = request.options;
+      expect(maxRedirections).toBe(REQUEST_REDIRECTIONS);
+      expect(maxRedirections * Math.max(retryDelayOnFailover, retryDelayOnClusterDown)).toBe(
+        REQUEST_COMMAND_TIMEOUT_MS,
+      );
+      expect(commands.options.maxRedirections).toBeGreaterThan(maxRedirections);
+    } finally {
+      request.disconnect();
+      commands.disconnect();
+    }
+  });
+
   it('passes again once a replica took over, though the client sent nothing meanwhile', async () => {
     const redis = openRequestRedis({ clusterUrls: cluster.urls.split(',') }, uniqueName('idle'));
     try {

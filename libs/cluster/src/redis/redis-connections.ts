@@ -39,11 +39,13 @@ export function openRedis(
   target: string | RedisTarget,
   name: string,
   options?: RedisOptions,
+  clusterOptions?: ClusterRetries,
 ): RedisConnection;
 export function openRedis(
   target: string | RedisTarget,
   name: string,
   options: RedisOptions = {},
+  clusterOptions: ClusterRetries = {},
 ): RedisConnection {
   const nodeOptions: RedisOptions = {
     connectionName: name,
@@ -56,7 +58,7 @@ export function openRedis(
   const connection =
     typeof target === 'string' || 'url' in target
       ? new Redis(typeof target === 'string' ? target : target.url, nodeOptions)
-      : openCluster(target.clusterUrls, nodeOptions);
+      : openCluster(target.clusterUrls, nodeOptions, clusterOptions);
   // ioredis reconnects by itself; say so once per outage rather than on every attempt.
   let reported = false;
   connection.on('error', (error: Error) => {
@@ -71,6 +73,12 @@ export function openRedis(
   return connection;
 }
 
+/** How long the cluster client waits before it tries a command again on a failover. */
+const CLUSTER_RETRY_DELAY_MS = 200;
+
+/** What a connection may change of how the cluster client retries a command. */
+export type ClusterRetries = Pick<ClusterOptions, 'maxRedirections'>;
+
 /** How often a cluster client reads the slot map again, whatever its traffic. */
 export const SLOTS_REFRESH_INTERVAL_MS = 5_000;
 
@@ -81,7 +89,11 @@ export const SLOTS_REFRESH_INTERVAL_MS = 5_000;
  * (`MOVED` after its replica took over), not by reconnecting to it; the
  * cluster as a whole reconnects as one node would (`retryStrategy`).
  */
-function openCluster(urls: readonly string[], options: RedisOptions): Cluster {
+function openCluster(
+  urls: readonly string[],
+  options: RedisOptions,
+  retries: ClusterRetries,
+): Cluster {
   const seeds = urls.map((raw) => new URL(raw));
   const first = seeds[0]!;
   const { retryStrategy, enableOfflineQueue, enableAutoPipelining, ...nodeOptions } = options;
@@ -92,14 +104,15 @@ function openCluster(urls: readonly string[], options: RedisOptions): Cluster {
     // A failover or slot move answers MOVED/TRYAGAIN/CLUSTERDOWN for a few
     // seconds: ioredis retries those itself, this many times at these delays.
     maxRedirections: 16,
-    retryDelayOnFailover: 200,
-    retryDelayOnClusterDown: 200,
+    retryDelayOnFailover: CLUSTER_RETRY_DELAY_MS,
+    retryDelayOnClusterDown: CLUSTER_RETRY_DELAY_MS,
     retryDelayOnTryAgain: 100,
     slotsRefreshTimeout: 2_000,
     // The slot map is refreshed on MOVED and the like, which only traffic to
     // a moved slot meets: a client that sends nothing there after a failover
     // (a gateway's readiness asks every master) would keep a dead owner.
     slotsRefreshInterval: SLOTS_REFRESH_INTERVAL_MS,
+    ...retries,
     clusterRetryStrategy: retryStrategy ? (times) => retryStrategy(times) : undefined,
     ...(enableOfflineQueue !== undefined && { enableOfflineQueue }),
     ...(enableAutoPipelining !== undefined && { enableAutoPipelining }),
@@ -146,6 +159,16 @@ export function openPublisher(target: string | RedisTarget, name: string): Redis
 export const REQUEST_COMMAND_TIMEOUT_MS = 2_000;
 
 /**
+ * On a Redis Cluster, how many times a request's command is tried again
+ * (`MOVED`, `TRYAGAIN`, `CLUSTERDOWN`, a master's connection closed), about
+ * `REQUEST_COMMAND_TIMEOUT_MS` of retries in all: ioredis' timeout bounds
+ * one attempt only, and a command to a master that died was otherwise
+ * retried for as long as 16 attempts took (about 5 s in the bench) before
+ * its replica answered or the client heard `UNAVAILABLE`.
+ */
+export const REQUEST_REDIRECTIONS = REQUEST_COMMAND_TIMEOUT_MS / CLUSTER_RETRY_DELAY_MS;
+
+/**
  * A connection for the commands a client's request waits on (a gateway's
  * limits, stop marks, queue adds, wake-ups): while Redis is unreachable they
  * fail at once instead of waiting in the offline queue for as long as the
@@ -169,13 +192,18 @@ export function openRequestRedis(
   name: string,
   options: RedisOptions = {},
 ): RedisConnection {
-  return openRedis(target, name, {
-    enableOfflineQueue: false,
-    maxRetriesPerRequest: 0,
-    autoResendUnfulfilledCommands: false,
-    commandTimeout: REQUEST_COMMAND_TIMEOUT_MS,
-    ...options,
-  });
+  return openRedis(
+    target,
+    name,
+    {
+      enableOfflineQueue: false,
+      maxRetriesPerRequest: 0,
+      autoResendUnfulfilledCommands: false,
+      commandTimeout: REQUEST_COMMAND_TIMEOUT_MS,
+      ...options,
+    },
+    { maxRedirections: REQUEST_REDIRECTIONS },
+  );
 }
 
 /** `openPublisher`'s auto-pipelined PUBLISH, failing fast as `openRequestRedis`: a gateway's wake-ups. */
