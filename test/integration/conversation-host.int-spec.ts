@@ -696,4 +696,29 @@ describe(ConversationHost.name, () => {
     });
     expect(await redis.zrange(running, '0', '-1')).toEqual(['other-1', 'other-2', 'other-3']);
   });
+
+  // Last: it drains the host.
+  it('hands back a conversation whose run was taking its job as the drain began, and the drain ends', async () => {
+    const ref = await createEchoConversation(
+      opened.store,
+      { tenantId: uniqueName('tenant'), userId: 'user' },
+      'taken as the drain began',
+    );
+    // The run holds right after it took the job, before it counts among the hosted.
+    const taking = withResolvers();
+    const take = withResolvers();
+    slowTake = holdFor(ref.conversationId, taking, take);
+    const starting = manager.ensureRunning(ref);
+    await taking.promise;
+    const drained = host.drain();
+    take.resolve();
+
+    // Its session starts and hands the conversation back at once: nothing keeps the drain waiting.
+    await drained;
+    await starting;
+    expect(await jobs.state(ref.conversationId)).not.toBeNull();
+    expect(await opened.store.getConversation(ref.tenantId, ref.conversationId)).toMatchObject({
+      leaseOwner: null,
+    });
+  });
 });

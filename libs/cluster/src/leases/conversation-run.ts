@@ -96,6 +96,9 @@ export class ConversationRun {
     let outcome: SessionEndReason | 'failed' | 'evicted';
     for (;;) {
       this.context.hosted.set(id, hosted);
+      // A drain that began since this run last looked did not see it among the
+      // hosted: it hands the conversation back as soon as its session starts.
+      if (this.context.isDraining()) hosted.handOff = true;
       await inbox.listen(id, (message) => {
         // A gateway opened the room mid-step: it gets the text so far.
         if (message.type === 'catch_up') broadcaster.publishCatchUp(roomKey(ref));
