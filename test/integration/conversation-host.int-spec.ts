@@ -23,13 +23,16 @@ import {
   ScopedStateChannel,
   TOO_MANY_FAILOVERS,
   UserConcurrencyLimiter,
+  connected,
   leaseTiming,
+  openRequestPublisher,
 } from '@cs/cluster';
 import type { ConversationRef, ConversationStore, EventDraft } from '@cs/core';
 import type { ConversationStatus, StoredEvent } from '@cs/protocol';
 import type { OpenedStore } from '@cs/store';
 import { openScratchBackends, type ScratchBackends } from '../support/scratch-backends.js';
-import { createEchoConversation, uniqueName } from '../support/services.js';
+import { createEchoConversation, testRedisUrl, uniqueName } from '../support/services.js';
+import { TcpProxy } from '../support/tcp-proxy.js';
 
 const LEASE_TTL_MS = 2_000;
 const MAX_FAILOVERS = 2;
@@ -632,20 +635,30 @@ describe(ConversationHost.name, () => {
   it('acknowledges a message to a running conversation whose wake-up Redis never answers, and its holder answers it from its catch-up', async () => {
     const ref = await hostedConversation('wake-up hangs');
     await untilStatus(ref, 'RUNNING');
-    // A publish that never returns, as to a Redis Cluster master that died.
-    const hanging = Object.assign(Object.create(managerDeps.inbox) as ConversationInbox, {
-      send: () => new Promise<number>(() => undefined),
-    });
-    const gateway = new ClusteredConversationManager({ ...managerDeps, inbox: hanging });
-    const sent = await gateway.sendUserAction(
-      ref,
-      { action: 'message', args: { content: 'are you there?', image_urls: [], file_urls: [] } },
-      undefined,
-      { status: 'RUNNING' },
-    );
-    const [answer] = await answersTo(ref, sent.event.id);
-    expect(answer).toMatchObject({ source: 'agent', action: 'message' });
-    expect(await manager.stop(ref)).toBe('STOPPED');
+    // The gateway's publisher, a request connection as in the gateway app, to
+    // a Redis whose answers stop coming (a master that hangs or died).
+    const proxy = await TcpProxy.start([Number(new URL(testRedisUrl()).port || 6379)]);
+    const publisher = openRequestPublisher(`redis://127.0.0.1:${proxy.port}`, 'hanging-publish');
+    try {
+      await connected(publisher);
+      proxy.mutedDownstream = true;
+      const gateway = new ClusteredConversationManager({
+        ...managerDeps,
+        inbox: new ConversationInbox(publisher, null, keys),
+      });
+      const sent = await gateway.sendUserAction(
+        ref,
+        { action: 'message', args: { content: 'are you there?', image_urls: [], file_urls: [] } },
+        undefined,
+        { status: 'RUNNING' },
+      );
+      const [answer] = await answersTo(ref, sent.event.id);
+      expect(answer).toMatchObject({ source: 'agent', action: 'message' });
+      expect(await manager.stop(ref)).toBe('STOPPED');
+    } finally {
+      publisher.disconnect();
+      await proxy.close();
+    }
   });
 
   it('tries a failed write again from its periodic catch-up, with no new event to wake it', async () => {
