@@ -185,13 +185,18 @@ describe(ConversationHost.name, () => {
     await backends?.close();
   });
 
-  /** A new echo conversation, started and held by the host. */
-  async function hostedConversation(title: string): Promise<ConversationRef> {
-    const ref = await createEchoConversation(
+  /** A new echo conversation, of a user of a tenant of its own, not started. */
+  function echoConversation(title: string): Promise<ConversationRef> {
+    return createEchoConversation(
       opened.store,
       { tenantId: uniqueName('tenant'), userId: 'user' },
       title,
     );
+  }
+
+  /** A new echo conversation, started and held by the host. */
+  async function hostedConversation(title: string): Promise<ConversationRef> {
+    const ref = await echoConversation(title);
     await manager.ensureRunning(ref);
     await untilHosted(ref);
     return ref;
@@ -265,11 +270,7 @@ describe(ConversationHost.name, () => {
   }
 
   it('does not start a conversation again that a stop ended while its start watched its job', async () => {
-    const ref = await createEchoConversation(
-      opened.store,
-      { tenantId: uniqueName('tenant'), userId: 'user' },
-      'stopped while starting',
-    );
+    const ref = await echoConversation('stopped while starting');
     const taken = withResolvers();
     const resume = withResolvers();
     const stopped = withResolvers();
@@ -514,11 +515,7 @@ describe(ConversationHost.name, () => {
   });
 
   it('ends a conversation in error when its holders keep crashing on the same message, then starts it with the next one', async () => {
-    const ref = await createEchoConversation(
-      opened.store,
-      { tenantId: uniqueName('tenant'), userId: 'user' },
-      'crashy',
-    );
+    const ref = await echoConversation('crashy');
     // A message its holders died on, MAX_FAILOVERS times already; the last
     // holder left its lease behind without handing it back.
     const [poison] = await opened.store.append(ref.tenantId, ref.conversationId, [
@@ -553,11 +550,7 @@ describe(ConversationHost.name, () => {
   });
 
   it('does not count crashes of holders that were not working on the conversation', async () => {
-    const ref = await createEchoConversation(
-      opened.store,
-      { tenantId: uniqueName('tenant'), userId: 'user' },
-      'unlucky',
-    );
+    const ref = await echoConversation('unlucky');
     // Many holders died, each on a message the next one answered, or while it sat idle.
     const failovers = keys.conversationFailovers(ref.conversationId);
     for (let n = 0; n < 3 * MAX_FAILOVERS; n++)
@@ -712,11 +705,7 @@ describe(ConversationHost.name, () => {
 
   // Last: it drains the host.
   it('hands back a conversation whose run was taking its job as the drain began, and the drain ends', async () => {
-    const ref = await createEchoConversation(
-      opened.store,
-      { tenantId: uniqueName('tenant'), userId: 'user' },
-      'taken as the drain began',
-    );
+    const ref = await echoConversation('taken as the drain began');
     // The run holds right after it took the job, before it counts among the hosted.
     const taking = withResolvers();
     const take = withResolvers();
