@@ -5,6 +5,7 @@ import {
   HELD_SLOT,
   NO_CLUSTER_METRICS,
   NotFoundError,
+  UnavailableError,
   TOO_MANY_CONVERSATIONS_NOTICE,
   agentStateChangeDraft,
   claimsSlotBeforeStoring,
@@ -32,12 +33,25 @@ import type { ConversationStops } from './leases/conversation-stops.js';
 import { unansweredMessages } from './leases/unanswered-messages.js';
 import type { UserConcurrencyLimiter } from './limits/user-concurrency.limiter.js';
 import type { ConnectionRegistry } from './realtime/connection-registry.js';
-import { assertConnected } from './redis/redis-connections.js';
+import { REQUEST_COMMAND_TIMEOUT_MS, assertConnected } from './redis/redis-connections.js';
 
 /** How long a start waits for the conversation's finishing run to go. */
 const FINISHING_RUN_WAIT_MS = 750;
 const POLL_MS = 20;
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
+
+/** `promise`, or `UNAVAILABLE` once it has taken `ms` (what it does later is not waited for). */
+async function answeredWithin<T>(promise: Promise<T>, ms: number): Promise<T> {
+  let timer: NodeJS.Timeout | undefined;
+  const late = new Promise<never>((_, reject) => {
+    timer = setTimeout(() => reject(new UnavailableError('Redis did not answer in time')), ms);
+  });
+  try {
+    return await Promise.race([promise, late]);
+  } finally {
+    clearTimeout(timer);
+  }
+}
 
 /**
  * The gateway's view of the cluster. It never runs an agent: it stores user
@@ -222,8 +236,11 @@ export class ClusteredConversationManager implements ConversationManager {
    * (its lost wake-up catch-up, or the next holder's start after a failover),
    * so the request is answered as delivered rather than refused with what it
    * asked for stored, which a client would send again. Anything else fails.
-   * The request connection bounds how long it waits (`REQUEST_COMMAND_TIMEOUT_MS`
-   * an attempt, `REQUEST_REDIRECTIONS` on a cluster).
+   * On a cluster, ioredis retries a publish to a master that died until its
+   * replica has taken over (seen: 5.4 s): the request waits for it at most
+   * `REQUEST_COMMAND_TIMEOUT_MS`; a wake-up that lands later is harmless. (The
+   * request connection's own bounds did not do it: a bench run with them alone
+   * took 7.3 s p50 to answer the conversations on a killed master.)
    */
   private async wake(
     ref: ConversationRef,
@@ -231,10 +248,10 @@ export class ClusteredConversationManager implements ConversationManager {
     running: boolean,
   ): Promise<number> {
     try {
-      return await this.deps.inbox.send(ref.conversationId, {
-        type: 'wake',
-        events: [appended.event],
-      });
+      return await answeredWithin(
+        this.deps.inbox.send(ref.conversationId, { type: 'wake', events: [appended.event] }),
+        REQUEST_COMMAND_TIMEOUT_MS,
+      );
     } catch (error) {
       if (running) return 1;
       const record = await this.deps.store
