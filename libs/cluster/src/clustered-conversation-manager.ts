@@ -5,7 +5,6 @@ import {
   HELD_SLOT,
   NO_CLUSTER_METRICS,
   NotFoundError,
-  UnavailableError,
   TOO_MANY_CONVERSATIONS_NOTICE,
   agentStateChangeDraft,
   claimsSlotBeforeStoring,
@@ -33,25 +32,12 @@ import type { ConversationStops } from './leases/conversation-stops.js';
 import { unansweredMessages } from './leases/unanswered-messages.js';
 import type { UserConcurrencyLimiter } from './limits/user-concurrency.limiter.js';
 import type { ConnectionRegistry } from './realtime/connection-registry.js';
-import { REQUEST_COMMAND_TIMEOUT_MS, assertConnected } from './redis/redis-connections.js';
+import { answeredInTime, assertConnected } from './redis/redis-connections.js';
 
 /** How long a start waits for the conversation's finishing run to go. */
 const FINISHING_RUN_WAIT_MS = 750;
 const POLL_MS = 20;
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
-
-/** `promise`, or `UNAVAILABLE` once it has taken `ms` (what it does later is not waited for). */
-async function answeredWithin<T>(promise: Promise<T>, ms: number): Promise<T> {
-  let timer: NodeJS.Timeout | undefined;
-  const late = new Promise<never>((_, reject) => {
-    timer = setTimeout(() => reject(new UnavailableError('Redis did not answer in time')), ms);
-  });
-  try {
-    return await Promise.race([promise, late]);
-  } finally {
-    clearTimeout(timer);
-  }
-}
 
 /**
  * The gateway's view of the cluster. It never runs an agent: it stores user
@@ -248,9 +234,8 @@ export class ClusteredConversationManager implements ConversationManager {
     running: boolean,
   ): Promise<number> {
     try {
-      return await answeredWithin(
+      return await answeredInTime(
         this.deps.inbox.send(ref.conversationId, { type: 'wake', events: [appended.event] }),
-        REQUEST_COMMAND_TIMEOUT_MS,
       );
     } catch (error) {
       if (running) return 1;

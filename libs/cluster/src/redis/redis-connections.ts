@@ -159,6 +159,27 @@ export function openPublisher(target: string | RedisTarget, name: string): Redis
 export const REQUEST_COMMAND_TIMEOUT_MS = 2_000;
 
 /**
+ * `reply`, or `UNAVAILABLE` once it has taken `REQUEST_COMMAND_TIMEOUT_MS`
+ * (what it does later is not waited for): the bound of a request's command
+ * for a client whose own retries may outlast it (a cluster's publish to a
+ * master that died, retried until its replica took over).
+ */
+export async function answeredInTime<T>(reply: Promise<T>): Promise<T> {
+  let timer: NodeJS.Timeout | undefined;
+  const late = new Promise<never>((_, reject) => {
+    timer = setTimeout(
+      () => reject(new UnavailableError('Redis did not answer in time')),
+      REQUEST_COMMAND_TIMEOUT_MS,
+    );
+  });
+  try {
+    return await Promise.race([reply, late]);
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
+/**
  * On a Redis Cluster, how many times a request's command is tried again
  * (`MOVED`, `TRYAGAIN`, `CLUSTERDOWN`, a master's connection closed), about
  * `REQUEST_COMMAND_TIMEOUT_MS` of retries in all: ioredis' timeout bounds
