@@ -41,6 +41,12 @@ export interface LocalRedisCluster {
 
 /** True when Debian's redis-server and redis-cli are installed (`.ci/run` installs them). */
 export declare function redisClusterAvailable(): boolean;
+
+export declare function waitForNode(
+  port: number,
+  timeoutMs?: number,
+  child?: import('node:child_process').ChildProcess,
+): Promise<void>;
 /** `nodeTimeoutMs`: the nodes' `cluster-node-timeout` (default CLUSTER_NODE_TIMEOUT_MS). */
 export declare function startRedisCluster(options?: {
   nodeTimeoutMs?: number;

@@ -123,7 +123,7 @@ export async function startRedisCluster({ nodeTimeoutMs = CLUSTER_NODE_TIMEOUT_M
       async restart(node) {
         await killNow(node.process);
         node.process = launch(dir, node.port, node.busPort, nodeTimeoutMs);
-        await waitForPing(node.port, 10_000, node.process);
+        await waitForNode(node.port, 10_000, node.process);
       },
       async failover(replica) {
         await withNode(replica.port, (redis) => redis.cluster('FAILOVER'));
@@ -182,7 +182,7 @@ async function startNode(dir, nodeTimeoutMs, nodes) {
     };
     nodes.push(node);
     try {
-      await waitForPing(port, 10_000, node.process);
+      await waitForNode(port, 10_000, node.process);
       return;
     } catch (error) {
       if (attempt === 3) throw error;
@@ -211,8 +211,11 @@ async function withNode(port, run) {
   }
 }
 
-/** Waits until the node on `port` answers; gives up at once if its `child` process exited. */
-async function waitForPing(port, timeoutMs = 10_000, child = undefined) {
+/**
+ * Waits until the node on `port` answers; gives up at once if its `child`
+ * process exited, or if the server answering there is another process.
+ */
+export async function waitForNode(port, timeoutMs = 10_000, child = undefined) {
   const deadline = Date.now() + timeoutMs;
   for (;;) {
     if (child && exited(child)) {
@@ -220,13 +223,21 @@ async function waitForPing(port, timeoutMs = 10_000, child = undefined) {
         `redis-server on port ${port} exited (${child.exitCode ?? child.signalCode})`,
       );
     }
+    let answered;
     try {
-      await withNode(port, (redis) => redis.ping());
-      return;
+      answered = await withNode(port, (redis) => redis.info('server'));
     } catch (error) {
       if (Date.now() > deadline) throw error;
       await new Promise((resolve) => setTimeout(resolve, 50));
+      continue;
     }
+    // Another run's node took the port between its pick and this node's bind
+    // (this one then exits, unable to listen): it must not join this cluster.
+    const pid = Number(/process_id:(\d+)/.exec(answered)?.[1]);
+    if (child && pid !== child.pid) {
+      throw new Error(`port ${port} is another redis-server's (pid ${pid}, not ${child.pid})`);
+    }
+    return;
   }
 }
 

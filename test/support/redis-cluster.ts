@@ -5,6 +5,7 @@ export {
   CLUSTER_NODE_TIMEOUT_MS,
   redisClusterAvailable,
   startRedisCluster,
+  waitForNode,
   type LocalRedisCluster,
   type RedisClusterNode,
 } from '../../bench/lib/redis-cluster.mjs';

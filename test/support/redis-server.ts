@@ -22,10 +22,17 @@ export interface PrivateRedis {
   stop(): Promise<void>;
 }
 
+/** Starts of a server whose port another process took between its pick and its bind. */
+const PORT_ATTEMPTS = 3;
+
 export async function startPrivateRedis(): Promise<PrivateRedis> {
-  const port = await freePort();
   const dir = mkdtempSync(join(tmpdir(), 'cs-redis-'));
-  let child = await launch(port, dir);
+  const started = await launchOnFreePort(dir).catch((error: unknown) => {
+    rmSync(dir, { recursive: true, force: true });
+    throw error;
+  });
+  const { port } = started;
+  let { child } = started;
   return {
     url: `redis://127.0.0.1:${port}`,
     port,
@@ -41,6 +48,17 @@ export async function startPrivateRedis(): Promise<PrivateRedis> {
       rmSync(dir, { recursive: true, force: true });
     },
   };
+}
+
+async function launchOnFreePort(dir: string): Promise<{ port: number; child: ChildProcess }> {
+  for (let attempt = 1; ; attempt += 1) {
+    const port = await freePort();
+    try {
+      return { port, child: await launch(port, dir) };
+    } catch (error) {
+      if (attempt === PORT_ATTEMPTS) throw error;
+    }
+  }
 }
 
 async function launch(port: number, dir: string): Promise<ChildProcess> {
@@ -68,14 +86,15 @@ async function launch(port: number, dir: string): Promise<ChildProcess> {
   const deadline = Date.now() + 10_000;
   while (Date.now() < deadline) {
     if (child.exitCode !== null) break;
-    if (await answersPing(port)) return child;
+    if (await answersPing(port, child)) return child;
     await new Promise((resolve) => setTimeout(resolve, 50));
   }
   child.kill('SIGKILL');
   throw new Error(`redis-server on port ${port} did not start:\n${output}`);
 }
 
-async function answersPing(port: number): Promise<boolean> {
+/** Whether `child` answers on `port`: not another server that took the port before it bound it. */
+export async function answersPing(port: number, child: ChildProcess): Promise<boolean> {
   const probe = new Redis({
     port,
     host: '127.0.0.1',
@@ -86,7 +105,8 @@ async function answersPing(port: number): Promise<boolean> {
   probe.on('error', () => undefined); // refused while the server starts: answered below
   try {
     await probe.connect();
-    return (await probe.ping()) === 'PONG';
+    const info = await probe.info('server');
+    return Number(/process_id:(\d+)/.exec(info)?.[1]) === child.pid;
   } catch {
     return false;
   } finally {
