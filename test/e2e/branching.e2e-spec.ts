@@ -2,9 +2,9 @@
 // rewind, edit, regenerate", issue 27): the same scenarios on a standalone
 // app and on a cluster of two gateways (requests alternate between them)
 // with a worker; then a worker killed right after a rewind is stored.
-import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
-import { join } from 'node:path';
+import { dirname, join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { StoredEvent } from '@cs/protocol';
 import { createClient, type UndoneUpdate } from '@cs/client';
@@ -545,6 +545,7 @@ describe('branching: a standalone app', () => {
   afterAll(async () => {
     await app?.stop();
     await db?.drop();
+    rmSync(dirname(toolLog), { recursive: true, force: true });
   });
 
   branchingScenarios(
@@ -732,6 +733,7 @@ describe('branching: a cluster of two gateways', () => {
 
   afterAll(async () => {
     await cluster?.close();
+    rmSync(dirname(toolLog), { recursive: true, force: true });
   });
 
   branchingScenarios(
