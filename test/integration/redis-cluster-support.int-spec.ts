@@ -2,7 +2,6 @@
 // connection factory on it: a cluster client reaches every master, sharded
 // channels count their subscriber wherever it is, and the start-up check
 // tells a cluster node from a lone Redis.
-import { spawn } from 'node:child_process';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Cluster } from 'ioredis';
 import {
@@ -20,12 +19,7 @@ import {
 } from '@cs/cluster';
 import { StartupError } from '@cs/config';
 import { until } from '../support/cluster.js';
-import {
-  startRedisCluster,
-  waitForNode,
-  type LocalRedisCluster,
-} from '../support/redis-cluster.js';
-import { answersPing } from '../support/redis-server.js';
+import { startRedisCluster, type LocalRedisCluster } from '../support/redis-cluster.js';
 import { testRedisUrl, uniqueName } from '../support/services.js';
 
 let cluster: LocalRedisCluster;
@@ -43,23 +37,6 @@ describe('startRedisCluster', () => {
     expect(await cluster.masters()).toHaveLength(3);
     for (const master of await cluster.masters()) {
       expect(await cluster.replicasOf(master.port)).toHaveLength(1);
-    }
-  });
-});
-
-describe('a Redis started by the tests on a port another took first', () => {
-  it('is not mistaken for the server that answers there', async () => {
-    // A process that is no redis-server at all, as one that failed to bind is.
-    const notTheServer = spawn('sleep', ['30'], { stdio: 'ignore' });
-    try {
-      const { port } = (await cluster.masters())[0]!;
-      await expect(waitForNode(port, 5_000, notTheServer)).rejects.toThrow(
-        /is another redis-server's/,
-      );
-      expect(await answersPing(port, notTheServer)).toBe(false);
-      await expect(waitForNode(port, 5_000)).resolves.toBeUndefined();
-    } finally {
-      notTheServer.kill('SIGKILL');
     }
   });
 });

@@ -23,9 +23,22 @@ export interface PrivatePgBouncer {
 /** Server connections PgBouncer opens per database and user; clients beyond them wait. */
 const POOL_SIZE = 40;
 
+/** Starts of a PgBouncer whose port another process took between its pick and its bind. */
+const PORT_ATTEMPTS = 3;
+
 export async function startPgBouncer(): Promise<PrivatePgBouncer> {
+  for (let attempt = 1; ; attempt += 1) {
+    try {
+      return await startPgBouncerOn(await freePort());
+    } catch (error) {
+      if (attempt === PORT_ATTEMPTS) throw error;
+    }
+  }
+}
+
+/** A PgBouncer on `port`; refused when the port is taken, by another PgBouncer too. */
+export async function startPgBouncerOn(port: number): Promise<PrivatePgBouncer> {
   const upstream = new URL(testDatabaseUrl());
-  const port = await freePort();
   const dir = mkdtempSync(join(tmpdir(), 'cs-pgbouncer-'));
   // Readable by the user PgBouncer runs as.
   chmodSync(dir, 0o755);
@@ -45,6 +58,8 @@ export async function startPgBouncer(): Promise<PrivatePgBouncer> {
       'unix_socket_dir =',
       'auth_type = trust',
       `auth_file = ${userlist}`,
+      // Its admin console tells this PgBouncer from another on the port (answeredByUs).
+      `admin_users = ${user}`,
       'pool_mode = transaction',
       `default_pool_size = ${POOL_SIZE}`,
       'max_client_conn = 1000',
@@ -90,7 +105,10 @@ export async function startPgBouncer(): Promise<PrivatePgBouncer> {
   const deadline = Date.now() + 10_000;
   while (Date.now() < deadline) {
     if (child.exitCode !== null) break;
-    if (await answers(urlFor(upstream.toString()))) return { port, urlFor, stop };
+    if (await answers(urlFor(upstream.toString()))) {
+      if (await answeredByUs(port, userlist)) return { port, urlFor, stop };
+      break; // another PgBouncer took the port before this one could bind it
+    }
     await new Promise((resolve) => setTimeout(resolve, 50));
   }
   await stop();
@@ -108,6 +126,30 @@ async function answers(url: string): Promise<boolean> {
     return false;
   } finally {
     await client.end().catch(() => undefined);
+  }
+}
+
+/** Whether the PgBouncer on `port` is the one configured with `authFile`, not another run's. */
+async function answeredByUs(port: number, authFile: string): Promise<boolean> {
+  const admin = new pg.Client({
+    host: '127.0.0.1',
+    port,
+    database: 'pgbouncer',
+    user: decodeURIComponent(new URL(testDatabaseUrl()).username || 'postgres'),
+  });
+  admin.on('error', () => undefined);
+  try {
+    await admin.connect();
+    // The admin console speaks the simple query protocol only.
+    const { rows } = await admin.query<{ key: string; value: string }>({
+      text: 'SHOW CONFIG',
+      queryMode: 'simple',
+    } as pg.QueryConfig);
+    return rows.some((row) => row.key === 'auth_file' && row.value === authFile);
+  } catch {
+    return false;
+  } finally {
+    await admin.end().catch(() => undefined);
   }
 }
 
