@@ -817,6 +817,55 @@ describe(AgentSession.name, () => {
   });
 
   describe('stop() and close()', () => {
+    it.each(['stop', 'close'] as const)(
+      'a %s() between taking a message and beginning its turn cuts that turn before its agent runs',
+      async (how) => {
+        const f = await fixture();
+        const agent = new GatedAgent();
+        const session = await f.newSession(agent);
+        await session.start();
+        // The turn reads the settings again first (a PATCH changed them): held there.
+        session.settingsChanged();
+        let reached = () => {};
+        const reading = new Promise<void>((resolve) => (reached = resolve));
+        let release = () => {};
+        const released = new Promise<void>((resolve) => (release = resolve));
+        const read = f.store.getConversation.bind(f.store);
+        vi.spyOn(f.store, 'getConversation').mockImplementationOnce(async (...args) => {
+          reached();
+          await released;
+          return read(...args);
+        });
+        const messageId = await f.userSays('slow', session);
+        await reading;
+
+        const ending = how === 'stop' ? session.stop() : session.close();
+        release();
+        const first = await Promise.race([
+          ending.then(() => 'ended'),
+          agent.entered.then(() => 'the agent ran'),
+        ]);
+        agent.release();
+        expect(first).toBe('ended');
+        expect(agent.signals).toEqual([]);
+        expect(await session.closed).toBe(how === 'stop' ? 'stopped' : 'closed');
+        expect(f.answers()).toEqual([]);
+        if (how === 'stop') {
+          // Ended as a stop ends a running turn: interrupted, then stopped.
+          expect(f.states().slice(-2)).toEqual([
+            ['awaiting_user_input', messageId, 'interrupted'],
+            ['stopped', null, undefined],
+          ]);
+        } else {
+          // Nothing written: the message is the next holder's, as a close leaves a running turn.
+          expect(f.states()).toEqual([
+            ['loading', null, undefined],
+            ['awaiting_user_input', null, undefined],
+          ]);
+        }
+      },
+    );
+
     it('stop(reason, notice) publishes the notice, stores stopped with the reason and closes', async () => {
       const f = await fixture();
       const agent = new GatedAgent();

@@ -73,6 +73,12 @@ export class TurnDriver {
   private readonly traces = new Map<number, string>();
   /** An untitled conversation gets a title after its first answer, asked for once. */
   private titleAsked = false;
+  /**
+   * Why the session closes (`stop`, `close`), once it does: a turn that
+   * begins after (its message taken just before, its settings still being
+   * read) is cut as it begins, as it would have been had it begun first.
+   */
+  private closing: Cut | null = null;
 
   constructor(private readonly deps: TurnDriverDeps) {}
 
@@ -92,13 +98,15 @@ export class TurnDriver {
       this.traces.delete(this.traces.keys().next().value as number);
   }
 
-  /** Cuts the running turn, if any (the first reason wins). */
+  /** The session closes: cuts the running turn, if any, and any that begins after (the first reason wins). */
   cut(why: Cut): void {
+    this.closing ??= why;
     this.turn?.cutBy(why);
   }
 
-  /** Notes why the running turn will be cut, for the abort that follows. */
+  /** The session will close because of `why`: notes it for the cut that follows. */
   markCut(why: Cut): void {
+    this.closing ??= why;
     this.turn?.markCut(why);
   }
 
@@ -206,6 +214,7 @@ export class TurnDriver {
     const { writer, conversation } = deps;
     const turn = new ActiveTurn(runner, writer);
     this.turn = turn;
+    if (this.closing) turn.cutBy(this.closing);
     // A newer message that came before this turn began (with its own, while
     // an earlier turn ran) cuts it under `interrupt` as one coming later would.
     const newerWaits =

@@ -63,6 +63,8 @@ export class TurnRunner {
       if (signal.aborted) return { kind: 'interrupted', partialText: '' };
     }
     for (;;) {
+      // Cut before its next step (or before its first: see `TurnDriver.closing`).
+      if (signal.aborted) return { kind: 'interrupted', partialText: '' };
       const { settings } = this.deps;
       if (progress.steps >= settings.maxIterations) {
         await this.settleInError(turn, MAX_ITERATIONS_REASON, MAX_ITERATIONS_MESSAGE, '');
