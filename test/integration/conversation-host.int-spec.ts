@@ -101,6 +101,8 @@ describe(ConversationHost.name, () => {
   let slowFinish: Hold | null = null;
   /** A conversation whose host, once it read its events, holds before it goes on. */
   let slowLook: Hold | null = null;
+  /** A conversation whose run, about to mark it STOPPED as it ends, holds before it does. */
+  let slowSettle: Hold | null = null;
 
   beforeAll(async () => {
     backends = await openScratchBackends('cs_host', 'host-test');
@@ -134,6 +136,12 @@ describe(ConversationHost.name, () => {
         const events = await store.readEvents(...args);
         await pass(slowLook, args[1], undefined, () => (slowLook = null));
         return events;
+      },
+      // A run's end, in holdJob: once it let go of the slot, before the conversation is STOPPED.
+      setStatus: async (...args: Parameters<ConversationStore['setStatus']>) => {
+        if (args[2] === 'STOPPED')
+          await pass(slowSettle, args[1], undefined, () => (slowSettle = null));
+        return store.setStatus(...args);
       },
       // A run's last step, in holdJob: after it stopped listening, before its job completes.
       releaseLease: async (...args: Parameters<ConversationStore['releaseLease']>) => {
@@ -431,6 +439,28 @@ describe(ConversationHost.name, () => {
     await Promise.race([sending, new Promise((resolve) => setTimeout(resolve, 300))]);
     goOn.resolve();
     const sent = await sending;
+    const [answer] = await answersTo(ref, sent);
+    expect(answer).toMatchObject({ source: 'agent', action: 'message' });
+    expect(await manager.stop(ref)).toBe('STOPPED');
+  });
+
+  it('answers a message stored as its idle run ended, though that run took longer to go than a start waits', async () => {
+    const ref = await hostedConversation('messaged as a slow run ends');
+    await untilAwaitingInput(ref);
+    // The session closes (idle); its run finds no message to answer, lets go of
+    // the slot, and holds before it marks the conversation STOPPED.
+    const settling = withResolvers();
+    const settle = withResolvers();
+    slowSettle = holdFor(ref.conversationId, settling, settle);
+    await hostedSession(ref).close();
+    await settling.promise;
+
+    // A gateway stores a message: nobody listens, its start finds the run's
+    // job still active and waits for it, past FINISHING_RUN_WAIT_MS, then answers.
+    const sent = await userSays(ref, 'sent as the run ended');
+    expect(await jobs.state(ref.conversationId)).toBe('active');
+    // The run goes on: the conversation STOPPED, the job gone. Nobody would start it again.
+    settle.resolve();
     const [answer] = await answersTo(ref, sent);
     expect(answer).toMatchObject({ source: 'agent', action: 'message' });
     expect(await manager.stop(ref)).toBe('STOPPED');

@@ -29,13 +29,12 @@ import type { RedisConnection } from './redis/redis-connections.js';
 import type { ConversationJobs } from './leases/conversation-jobs.js';
 import type { ConversationInbox } from './leases/conversation-inbox.js';
 import type { ConversationStops } from './leases/conversation-stops.js';
+import { startAfterFinishingRun } from './leases/finishing-run.js';
 import { unansweredMessages } from './leases/unanswered-messages.js';
 import type { UserConcurrencyLimiter } from './limits/user-concurrency.limiter.js';
 import type { ConnectionRegistry } from './realtime/connection-registry.js';
 import { answeredInTime, assertConnected } from './redis/redis-connections.js';
 
-/** How long a start waits for the conversation's finishing run to go. */
-const FINISHING_RUN_WAIT_MS = 750;
 const POLL_MS = 20;
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
@@ -100,60 +99,15 @@ export class ClusteredConversationManager implements ConversationManager {
     const before = await this.deps.store.getConversation(ref.tenantId, ref.conversationId);
     if (!before) throw new NotFoundError();
     await this.deps.jobs.start(ref);
-    await this.startAfterFinishingRun(ref, before.leaseEpoch, stopMark);
+    await startAfterFinishingRun(
+      this.deps,
+      ref,
+      { leaseEpoch: before.leaseEpoch, stopMark },
+      { acquireSlot: () => this.acquireSlot(ref), stopRun: () => this.stopRun(ref) },
+    );
     const record = await this.deps.store.getConversation(ref.tenantId, ref.conversationId);
     if (!record) throw new NotFoundError();
     return record.status === 'RUNNING' ? 'RUNNING' : 'STARTING';
-  }
-
-  /**
-   * Adding a job while the conversation's previous run is finishing (its
-   * session ended, its job not yet removed) adds nothing, and that run then
-   * frees the slot: the start would be lost. An active job whose holder no
-   * longer listens is such a run: wait for it to go, then start again.
-   *
-   * But this start's own job looks the same while a worker is just taking it,
-   * and if the poll misses the short time it is held, it ran (and may have been
-   * stopped) by the time it is gone: starting again would undo that stop. Every
-   * holder bumps the lease epoch first, so a moved epoch (`leaseEpoch`: the
-   * epoch before this start) says a run began after this start: not lost.
-   *
-   * Nor may it undo a stop or an eviction that landed meanwhile (on the
-   * finishing run, or on this start's job before any worker held it): both
-   * bump the conversation's stop mark first, so a mark moved from `stopMark`
-   * (read as this start began) ends the wait. It is read again once the job is
-   * added: a stop that looked for the job just before would have missed it.
-   */
-  private async startAfterFinishingRun(
-    ref: ConversationRef,
-    leaseEpoch: number,
-    stopMark: number,
-  ): Promise<void> {
-    const { jobs, inbox, stops, store } = this.deps;
-    const deadline = Date.now() + FINISHING_RUN_WAIT_MS;
-    let sawUnheldRun = false;
-    while (Date.now() < deadline) {
-      const state = await jobs.state(ref.conversationId);
-      if (state !== null && state !== 'active') return; // queued: a worker will take it
-      if (state === 'active' && (await inbox.holders(ref.conversationId)) > 0) return; // held
-      // Gone without a finishing run seen: it ran and ended, or an eviction cancelled it.
-      if (state === null && !sawUnheldRun) return;
-      if (state === null) {
-        // A run that ended in error (too many failovers, a failed start) ended on purpose.
-        const record = await store.getConversation(ref.tenantId, ref.conversationId);
-        if (!record || record.status === 'ERROR') return;
-        if (record.leaseEpoch !== leaseEpoch) return; // held since this start: it ran
-        if ((await stops.read(ref.conversationId)) !== stopMark) return; // stopped since: it stays so
-        await this.acquireSlot(ref);
-        await store.setStatus(ref.tenantId, ref.conversationId, 'STARTING', STARTABLE_STATUSES);
-        await jobs.start(ref);
-        if ((await stops.read(ref.conversationId)) !== stopMark) await this.stopRun(ref);
-        return;
-      }
-      // Active with no listener: a worker just taking it (it subscribes first) or a run finishing.
-      sawUnheldRun = true;
-      await sleep(POLL_MS);
-    }
   }
 
   async claimSlot(owner: SlotOwner): Promise<SlotClaim | null> {
