@@ -55,8 +55,8 @@ const E2E_ON_REDIS_CLUSTER = [
   'test/e2e/cluster-chat.e2e-spec.ts',
   'test/e2e/agent-runtime-cluster.e2e-spec.ts',
   'test/e2e/agents-cluster.e2e-spec.ts',
-  'test/e2e/budgets.e2e-spec.ts',
-  'test/e2e/rest-wait.e2e-spec.ts',
+  'test/e2e/budgets-cluster.e2e-spec.ts',
+  'test/e2e/rest-wait-cluster.e2e-spec.ts',
 ];
 /** An end-to-end project: built processes on Postgres and Redis, two minutes a test. */
 function e2eProject(project: {
