@@ -1,6 +1,7 @@
 // The cluster end to end, as clients see it: chat, streams, presence and
-// limits across two gateways and two workers, through PgBouncer, on several
-// conversation queues; real processes from dist/ on Postgres and Redis.
+// limits across two gateways and two workers, on several conversation queues;
+// real processes from dist/ on Postgres and Redis (through PgBouncer:
+// cluster-pgbouncer.e2e-spec.ts).
 import { Queue } from 'bullmq';
 import { describe, expect, it } from 'vitest';
 import { ClusterKeys, conversationQueueIndex, conversationQueueNames } from '@cs/cluster';
@@ -15,7 +16,6 @@ import {
   type ClusterOptions,
 } from '../support/cluster.js';
 import { startApp, type AppProcess } from '../support/processes.js';
-import { startPgBouncer } from '../support/pgbouncer.js';
 import { uniqueName } from '../support/services.js';
 import { openTestRedis } from '../support/test-redis.js';
 import {
@@ -50,19 +50,6 @@ describe('cluster of gateways and workers', () => {
       await chatAcrossGateways(await sharedCluster(queueCount));
     },
   );
-
-  it('does the same through PgBouncer in transaction mode, with prepared statements off', async () => {
-    fixture.bouncer = await startPgBouncer();
-    const through = fixture.bouncer;
-    await chatAcrossGateways(
-      await cluster_({
-        gateways: 2,
-        workers: 2,
-        databaseUrl: (direct) => through.urlFor(direct),
-        env: { DATABASE_PREPARED_STATEMENTS: 'false', DATABASE_POOL_SIZE: '4' },
-      }),
-    );
-  });
 
   it('streams live events over SSE from a gateway that has no other subscriber to the conversation', async () => {
     const c = await sharedCluster();
