@@ -1,3 +1,4 @@
+import { setTimeout as sleep } from 'node:timers/promises';
 import {
   LIVE_STATUSES,
   STARTABLE_STATUSES,
@@ -36,7 +37,6 @@ import type { ConnectionRegistry } from './realtime/connection-registry.js';
 import { answeredInTime, assertConnected } from './redis/redis-connections.js';
 
 const POLL_MS = 20;
-const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
 /**
  * The gateway's view of the cluster. It never runs an agent: it stores user

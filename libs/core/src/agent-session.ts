@@ -121,7 +121,7 @@ export class AgentSession {
     });
     this.lifecycle = new SessionLifecycle(() => {
       this.poll?.cancel();
-      this.turns.cut('close');
+      this.turns.cutForClosing('close');
       this.wakeSignal.releaseAll();
     });
     this.reader = new EventReader(
@@ -266,7 +266,7 @@ export class AgentSession {
       return;
     }
     lifecycle.shutdownRequested = true;
-    this.turns.markCut('stop');
+    this.turns.noteClosing('stop');
     lifecycle.beginClosing();
     if (notice) this.writer.publishStatus(notice);
     await this.quiesce();

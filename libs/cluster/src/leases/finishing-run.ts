@@ -1,5 +1,6 @@
 // A start that finds the conversation's previous run finishing (its session
 // ended, its job not yet gone) waits for that run to go, then starts again.
+import { setTimeout as sleep } from 'node:timers/promises';
 import { STARTABLE_STATUSES, type ConversationRef, type ConversationStore } from '@cs/core';
 import type { ConversationInbox } from './conversation-inbox.js';
 import type { ConversationJobs } from './conversation-jobs.js';
@@ -12,8 +13,6 @@ export const FINISHING_RUN_WATCH_MS = 30_000;
 /** The watch's pace while the request waits, and once it is answered. */
 const POLL_MS = 20;
 const SLOW_POLL_MS = 200;
-
-const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
 export interface FinishingRunDeps {
   jobs: Pick<ConversationJobs, 'state' | 'start'>;
@@ -67,14 +66,11 @@ export async function startAfterFinishingRun(
   again: StartAgain,
 ): Promise<void> {
   const watching = watchFinishingRun(deps, ref, seen, again);
-  let timer: NodeJS.Timeout | undefined;
+  const waited = new AbortController();
   const inTime = await Promise.race([
     watching.then(() => true),
-    new Promise<false>((resolve) => {
-      timer = setTimeout(() => resolve(false), FINISHING_RUN_WAIT_MS);
-    }),
-  ]);
-  clearTimeout(timer);
+    sleep(FINISHING_RUN_WAIT_MS, false, { signal: waited.signal }).catch(() => false),
+  ]).finally(() => waited.abort());
   if (!inTime) watching.catch(() => undefined);
 }
 

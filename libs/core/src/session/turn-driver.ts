@@ -99,13 +99,13 @@ export class TurnDriver {
   }
 
   /** The session closes: cuts the running turn, if any, and any that begins after (the first reason wins). */
-  cut(why: Cut): void {
+  cutForClosing(why: Cut): void {
     this.closing ??= why;
     this.turn?.cutBy(why);
   }
 
   /** The session will close because of `why`: notes it for the cut that follows. */
-  markCut(why: Cut): void {
+  noteClosing(why: Cut): void {
     this.closing ??= why;
     this.turn?.markCut(why);
   }
