@@ -5,8 +5,8 @@ import { spawn, type ChildProcess } from 'node:child_process';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { Redis } from 'ioredis';
 import { freePort } from './processes.js';
+import { waitForNode } from './redis-cluster.js';
 
 export interface PrivateRedis {
   url: string;
@@ -83,34 +83,16 @@ async function launch(port: number, dir: string): Promise<ChildProcess> {
   let output = '';
   child.stdout?.on('data', (chunk: Buffer) => (output += chunk.toString()));
   child.stderr?.on('data', (chunk: Buffer) => (output += chunk.toString()));
-  const deadline = Date.now() + 10_000;
-  while (Date.now() < deadline) {
-    if (child.exitCode !== null) break;
-    if (await answersPing(port, child)) return child;
-    await new Promise((resolve) => setTimeout(resolve, 50));
-  }
-  child.kill('SIGKILL');
-  throw new Error(`redis-server on port ${port} did not start:\n${output}`);
-}
-
-/** Whether `child` answers on `port`: not another server that took the port before it bound it. */
-export async function answersPing(port: number, child: ChildProcess): Promise<boolean> {
-  const probe = new Redis({
-    port,
-    host: '127.0.0.1',
-    lazyConnect: true,
-    maxRetriesPerRequest: 0,
-    retryStrategy: () => null,
-  });
-  probe.on('error', () => undefined); // refused while the server starts: answered below
   try {
-    await probe.connect();
-    const info = await probe.info('server');
-    return Number(/process_id:(\d+)/.exec(info)?.[1]) === child.pid;
-  } catch {
-    return false;
-  } finally {
-    probe.disconnect();
+    // Not another server that took the port before this one could bind it.
+    await waitForNode(port, 10_000, child);
+    return child;
+  } catch (error) {
+    child.kill('SIGKILL');
+    const why = error instanceof Error ? error.message : String(error);
+    throw new Error(`redis-server on port ${port} did not start (${why}):\n${output}`, {
+      cause: error,
+    });
   }
 }
 
