@@ -36,16 +36,16 @@ const FILES_AT_ONCE = 3;
 const MANIFESTS = ['test/integration/deploy-manifests.int-spec.ts'];
 
 // End-to-end files that run one at a time, after everything else, because
-// they load the machine on purpose or need it quiet: the chaos and bench
-// smokes kill, pause and load processes on a timer and measure latencies, and
-// redis-cluster fails masters over with a 2 s node timeout, which a node left
-// waiting for a core beside other files would trip. Every other file runs three
-// at a time: a bound on time there only tells a working mechanism from a
-// broken one (test/support/bounds.ts), and the figures are the bench's.
+// they fail Redis masters over with a 2 s node timeout, which a node left
+// waiting for a core beside other files would trip: redis-cluster under load,
+// and the chaos smoke on a Redis Cluster, which adds master kills and
+// failovers to its faults. Every other file runs three at a time, the chaos
+// smoke on one Redis and the bench smoke too (they check invariants and what
+// a run reports, never a time): a bound on time there only tells a working
+// mechanism from a broken one (test/support/bounds.ts), and the figures are
+// the bench's.
 const E2E_SERIAL = [
-  'test/e2e/chaos.e2e-spec.ts',
   'test/e2e/chaos-redis-cluster.e2e-spec.ts',
-  'test/e2e/bench.e2e-spec.ts',
   'test/e2e/redis-cluster.e2e-spec.ts',
 ];
 
@@ -66,15 +66,17 @@ function e2eProject(project: {
   env?: Record<string, string>;
   maxWorkers: number;
   groupOrder: number;
+  /** Run once before the project's files, after the services' check. */
+  globalSetup?: string[];
 }) {
-  const { groupOrder, ...test } = project;
+  const { groupOrder, globalSetup = [], ...test } = project;
   return {
     plugins,
     resolve: { alias },
     test: {
       ...test,
       environment: 'node' as const,
-      globalSetup: needsServices,
+      globalSetup: [...needsServices, ...globalSetup],
       testTimeout: 120_000,
       hookTimeout: 120_000,
       // As for the unit and integration files: a worker keeps its loaded
@@ -165,11 +167,12 @@ export default defineConfig({
       }),
       e2eProject({ name: 'e2e-serial', include: E2E_SERIAL, maxWorkers: 1, groupOrder: 2 }),
       // The cluster suites again, the same test bodies, on a local Redis
-      // Cluster of each file's own (test/support/test-redis.ts).
+      // Cluster that the project starts once for its files (test/support/test-redis.ts).
       e2eProject({
         name: 'e2e-redis-cluster',
         include: E2E_ON_REDIS_CLUSTER,
         env: { TEST_REDIS: 'cluster' },
+        globalSetup: ['./test/redis-cluster-setup.ts'],
         maxWorkers: FILES_AT_ONCE,
         groupOrder: 1,
       }),

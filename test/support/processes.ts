@@ -1,6 +1,7 @@
 // Spawns the built apps (dist/) as real processes for end-to-end tests, waits
 // for them to be healthy, and stops them. Output is kept for failure messages.
 import { spawn, type ChildProcess } from 'node:child_process';
+import { readFileSync, readdirSync, readlinkSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { freePort } from '../../bench/lib/ports.mjs';
 
@@ -114,7 +115,10 @@ async function waitForHealthy(proc: AppProcess, path: string, timeoutMs: number)
     try {
       // Bounded: what holds the port may not be an HTTP server that answers.
       const response = await fetch(proc.url + path, { signal: AbortSignal.timeout(2_000) });
-      if (response.ok) return;
+      // Another file's process may have bound the port between its pick and
+      // this one's listen, and answer for it while this one exits with
+      // EADDRINUSE: only this process' own answer counts.
+      if (response.ok && listensOn(proc.child.pid, proc.port)) return;
     } catch {
       // not listening yet
     }
@@ -122,4 +126,41 @@ async function waitForHealthy(proc: AppProcess, path: string, timeoutMs: number)
   }
   proc.signal('SIGKILL');
   throw new Error(`${proc.name} was not healthy within ${timeoutMs} ms:\n${proc.output()}`);
+}
+
+/**
+ * Whether process `pid` holds the listening TCP socket of `port` (Linux: the
+ * socket's inode in /proc/net/tcp{,6} among the process' descriptors).
+ */
+export function listensOn(pid: number | undefined, port: number): boolean {
+  if (pid === undefined) return false;
+  const hexPort = port.toString(16).toUpperCase().padStart(4, '0');
+  const inodes = new Set<string>();
+  for (const table of ['/proc/net/tcp', '/proc/net/tcp6']) {
+    let text: string;
+    try {
+      text = readFileSync(table, 'utf8');
+    } catch {
+      continue;
+    }
+    for (const line of text.split('\n').slice(1)) {
+      const fields = line.trim().split(/\s+/);
+      // local_address is <ip>:<port>, st 0A is LISTEN, field 9 the inode
+      if (fields[1]?.endsWith(`:${hexPort}`) && fields[3] === '0A') inodes.add(fields[9]!);
+    }
+  }
+  let fds: string[];
+  try {
+    fds = readdirSync(`/proc/${pid}/fd`);
+  } catch {
+    return false;
+  }
+  return fds.some((fd) => {
+    try {
+      const inode = /^socket:\[(\d+)\]$/.exec(readlinkSync(`/proc/${pid}/fd/${fd}`))?.[1];
+      return inode !== undefined && inodes.has(inode);
+    } catch {
+      return false;
+    }
+  });
 }

@@ -1,9 +1,10 @@
 // Which Redis the end-to-end suites of the cluster run on: one Redis (the
 // default, REDIS_URL or 127.0.0.1:6379) or, with TEST_REDIS=cluster, a local
-// Redis Cluster this file starts (3 masters, a replica each) and stops. The
-// same test bodies run on either: `startCluster` gives its processes
-// `REDIS_URL` or `REDIS_CLUSTER_URLS` from here.
-import { afterAll, beforeAll } from 'vitest';
+// Redis Cluster (3 masters, a replica each): the e2e-redis-cluster project's,
+// started once for its files (test/redis-cluster-setup.ts), or else one this
+// file starts and stops. The same test bodies run on either: `startCluster`
+// gives its processes `REDIS_URL` or `REDIS_CLUSTER_URLS` from here.
+import { afterAll, beforeAll, inject } from 'vitest';
 import { Cluster, Redis } from 'ioredis';
 import { startRedisCluster, type LocalRedisCluster } from './redis-cluster.js';
 import { deleteKeys, testRedisUrl } from './services.js';
@@ -18,6 +19,14 @@ export function testRedisKind(): TestRedisKind {
   throw new Error(`TEST_REDIS must be "redis" or "cluster" (got ${JSON.stringify(wanted)})`);
 }
 
+declare module 'vitest' {
+  export interface ProvidedContext {
+    /** `REDIS_CLUSTER_URLS` of the project's Redis Cluster (test/redis-cluster-setup.ts). */
+    testRedisClusterUrls?: string;
+  }
+}
+
+/** The file's own Redis Cluster, when its project started none. */
 let local: LocalRedisCluster | null = null;
 
 /**
@@ -25,15 +34,16 @@ let local: LocalRedisCluster | null = null;
  * own): a node timeout far above the 2 s default, so that a node this busy
  * machine leaves unscheduled for a while is not failed over under a test.
  */
-const SUITE_NODE_TIMEOUT_MS = 20_000;
+export const SUITE_NODE_TIMEOUT_MS = 20_000;
 
 /**
- * Starts the suite's Redis Cluster before its tests when `TEST_REDIS=cluster`
- * (and stops it after): call once at the top of a test file.
+ * When `TEST_REDIS=cluster` and the project started no Redis Cluster, starts
+ * one for this file before its tests (and stops it after): call once at the
+ * top of a test file.
  */
 export function useTestRedis(): void {
   beforeAll(async () => {
-    if (testRedisKind() === 'redis-cluster' && !local) {
+    if (testRedisKind() === 'redis-cluster' && !projectClusterUrls() && !local) {
       local = await startRedisCluster({ nodeTimeoutMs: SUITE_NODE_TIMEOUT_MS });
     }
   }, 60_000);
@@ -43,16 +53,16 @@ export function useTestRedis(): void {
   });
 }
 
-/** The local Redis Cluster of this file, or null on one Redis. */
-export function testRedisCluster(): LocalRedisCluster | null {
-  return local;
+function projectClusterUrls(): string | undefined {
+  return inject('testRedisClusterUrls');
 }
 
 /** The environment that points a process at the suite's Redis. */
 export function testRedisEnv(): Record<string, string> {
   if (testRedisKind() === 'redis') return { REDIS_URL: testRedisUrl() };
-  if (!local) throw new Error('TEST_REDIS=cluster: call useTestRedis() at the top of the file');
-  return { REDIS_CLUSTER_URLS: local.urls };
+  const urls = projectClusterUrls() ?? local?.urls;
+  if (!urls) throw new Error('TEST_REDIS=cluster: call useTestRedis() at the top of the file');
+  return { REDIS_CLUSTER_URLS: urls };
 }
 
 /** A client of the suite's Redis, for checks the API does not expose (disconnect it after). */
