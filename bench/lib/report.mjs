@@ -124,10 +124,20 @@ export async function writeReports({
     : latest
       ? JSON.parse(readFileSync(latest, 'utf8'))
       : null;
+  const here = await machine(cluster);
   const merged = {
     date,
-    machine: await machine(cluster),
-    runs: [...(previous?.runs ?? []), { ...run, scenarios: Object.keys(results), failures }],
+    machine: here,
+    // Each run names its machine: scenarios kept from earlier runs may have
+    // been measured on another one (those before runs named theirs were on
+    // the machine their file names).
+    runs: [
+      ...(previous?.runs ?? []).map((earlier) => ({
+        ...earlier,
+        machine: earlier.machine ?? previous.machine,
+      })),
+      { ...run, machine: here, scenarios: Object.keys(results), failures },
+    ],
     scenarios: { ...(previous?.scenarios ?? {}) },
     failures: { ...(previous?.failures ?? {}) },
   };
@@ -636,7 +646,7 @@ function targetsTable(s, blocks) {
     add(
       `the outbox's CPU per turn with webhooks on, at ${outbox.offeredRate} turns/s over ${outbox.conversations} conversations (gateways, workers, Postgres, Redis)`,
       '≤ 10 % more than off',
-      `${outbox.onMsPerTurn} ms vs ${outbox.offMsPerTurn} ms a turn (${outbox.addedPercent > 0 ? '+' : ''}${outbox.addedPercent} %)`,
+      `${outbox.onMsPerTurn} ms vs ${outbox.offMsPerTurn} ms a turn (${outbox.addedPercent > 0 ? '+' : ''}${outbox.addedPercent} %${outbox.pairs ? `; medians of ${outbox.pairs} alternating pairs` : ''})`,
       outbox.addedPercent <= 10 && outbox.errors === 0,
     );
   }
@@ -838,8 +848,22 @@ export function renderMarkdown(data, chart) {
         .filter(Boolean),
     ),
   ].sort();
+  // The processors the shown scenarios ran on, with their dates, when not all one.
+  const cpuDates = new Map();
+  for (const scenario of Object.values(s)) {
+    const cpu = data.runs?.find((r) => r.startedAt === scenario.run)?.machine?.cpu ?? m.cpu;
+    const dates = cpuDates.get(cpu) ?? new Set();
+    if (scenario.run) dates.add(scenario.run.slice(0, 10));
+    cpuDates.set(cpu, dates);
+  }
+  const where =
+    cpuDates.size > 1
+      ? `on machines of one kind (${[...cpuDates]
+          .map(([cpu, dates]) => `${cpu}: ${[...dates].sort().join(', ')}`)
+          .join('; ')}); the latest:`
+      : 'on one machine:';
   lines.push(
-    `Measured on ${runDates.length > 1 ? runDates.join(', ') : data.date} by \`npm run bench\` (bench/run.mjs) on one machine: ${m.cores} × ${m.cpu},` +
+    `Measured on ${runDates.length > 1 ? runDates.join(', ') : data.date} by \`npm run bench\` (bench/run.mjs) ${where} ${m.cores} × ${m.cpu},` +
       ` ${m.memoryGiB} GiB RAM, Linux ${m.kernel}, Node ${m.node}, Postgres ${m.postgres ?? '?'},` +
       ` Redis ${m.redis ?? '?'}. Everything shares the ${m.cores} cores: Postgres, Redis, the gateways,` +
       ' the workers and the load generator itself. Raw numbers: ' +

@@ -7,8 +7,8 @@
 // target: p50 ≤ 20 ms and p99 ≤ 200 ms at 500 turns/s). Then the outbox's
 // cost: as many conversations of a tenant no endpoint takes, paced at one of
 // those rates (250 turns/s by default), and the services' CPU (gateways,
-// workers, Postgres, Redis) with webhooks on against off at that rate (the
-// issue's target: at most 10 % more per message).
+// workers, Postgres, Redis) with webhooks on against off at that rate, in
+// alternating pairs (the issue's target: at most 10 % more per message).
 import { devToken, mapLimit, postMessage, createConversation } from '../lib/client.mjs';
 import { cpuByRole, formatCpu, startCpuMeter } from '../lib/proc.mjs';
 import { sleep } from '../lib/cluster.mjs';
@@ -22,6 +22,8 @@ const UNHOOKED_TENANT = 'bench-webhooks-off';
 const SERVICE_ROLES = ['gateways', 'workers', 'postgres', 'redis'];
 const USERS = 10;
 const SETTLE_MS = 3_000;
+/** Alternating on/off pairs of the outbox's cost (one with --quick). */
+const OUTBOX_COST_PAIRS = 3;
 
 /** Reads `cs_webhook_pending` from a worker's metrics. */
 async function pending(cluster) {
@@ -86,7 +88,7 @@ export async function runWebhooks(ctx) {
     `  receiver: ${receiver.requests} requests, ${receiver.repeats} repeats (deduped), ` +
       `${receiver.badSignatures} bad signatures among those verified`,
   );
-  const outboxCost = await measureOutboxCost(ctx, levels, count, durationS);
+  const outboxCost = await measureOutboxCost(ctx, levels, conversations, count, durationS);
   // The headline: the level closest to 500 turns/s.
   const headline = [...levels].sort(
     (a, b) => Math.abs(a.offeredRate - 500) - Math.abs(b.offeredRate - 500),
@@ -102,40 +104,75 @@ export async function runWebhooks(ctx) {
 }
 
 /**
- * The same load, paced at the rate of one of the levels above, on
- * conversations of a tenant no endpoint takes: the services' CPU per turn with
- * webhooks on (that level) against off (this one).
+ * The outbox's cost: the same load, paced at one of the levels' rates, on
+ * the webhook tenant's conversations (on) and on as many of a tenant no
+ * endpoint takes (off), in alternating pairs (on, off; off, on; …) so that
+ * a drift of the machine over the run (autovacuum, a neighbour, caches
+ * warming) weighs on both sides alike; the services' CPU per turn is the
+ * median of each side. One pair of one level each swung by ±10 % between
+ * runs on this machine, more than the cost it was to show.
  */
-async function measureOutboxCost(ctx, levels, count, durationS) {
+async function measureOutboxCost(ctx, levels, hookedConversations, count, durationS) {
   const { options, log } = ctx;
   // The level at --webhook-cpu-rate, or the first (--quick runs one).
-  const hooked = levels.find((level) => level.offeredRate === options.webhookCpuRate) ?? levels[0];
-  if (!hooked) return null;
-  const rate = hooked.offeredRate;
-  const conversations = await openConversations(ctx, UNHOOKED_TENANT, count);
-  await warmUp(conversations);
-  const off = await paceLevel(ctx, conversations, rate, durationS);
+  const level = levels.find((l) => l.offeredRate === options.webhookCpuRate) ?? levels[0];
+  if (!level) return null;
+  const rate = level.offeredRate;
+  const pairs = options.quick ? 1 : OUTBOX_COST_PAIRS;
+  const unhooked = await openConversations(ctx, UNHOOKED_TENANT, count);
+  await warmUp(unhooked);
   const serviceCpu = (cpu) => sumOf(cpuByRole(cpu), SERVICE_ROLES);
   // % of a core at `rate` turns/s → ms of CPU per turn.
   const perTurnMs = (cpu) => round((serviceCpu(cpu) * 10) / rate);
-  const on = perTurnMs(hooked.cpu);
-  const without = perTurnMs(off.cpu);
-  const addedPercent = without > 0 ? round(((on - without) / without) * 100) : null;
+  const on = [];
+  const off = [];
+  let errors = 0;
+  let lastOff = null;
+  for (let pair = 0; pair < pairs; pair += 1) {
+    const sides = pair % 2 === 0 ? ['on', 'off'] : ['off', 'on'];
+    for (const side of sides) {
+      const measured = await paceLevel(
+        ctx,
+        side === 'on' ? hookedConversations : unhooked,
+        rate,
+        durationS,
+      );
+      errors += measured.errors;
+      (side === 'on' ? on : off).push(perTurnMs(measured.cpu));
+      if (side === 'off') lastOff = measured.cpu;
+    }
+    log(`    pair ${pair + 1}: ${on.at(-1)} ms a turn on, ${off.at(-1)} ms off`);
+  }
+  const onMs = median(on);
+  const offMs = median(off);
+  const addedPercent = offMs > 0 ? round(((onMs - offMs) / offMs) * 100) : null;
   log(
-    `  the outbox's cost at ${rate} turns/s: the services' CPU ${on} ms a turn with webhooks on,` +
-      ` ${without} ms off (${addedPercent === null ? '?' : `${addedPercent > 0 ? '+' : ''}${addedPercent} %`})` +
-      `  errors ${off.errors}`,
+    `  the outbox's cost at ${rate} turns/s: the services' CPU ${onMs} ms a turn with webhooks on,` +
+      ` ${offMs} ms off, medians of ${pairs} alternating pair(s)` +
+      ` (${addedPercent === null ? '?' : `${addedPercent > 0 ? '+' : ''}${addedPercent} %`})` +
+      `  errors ${errors}`,
   );
-  log(`    off: ${formatCpu(off.cpu)}`);
+  if (lastOff) log(`    off, last: ${formatCpu(lastOff)}`);
   return {
     offeredRate: rate,
     conversations: count,
-    onMsPerTurn: on,
-    offMsPerTurn: without,
+    pairs,
+    onMsPerTurnEach: on,
+    offMsPerTurnEach: off,
+    onMsPerTurn: onMs,
+    offMsPerTurn: offMs,
     addedPercent,
-    errors: off.errors,
-    cpuOff: off.cpu,
+    errors,
+    cpuOff: lastOff,
   };
+}
+
+function median(values) {
+  const sorted = [...values].sort((a, b) => a - b);
+  const middle = Math.floor(sorted.length / 2);
+  return sorted.length % 2 === 1
+    ? sorted[middle]
+    : round((sorted[middle - 1] + sorted[middle]) / 2);
 }
 
 function sumOf(shares, roles) {
