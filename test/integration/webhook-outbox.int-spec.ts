@@ -11,7 +11,7 @@ import type {
   WebhookOutbox,
 } from '@cs/core';
 import { LeaseLostError } from '@cs/core';
-import type { QueryOptions, SqlDatabase } from '@cs/store';
+import type { QueryOptions, SqlDatabase, SqlTransaction } from '@cs/store';
 import { PostgresConversationStore, PostgresWebhookOutbox, migrate } from '@cs/store';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { uniqueName } from '../support/services.js';
@@ -480,6 +480,47 @@ describe.each(SQL_BACKENDS)('PostgresWebhookOutbox on $name', (backend) => {
         [...ids.slice(0, 6), ...ids.slice(9, 11)].sort(),
       );
       expect(next.every((row) => row.type === 'conversation.status_changed')).toBe(true);
+    });
+
+    it('claims and records without waiting for the WAL to reach the disk, in their own transaction alone', async () => {
+      const tenantId = uniqueName('tenant');
+      const { conversation } = await store.createConversation(newConversation(tenantId));
+      const setting = async (tx: SqlTransaction) =>
+        (await tx.query<{ value: string }>(`SELECT current_setting('synchronous_commit') AS value`))
+          .rows[0]!.value;
+      /** The outbox on one transaction's connection, and the setting after its call. */
+      const within = <T>(call: (outbox: WebhookOutbox) => Promise<T>) =>
+        database.transaction(async (tx) => {
+          const inTransaction = new PostgresWebhookOutbox({
+            backend: database.backend,
+            query: (sql, params, options) => tx.query(sql, params, options),
+            transaction: () => Promise.reject(new Error('not in this test')),
+            close: () => Promise.resolve(),
+          });
+          const before = await setting(tx);
+          const result = await call(inTransaction);
+          return { before, after: await setting(tx), result };
+        });
+      const claimed = await within((txOutbox) =>
+        txOutbox.claimDue({
+          endpointUrls: [ALL],
+          limit: 10,
+          claimMs: 60_000,
+          conversationIds: [conversation.id],
+        }),
+      );
+      expect(claimed.result.map((row) => row.type)).toEqual(['conversation.created']);
+      expect([claimed.before, claimed.after]).toEqual(['on', 'off']);
+      const recorded = await within((txOutbox) =>
+        txOutbox.recordAttempts([{ delivery: claimed.result[0]!, outcome: { delivered: true } }]),
+      );
+      expect(recorded.result).toEqual(['delivered']);
+      expect([recorded.before, recorded.after]).toEqual(['on', 'off']);
+      // Nothing else is relaxed: the setting went with those transactions.
+      const { rows } = await database.query<{ value: string }>(
+        `SELECT current_setting('synchronous_commit') AS value`,
+      );
+      expect(rows[0]!.value).toBe('on');
     });
 
     it('hands a delivery whose claim lapsed to another dispatcher, and ignores the old one', async () => {

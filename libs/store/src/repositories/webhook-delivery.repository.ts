@@ -23,6 +23,20 @@ export interface WebhookDeliveryRow {
 const COLUMNS = `d.id, d.conversation_id, d.endpoint_url, d.seq, d.tenant_id, d.user_id, d.type,
   d.occurred_at, d.data, d.status, d.attempts, d.last_error, d.created_at, d.delivered_at, d.claim`;
 
+/**
+ * A one-row relation that makes the statement it joins commit without
+ * waiting for its WAL to be flushed (`synchronous_commit` off for that
+ * transaction alone, so that it holds behind PgBouncer in transaction mode).
+ * For the dispatchers' own bookkeeping, claims and outcomes: lost with a
+ * crash of Postgres, a delivery is only sent again, with its webhook-id
+ * (at least once), and in order, since the WAL loses a suffix: an outcome
+ * lost takes the later claims behind it with it. A delivery itself is
+ * written by the statement that causes it, whose commit waits as ever. It
+ * spares each a flush: about a tenth of a millisecond of CPU here, a third
+ * of what such a statement costs Postgres.
+ */
+const RELAXED_COMMIT = `(SELECT set_config('synchronous_commit', 'off', true)) AS relaxed_commit`;
+
 export interface EndpointRow {
   url: string;
   events: string[] | null;
@@ -93,6 +107,9 @@ export class WebhookDeliveryRepository {
    * Not a prepared statement: each claim is planned with its values and the
    * table's size at the time (a generic plan kept from when the table was
    * small could walk that index for the targeted claim too).
+   *
+   * Committed without waiting for the WAL to reach the disk (see
+   * `RELAXED_COMMIT`).
    */
   async claimDue(
     endpointUrls: readonly string[],
@@ -122,7 +139,7 @@ export class WebhookDeliveryRepository {
        )
        UPDATE webhook_deliveries d
           SET claim = $4::uuid, claimed_until = $3::timestamptz
-         FROM due
+         FROM due, ${RELAXED_COMMIT}
         WHERE d.conversation_id = due.conversation_id AND d.endpoint_url = due.endpoint_url
           AND d.seq = due.seq
        RETURNING ${COLUMNS}`,
@@ -136,6 +153,7 @@ export class WebhookDeliveryRepository {
    * claim it is now, the endpoint has it. Failed: recorded only while the
    * attempt's claim still holds, pending again from `retry_at`, or failed for
    * good when it is null. Returns the rows it changed, with the status left.
+   * Committed without waiting for the WAL to reach the disk (`RELAXED_COMMIT`).
    */
   async recordOutcomes(outcomes: readonly AttemptOutcomeRow[], at: Date): Promise<RecordedRow[]> {
     if (outcomes.length === 0) return [];
@@ -150,7 +168,8 @@ export class WebhookDeliveryRepository {
               claim = NULL, claimed_until = NULL
          FROM unnest($1::uuid[], $2::text[], $3::bigint[], $4::uuid[], $5::boolean[],
                      $6::text[], $7::timestamptz[])
-              AS o(conversation_id, endpoint_url, seq, claim, delivered, error, retry_at)
+              AS o(conversation_id, endpoint_url, seq, claim, delivered, error, retry_at),
+              ${RELAXED_COMMIT}
         WHERE d.conversation_id = o.conversation_id AND d.endpoint_url = o.endpoint_url
           AND d.seq = o.seq AND d.status = 'pending' AND (o.delivered OR d.claim = o.claim)
        RETURNING d.conversation_id, d.endpoint_url, d.seq, d.status`,
