@@ -126,6 +126,8 @@ async function measureOutboxCost(ctx, levels, hookedConversations, count, durati
   const perTurnMs = (cpu) => round((serviceCpu(cpu) * 10) / rate);
   const on = [];
   const off = [];
+  // Each role's ms of CPU per turn, on and off: where the outbox's cost goes.
+  const roles = Object.fromEntries(SERVICE_ROLES.map((role) => [role, { on: [], off: [] }]));
   let errors = 0;
   let lastOff = null;
   for (let pair = 0; pair < pairs; pair += 1) {
@@ -139,6 +141,8 @@ async function measureOutboxCost(ctx, levels, hookedConversations, count, durati
       );
       errors += measured.errors;
       (side === 'on' ? on : off).push(perTurnMs(measured.cpu));
+      const shares = cpuByRole(measured.cpu);
+      for (const role of SERVICE_ROLES) roles[role][side].push(round((shares[role] * 10) / rate));
       if (side === 'off') lastOff = measured.cpu;
     }
     log(`    pair ${pair + 1}: ${on.at(-1)} ms a turn on, ${off.at(-1)} ms off`);
@@ -152,6 +156,14 @@ async function measureOutboxCost(ctx, levels, hookedConversations, count, durati
       ` (${addedPercent === null ? '?' : `${addedPercent > 0 ? '+' : ''}${addedPercent} %`})` +
       `  errors ${errors}`,
   );
+  const addedByRole = Object.fromEntries(
+    SERVICE_ROLES.map((role) => [role, round(median(roles[role].on) - median(roles[role].off))]),
+  );
+  log(
+    `    added a turn, by role (medians): ${SERVICE_ROLES.map(
+      (role) => `${role} ${addedByRole[role] > 0 ? '+' : ''}${addedByRole[role]} ms`,
+    ).join(', ')}`,
+  );
   if (lastOff) log(`    off, last: ${formatCpu(lastOff)}`);
   return {
     offeredRate: rate,
@@ -162,6 +174,7 @@ async function measureOutboxCost(ctx, levels, hookedConversations, count, durati
     onMsPerTurn: onMs,
     offMsPerTurn: offMs,
     addedPercent,
+    addedMsPerTurnByRole: addedByRole,
     errors,
     cpuOff: lastOff,
   };
