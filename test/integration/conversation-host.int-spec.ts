@@ -444,6 +444,68 @@ describe(ConversationHost.name, () => {
     expect(await manager.stop(ref)).toBe('STOPPED');
   });
 
+  it('answers a message stored as its idle session closed, after the run looked, by a gateway that read it RUNNING and whose wake-up failed', async () => {
+    const ref = await hostedConversation('messaged while closing, wake-up lost');
+    await untilAwaitingInput(ref);
+    // The run has looked for a message left to answer (none) and holds there,
+    // before it marks the conversation STOPPED.
+    const looked = withResolvers();
+    const goOn = withResolvers();
+    slowLook = holdFor(ref.conversationId, looked, goOn);
+    await hostedSession(ref).close();
+    await looked.promise;
+
+    // A gateway that read the conversation RUNNING stores a message, and its
+    // wake-up fails (a Redis master failing over): the request is answered
+    // as delivered, the conversation being RUNNING still, and starts nothing.
+    const failingInbox = Object.assign(Object.create(managerDeps.inbox) as ConversationInbox, {
+      send: () => Promise.reject(new Error('MOVED 1234 127.0.0.1:7001')),
+    });
+    const gateway = new ClusteredConversationManager({ ...managerDeps, inbox: failingInbox });
+    const sent = await gateway.sendUserAction(
+      ref,
+      { action: 'message', args: { content: 'wake-up lost', image_urls: [], file_urls: [] } },
+      undefined,
+      { status: 'RUNNING' },
+    );
+    goOn.resolve();
+    // The run marks it STOPPED, looks again, and answers it.
+    const [answer] = await answersTo(ref, sent.event.id);
+    expect(answer).toMatchObject({ source: 'agent', action: 'message' });
+    await untilStatus(ref, 'RUNNING');
+    expect(await manager.stop(ref)).toBe('STOPPED');
+  });
+
+  it('fails, rather than takes for delivered, a message whose wake-up failed once the run it was read RUNNING under had ended; its repeat starts it', async () => {
+    const ref = await hostedConversation('stopped since it was read');
+    await untilAwaitingInput(ref);
+    // The session closes (idle) and the run ends, after a gateway read RUNNING.
+    await hostedSession(ref).close();
+    await untilStatus(ref, 'STOPPED');
+    await vi.waitFor(() => expect(host.conversations).not.toContain(ref.conversationId), {
+      timeout: 10_000,
+      interval: 50,
+    });
+    const failingInbox = Object.assign(Object.create(managerDeps.inbox) as ConversationInbox, {
+      send: () => Promise.reject(new Error('MOVED 1234 127.0.0.1:7001')),
+    });
+    const gateway = new ClusteredConversationManager({ ...managerDeps, inbox: failingInbox });
+    const action = {
+      action: 'message' as const,
+      args: { content: 'after the run ended', image_urls: [], file_urls: [] },
+    };
+    // Nobody would answer it: the request fails, as when Redis fails before the write.
+    await expect(
+      gateway.sendUserAction(ref, action, 'stopped-since-read', { status: 'RUNNING' }),
+    ).rejects.toThrow(/MOVED/);
+    // Its client sends it again: the same event, and this time the conversation starts.
+    const again = await manager.sendUserAction(ref, action, 'stopped-since-read');
+    expect(again.duplicate).toBe(true);
+    const [answer] = await answersTo(ref, again.event.id);
+    expect(answer).toMatchObject({ source: 'agent', action: 'message' });
+    expect(await manager.stop(ref)).toBe('STOPPED');
+  });
+
   it('answers a message stored as its idle run ended, though that run took longer to go than a start waits', async () => {
     const ref = await hostedConversation('messaged as a slow run ends');
     await untilAwaitingInput(ref);

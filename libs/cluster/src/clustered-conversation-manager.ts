@@ -134,8 +134,7 @@ export class ClusteredConversationManager implements ConversationManager {
       running: options.status === 'RUNNING',
       claimSlot: () => this.takeSlot(ref),
       ensureRunning: () => this.ensureRunning(ref),
-      deliver: (appended, claimed) =>
-        this.deliver(ref, action, appended, claimed, options.status === 'RUNNING'),
+      deliver: (appended, claimed) => this.deliver(ref, action, appended, claimed),
     });
   }
 
@@ -154,10 +153,9 @@ export class ClusteredConversationManager implements ConversationManager {
     action: UserAction,
     appended: AppendedEvent,
     claimed: boolean,
-    running: boolean,
   ): Promise<void> {
     if (!appended.duplicate) this.deps.broadcaster.publishEvents(roomKey(ref), [appended.event]);
-    const holders = appended.duplicate ? 0 : await this.wake(ref, appended, running);
+    const holders = appended.duplicate ? 0 : await this.wake(ref, appended);
     if (holders > 0 || action.action !== 'message') return;
     // Nobody holds it: a message starts it (a repeat too, in case the first start failed).
     if (!appended.duplicate || claimed) {
@@ -172,27 +170,26 @@ export class ClusteredConversationManager implements ConversationManager {
    * Wakes the holder of a stored user action; resolves with how many heard it.
    * The wake-up may fail after the action is stored (a Redis Cluster master
    * failing over between the check before the write and the wake-up): a
-   * conversation that some worker holds (RUNNING) finds the action by itself
-   * (its lost wake-up catch-up, or the next holder's start after a failover),
-   * so the request is answered as delivered rather than refused with what it
-   * asked for stored, which a client would send again. Anything else fails.
+   * conversation that some worker holds (RUNNING, read after the write)
+   * finds the action by itself (its lost wake-up catch-up, the next holder's
+   * start after a failover, or, when its session was closing, its run's look
+   * once it has marked the conversation STOPPED: the action was stored
+   * before that), so the request is answered as delivered rather than
+   * refused with what it asked for stored, which a client would send again.
+   * Anything else fails. (A status read before the write does not tell: the
+   * run may have looked and stopped in between.)
    * On a cluster, ioredis retries a publish to a master that died until its
    * replica has taken over (seen: 5.4 s): the request waits for it at most
    * `REQUEST_COMMAND_TIMEOUT_MS`; a wake-up that lands later is harmless. (The
    * request connection's own bounds did not do it: a bench run with them alone
    * took 7.3 s p50 to answer the conversations on a killed master.)
    */
-  private async wake(
-    ref: ConversationRef,
-    appended: AppendedEvent,
-    running: boolean,
-  ): Promise<number> {
+  private async wake(ref: ConversationRef, appended: AppendedEvent): Promise<number> {
     try {
       return await answeredInTime(
         this.deps.inbox.send(ref.conversationId, { type: 'wake', events: [appended.event] }),
       );
     } catch (error) {
-      if (running) return 1;
       const record = await this.deps.store
         .getConversation(ref.tenantId, ref.conversationId)
         .catch(() => null);

@@ -94,7 +94,10 @@ export class ConversationRun {
     let previousHolderCrashed = record.leaseOwner !== null;
 
     let outcome: SessionEndReason | 'failed' | 'evicted';
+    /** Marked STOPPED after the last session's end (the look again, below). */
+    let stopped: boolean;
     for (;;) {
+      stopped = false;
       this.context.hosted.set(id, hosted);
       // A drain that began since this run last looked did not see it among the
       // hosted: it hands the conversation back as soon as its session starts.
@@ -115,7 +118,12 @@ export class ConversationRun {
           await inbox.unlisten(id).catch(() => undefined);
         }
       }
-      if (!(await this.closedWithMessageToAnswer(outcome))) break;
+      if (!(await this.closedWithMessageToAnswer(outcome))) {
+        if (!this.closedOnItsOwn(outcome)) break;
+        await store.setStatus(ref.tenantId, id, 'STOPPED', LIVE_STATUSES);
+        stopped = true;
+        if (!(await this.stoppedWithMessageToAnswer())) break;
+      }
       previousHolderCrashed = false;
     }
 
@@ -131,7 +139,9 @@ export class ConversationRun {
       return lease.handBack();
     }
     await limiter.release(ref.tenantId, ref.userId, id);
-    if (outcome !== 'failed') await store.setStatus(ref.tenantId, id, 'STOPPED', LIVE_STATUSES);
+    if (outcome !== 'failed' && !stopped) {
+      await store.setStatus(ref.tenantId, id, 'STOPPED', LIVE_STATUSES);
+    }
     await store.releaseLease(ref.tenantId, id, options.workerId, hosted.epoch);
     return outcome;
   }
@@ -145,10 +155,28 @@ export class ConversationRun {
    * here, by a new session.
    */
   private async closedWithMessageToAnswer(outcome: string): Promise<boolean> {
+    if (!this.closedOnItsOwn(outcome)) return false;
+    return hasUnansweredMessage(this.context.deps.store, this.hosted.ref);
+  }
+
+  /**
+   * The look again once the conversation is marked STOPPED, for a message
+   * stored after the first look by a gateway that still read it RUNNING and
+   * whose wake-up failed (Redis failing): that gateway took this run for the
+   * one to answer it and started nothing. A message stored after the mark
+   * is the gateway's to start, and found here too when it came first: this
+   * run then answers it, under a new lease epoch, and that start, watching
+   * this run finish, starts nothing.
+   */
+  private async stoppedWithMessageToAnswer(): Promise<boolean> {
+    if (this.hosted.leaseLost) return false;
+    return hasUnansweredMessage(this.context.deps.store, this.hosted.ref);
+  }
+
+  /** The session closed by itself (idle), with nothing else taking the conversation over. */
+  private closedOnItsOwn(outcome: string): boolean {
     const { hosted, context } = this;
-    if (outcome !== 'closed' || hosted.handOff || hosted.leaseLost || context.isDraining())
-      return false;
-    return hasUnansweredMessage(context.deps.store, hosted.ref);
+    return outcome === 'closed' && !hosted.handOff && !hosted.leaseLost && !context.isDraining();
   }
 
   /**
