@@ -101,8 +101,6 @@ describe(ConversationHost.name, () => {
   let slowFinish: Hold | null = null;
   /** A conversation whose host, once it read its events, holds before it goes on. */
   let slowLook: Hold | null = null;
-  /** A conversation whose run, about to mark it STOPPED as it ends, holds before it does. */
-  let slowSettle: Hold | null = null;
 
   beforeAll(async () => {
     backends = await openScratchBackends('cs_host', 'host-test');
@@ -136,12 +134,6 @@ describe(ConversationHost.name, () => {
         const events = await store.readEvents(...args);
         await pass(slowLook, args[1], undefined, () => (slowLook = null));
         return events;
-      },
-      // A run's end, in holdJob: once it let go of the slot, before the conversation is STOPPED.
-      setStatus: async (...args: Parameters<ConversationStore['setStatus']>) => {
-        if (args[2] === 'STOPPED')
-          await pass(slowSettle, args[1], undefined, () => (slowSettle = null));
-        return store.setStatus(...args);
       },
       // A run's last step, in holdJob: after it stopped listening, before its job completes.
       releaseLease: async (...args: Parameters<ConversationStore['releaseLease']>) => {
@@ -226,6 +218,29 @@ describe(ConversationHost.name, () => {
     const session = hosted.get(ref.conversationId)?.session;
     if (!session) throw new Error(`${ref.conversationId} has no session here`);
     return session;
+  }
+
+  /**
+   * Closes the conversation's session as the heartbeat closes an idle one;
+   * resolves once its run has looked for a message left to answer (before
+   * it marks the conversation STOPPED), holding it there until `goOn`.
+   */
+  async function closeHeldAfterLook(ref: ConversationRef): Promise<{ goOn: () => void }> {
+    const looked = withResolvers();
+    const goOn = withResolvers();
+    slowLook = holdFor(ref.conversationId, looked, goOn);
+    await hostedSession(ref).close();
+    await looked.promise;
+    expect(slowLook).toBeNull();
+    return { goOn: goOn.resolve };
+  }
+
+  /** A gateway whose wake-ups fail after it stored the action (a Redis master failing over). */
+  function gatewayWhoseWakeUpsFail(): ClusteredConversationManager {
+    const failingInbox = Object.assign(Object.create(managerDeps.inbox) as ConversationInbox, {
+      send: () => Promise.reject(new Error('MOVED 1234 127.0.0.1:7001')),
+    });
+    return new ClusteredConversationManager({ ...managerDeps, inbox: failingInbox });
   }
 
   /**
@@ -423,21 +438,15 @@ describe(ConversationHost.name, () => {
   it('answers a message stored as its idle session closed, after the run looked for one to answer', async () => {
     const ref = await hostedConversation('messaged while closing');
     await untilAwaitingInput(ref);
-    // The session closes as the heartbeat closes an idle one; the run, looking
-    // for a message left to answer before it lets go, holds once it has looked.
-    const looked = withResolvers();
-    const goOn = withResolvers();
-    slowLook = holdFor(ref.conversationId, looked, goOn);
-    await hostedSession(ref).close();
-    await looked.promise;
-    expect(slowLook).toBeNull();
+    // The run, looking for a message left to answer before it lets go, holds once it has looked.
+    const { goOn } = await closeHeldAfterLook(ref);
 
     // A gateway stores a message now: a run that still listens hears its
     // wake-up (and would answer nothing), one that does not gets it started
     // again, once it has let go (within the start's wait for a finishing run).
     const sending = userSays(ref, 'sent as it closed');
     await Promise.race([sending, new Promise((resolve) => setTimeout(resolve, 300))]);
-    goOn.resolve();
+    goOn();
     const sent = await sending;
     const [answer] = await answersTo(ref, sent);
     expect(answer).toMatchObject({ source: 'agent', action: 'message' });
@@ -449,26 +458,18 @@ describe(ConversationHost.name, () => {
     await untilAwaitingInput(ref);
     // The run has looked for a message left to answer (none) and holds there,
     // before it marks the conversation STOPPED.
-    const looked = withResolvers();
-    const goOn = withResolvers();
-    slowLook = holdFor(ref.conversationId, looked, goOn);
-    await hostedSession(ref).close();
-    await looked.promise;
+    const { goOn } = await closeHeldAfterLook(ref);
 
     // A gateway that read the conversation RUNNING stores a message, and its
-    // wake-up fails (a Redis master failing over): the request is answered
-    // as delivered, the conversation being RUNNING still, and starts nothing.
-    const failingInbox = Object.assign(Object.create(managerDeps.inbox) as ConversationInbox, {
-      send: () => Promise.reject(new Error('MOVED 1234 127.0.0.1:7001')),
-    });
-    const gateway = new ClusteredConversationManager({ ...managerDeps, inbox: failingInbox });
-    const sent = await gateway.sendUserAction(
+    // wake-up fails: the request is answered as delivered, the conversation
+    // being RUNNING still, and starts nothing.
+    const sent = await gatewayWhoseWakeUpsFail().sendUserAction(
       ref,
       { action: 'message', args: { content: 'wake-up lost', image_urls: [], file_urls: [] } },
       undefined,
       { status: 'RUNNING' },
     );
-    goOn.resolve();
+    goOn();
     // The run marks it STOPPED, looks again, and answers it.
     const [answer] = await answersTo(ref, sent.event.id);
     expect(answer).toMatchObject({ source: 'agent', action: 'message' });
@@ -486,17 +487,15 @@ describe(ConversationHost.name, () => {
       timeout: 10_000,
       interval: 50,
     });
-    const failingInbox = Object.assign(Object.create(managerDeps.inbox) as ConversationInbox, {
-      send: () => Promise.reject(new Error('MOVED 1234 127.0.0.1:7001')),
-    });
-    const gateway = new ClusteredConversationManager({ ...managerDeps, inbox: failingInbox });
     const action = {
       action: 'message' as const,
       args: { content: 'after the run ended', image_urls: [], file_urls: [] },
     };
     // Nobody would answer it: the request fails, as when Redis fails before the write.
     await expect(
-      gateway.sendUserAction(ref, action, 'stopped-since-read', { status: 'RUNNING' }),
+      gatewayWhoseWakeUpsFail().sendUserAction(ref, action, 'stopped-since-read', {
+        status: 'RUNNING',
+      }),
     ).rejects.toThrow(/MOVED/);
     // Its client sends it again: the same event, and this time the conversation starts.
     const again = await manager.sendUserAction(ref, action, 'stopped-since-read');
@@ -509,20 +508,21 @@ describe(ConversationHost.name, () => {
   it('answers a message stored as its idle run ended, though that run took longer to go than a start waits', async () => {
     const ref = await hostedConversation('messaged as a slow run ends');
     await untilAwaitingInput(ref);
-    // The session closes (idle); its run finds no message to answer, lets go of
-    // the slot, and holds before it marks the conversation STOPPED.
-    const settling = withResolvers();
-    const settle = withResolvers();
-    slowSettle = holdFor(ref.conversationId, settling, settle);
+    // The session closes (idle); its run finds no message to answer, marks the
+    // conversation STOPPED, finds none again, lets go of the slot, and holds
+    // before its last step (its job still active).
+    const finishing = withResolvers();
+    const finish = withResolvers();
+    slowFinish = holdFor(ref.conversationId, finishing, finish);
     await hostedSession(ref).close();
-    await settling.promise;
+    await finishing.promise;
 
     // A gateway stores a message: nobody listens, its start finds the run's
     // job still active and waits for it, past FINISHING_RUN_WAIT_MS, then answers.
     const sent = await userSays(ref, 'sent as the run ended');
     expect(await jobs.state(ref.conversationId)).toBe('active');
-    // The run goes on: the conversation STOPPED, the job gone. Nobody would start it again.
-    settle.resolve();
+    // The run goes on: its job gone, the start still watching starts the conversation.
+    finish.resolve();
     const [answer] = await answersTo(ref, sent);
     expect(answer).toMatchObject({ source: 'agent', action: 'message' });
     expect(await manager.stop(ref)).toBe('STOPPED');
